@@ -1,0 +1,39 @@
+# The README's commands. `make compare` and `make test` set up .venv on first use.
+# Where the pinned packages are already installed (e.g. a prepared GPU host): make test PY=python3
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+KERNELS ?= k1 k2 fa4
+
+.PHONY: setup compare test test-gpu inspect bench docs serve clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e ".[test,docs]"
+	touch $@
+
+setup: $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/.installed)
+
+compare: setup          ## measure on the GPU, or compile report + recorded H200 numbers without one
+	$(PY) -m tools.compare $(KERNELS)
+
+test: setup             ## CPU tests always; GPU tests too where CUDA is present
+	$(PY) -m pytest -q
+
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu
+
+inspect: setup
+	$(PY) -m tools.inspect
+
+bench: setup
+	$(PY) -m tools.bench --suite ladder
+
+docs: setup
+	$(PY) -m mkdocs build --strict
+
+serve: setup
+	$(PY) -m mkdocs serve
+
+clean:
+	rm -rf $(VENV) site .pytest_cache

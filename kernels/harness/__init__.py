@@ -1,0 +1,13 @@
+"""One harness for every kernel: problems, inputs, references, checks, timing, ceilings."""
+
+from .checks import BF16_TOLERANCE, CheckResult, check_output, poison, rel_err
+from .inputs import empty_lse, empty_output, make_inputs
+from .problem import AttentionProblem, fa3_paper_shapes
+from .reference import causal_keep_mask, reference_attention, reference_attention_numpy
+from .validate import validate_attention_inputs
+
+__all__ = [
+    "AttentionProblem", "BF16_TOLERANCE", "CheckResult", "causal_keep_mask", "check_output",
+    "empty_lse", "empty_output", "fa3_paper_shapes", "make_inputs", "poison",
+    "reference_attention", "reference_attention_numpy", "rel_err", "validate_attention_inputs",
+]

@@ -1,0 +1,62 @@
+"""The command-line tools in their no-GPU mode: what a reader without a Hopper GPU gets."""
+
+import json
+
+import pytest
+
+from kernels.registry import rung_names
+from tools import compare, inspect
+
+
+def test_compare_without_gpu_shows_compile_reports_and_recorded_numbers(capsys):
+    assert compare.main(["k1", "k2", "fa4", "--cpu", "--json", "--causal", "no"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["mode"] == "cpu"
+    assert [r["kernel"] for r in result["inspect"]] == ["k1", "k2"]
+    for r in result["inspect"]:
+        assert r["status"] == "ok" and r["registers"] > 0 and r["sass_mix"]["FFMA"] > 0
+    rec = result["recorded"]
+    assert "error" in rec or {r["kernel"] for r in rec["rows"]} <= {"k1", "k2", "fa4"}
+
+
+def test_compare_table_output(capsys):
+    assert compare.main(["k2", "--cpu", "--causal", "yes", "--seqlen", "1024"]) == 0
+    text = capsys.readouterr().out
+    assert "registers / thread" in text and "SHFL" in text
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["k2", "--causal", "maybe"], ["k2", "--seqlen", "0"]])
+def test_compare_rejects_bad_arguments(argv):
+    with pytest.raises(SystemExit) as exc:
+        compare.main(argv + ["--cpu"])
+    assert exc.value.code == 2
+
+
+def test_inspect_cli_json(capsys):
+    assert inspect.main(["k1", "--head-dim", "64", "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["kernel"] == "k1" and report["problem"]["head_dim"] == 64
+    assert report["spill_store_bytes"] == 0
+
+
+def test_inspect_reports_unsupported_problems():
+    from kernels.harness import AttentionProblem
+
+    report = inspect.inspect("k1", AttentionProblem(head_dim=96))
+    assert report["status"] == "unsupported: k1: head_dim 96 unsupported"
+
+
+def test_recorded_compile_reports_cover_every_rung():
+    doc = inspect.load_recorded()
+    recorded = {r["kernel"] for r in doc["reports"]}
+    assert set(rung_names()) <= recorded, "run python -m tools.inspect --record"
+    assert doc["meta"]["arch"] == "sm_90a" and doc["meta"]["commit"]
+
+
+def test_opcode_mix_parses_predicated_instructions():
+    sass = """
+        /*0010*/                   FFMA R1, R2, R3, R4 ;
+        /*0020*/              @!P0 SHFL.BFLY PT, R5, R6, 0x1, 0x1f ;
+        /*0030*/               @P1 LDG.E.128 R8, desc[UR4][R2.64] ;
+    """
+    assert inspect.opcode_mix(sass) == {"FFMA": 1, "SHFL": 1, "LDG": 1}

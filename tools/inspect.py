@@ -1,0 +1,205 @@
+"""The compiler's view of a rung, on any machine: ``python -m tools.inspect k2 [--head-dim 128] [--causal]``.
+
+Compiles the rung for sm_90a with fake tensors (no GPU needed), then reports what ptxas and
+the disassembler say: registers, shared memory, stack frame and spills, and the SASS
+instruction mix. ``--record`` stores the reports for every rung in results/inspect.json, which
+the docs read so that building the site needs neither a GPU nor minutes of compiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kernels.harness.problem import AttentionProblem
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD_PATH = ROOT / "results" / "inspect.json"
+ARCH = "sm_90a"
+
+# Opcode families shown side by side; the order is the order of the columns.
+FAMILIES = {
+    "HGMMA": "tensor core (warpgroup)", "HMMA": "tensor core (warp)",
+    "FFMA": "fp32 fma", "FMUL": "fp32 mul", "FADD": "fp32 add", "FMNMX": "fp32 min/max",
+    "MUFU": "special function (exp2, rcp)", "SHFL": "warp shuffle",
+    "LDG": "global load", "STG": "global store", "LDS": "shared load", "STS": "shared store",
+    "LDSM": "ldmatrix", "LDGSTS": "cp.async", "UTMALDG": "TMA load", "UTMASTG": "TMA store",
+    "SYNCS": "mbarrier", "BAR": "barrier", "LDL": "local load (spill)", "STL": "local store (spill)",
+}
+
+
+def _tool(name: str) -> str:
+    """Find a CUDA tool: PATH, the CUDA toolkit, or the nvidia-cuda-nvdisasm wheel."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for cand in Path(base).glob(f"*/bin/{name}"):
+                return str(cand)
+    except ImportError:
+        pass
+    raise FileNotFoundError(f"{name} not found: install the CUDA toolkit or `pip install nvidia-cuda-nvdisasm`")
+
+
+def sass_of(cubin: bytes) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_tool("nvdisasm"), "-c", f.name], check=True, capture_output=True,
+                              text=True).stdout
+
+
+def opcode_mix(sass: str) -> collections.Counter:
+    """Count base opcodes (``@P0 FFMA.FTZ R1, ...`` -> ``FFMA``) in the disassembly."""
+    mix = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            mix[m.group(1)] += 1
+    return mix
+
+
+def ptxas_report(ptx: str) -> dict:
+    """Registers, static shared memory, stack frame and spills as ptxas reports them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        res = subprocess.run([_tool("ptxas"), f"-arch={ARCH}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                             check=True, capture_output=True, text=True)
+    text = res.stdout + res.stderr
+
+    def grab(pattern, default=0):
+        m = re.search(pattern, text)
+        return int(m.group(1)) if m else default
+
+    return {"registers": grab(r"Used (\d+) registers"),
+            "static_smem_bytes": grab(r"(\d+) bytes smem"),
+            "stack_frame_bytes": grab(r"(\d+) bytes stack frame"),
+            "spill_store_bytes": grab(r"(\d+) bytes spill stores"),
+            "spill_load_bytes": grab(r"(\d+) bytes spill loads")}
+
+
+def dynamic_smem_bytes(compiled) -> int | None:
+    """The launch's dynamic shared memory, read from the compiled module's IR."""
+    mlir = getattr(compiled, "__mlir__", None) or ""
+    sizes = [int(s) for s in re.findall(r"dynamic_?[sS]hared_?[mM]emory_?[sS]ize\D{0,40}?(\d+)", str(mlir))]
+    return max(sizes) if sizes else None
+
+
+def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
+    """Compile rung ``name`` for sm_90a (no GPU) and return its compile report."""
+    from kernels.registry import rung_module
+
+    os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
+    problem = problem or AttentionProblem(head_dim=128)
+    module = rung_module(name)
+    reason = module.can_implement(problem)
+    if reason:
+        return {"kernel": name, "problem": problem.to_dict(), "status": f"unsupported: {reason}"}
+    t0 = time.perf_counter()
+    compiled = module.compile_for_inspect(problem)
+    compile_s = time.perf_counter() - t0
+    cubin = compiled.__cubin__
+    cubin = cubin.encode("latin1") if isinstance(cubin, str) else cubin
+    mix = opcode_mix(sass_of(cubin))
+    report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
+              "compile_s": round(compile_s, 1), **ptxas_report(compiled.__ptx__),
+              "dynamic_smem_bytes": dynamic_smem_bytes(compiled),
+              "sass_total": sum(mix.values()),
+              "sass_mix": {op: mix.get(op, 0) for op in FAMILIES}}
+    return report
+
+
+def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Side-by-side table: one column per report."""
+    headers = ["", *[r["kernel"] + (" causal" if r["problem"].get("causal") else "") for r in reports]]
+
+    def smem(r):
+        dyn = r.get("dynamic_smem_bytes")
+        total = r.get("static_smem_bytes", 0) + (dyn or 0)
+        return f"{total / 1024:.1f} KiB" if (dyn is not None or r.get("static_smem_bytes")) else "0"
+
+    rows = [["registers / thread", *[str(r.get("registers", "-")) for r in reports]],
+            ["shared memory / block", *[smem(r) if r["status"] == "ok" else "-" for r in reports]],
+            ["stack frame (bytes)", *[str(r.get("stack_frame_bytes", "-")) for r in reports]],
+            ["spill stores / loads (bytes)",
+             *[f"{r.get('spill_store_bytes', '-')} / {r.get('spill_load_bytes', '-')}" for r in reports]],
+            ["SASS instructions", *[str(r.get("sass_total", "-")) for r in reports]],
+            ["compile time (s)", *[str(r.get("compile_s", "-")) for r in reports]]]
+    shown = [op for op in FAMILIES if any(r.get("sass_mix", {}).get(op) for r in reports)]
+    for op in shown:
+        rows.append([f"{op} ({FAMILIES[op]})", *[str(r.get("sass_mix", {}).get(op, 0)) for r in reports]])
+    for r in reports:
+        if r["status"] != "ok":
+            rows.append([r["kernel"], r["status"]])
+    return headers, rows
+
+
+def record(names: list[str], head_dims=(64, 128), causals=(False, True)) -> dict:
+    """Compile every (rung, head_dim, causal) and write results/inspect.json."""
+    import cutlass
+
+    from tools.provenance import git_commit
+
+    reports = [inspect(n, AttentionProblem(head_dim=d, causal=c))
+               for n in names for d in head_dims for c in causals]
+    doc = {"meta": {"arch": ARCH, "cutlass_dsl": getattr(cutlass, "__version__", "?"),
+                    "commit": git_commit(), "date": datetime.date.today().isoformat()},
+           "reports": reports}
+    RECORD_PATH.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def load_recorded() -> dict:
+    if not RECORD_PATH.exists():
+        raise FileNotFoundError(f"{RECORD_PATH.relative_to(ROOT)} missing: run python -m tools.inspect --record")
+    return json.loads(RECORD_PATH.read_text())
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+
+    from kernels.registry import rung_names
+    from tools.report import rich_table
+
+    parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
+    parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    parser.add_argument("--record", action="store_true",
+                        help="compile every rung at head_dim 64/128, causal and not, into results/inspect.json")
+    args = parser.parse_args(argv)
+    names = args.kernels or rung_names()
+    unknown = [n for n in names if n not in rung_names()]
+    if unknown:
+        parser.error(f"not a rung: {', '.join(unknown)} (rungs: {', '.join(rung_names())})")
+    if args.record:
+        doc = record(names)
+        print(f"wrote {RECORD_PATH.relative_to(ROOT)} ({len(doc['reports'])} reports)")
+        return 0
+    problem = AttentionProblem(head_dim=args.head_dim, causal=args.causal)
+    reports = [inspect(n, problem) for n in names]
+    if args.json:
+        print(json.dumps(reports, indent=1))
+    else:
+        headers, rows = resources_rows(reports)
+        Console().print(rich_table(headers, rows, title=f"sm_90a compile report, {problem.label()}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Results files: the one loader, schema check and table builder.
+
+tools.compare, tools.bench, the docs hooks and the notebooks read results/<gpu>/<suite>.json
+only through this module, so a table means the same thing wherever it appears.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernels.harness.problem import AttentionProblem
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+META_KEYS = ("suite", "gpu", "driver", "cuda", "torch", "cutlass_dsl", "commit", "date", "ceilings")
+ROW_KEYS = ("kernel", "problem", "ms", "tflops", "gbps", "rel_err", "status")
+STATUS_PREFIXES = ("ok", "unsupported", "wrong")
+
+
+class ResultsError(ValueError):
+    """A results file is missing or does not follow the DESIGN.md schema."""
+
+
+def results_path(suite: str, gpu: str = "h200") -> Path:
+    return RESULTS / gpu / f"{suite}.json"
+
+
+def validate(doc: dict, where: str = "results") -> dict:
+    if not isinstance(doc, dict) or "meta" not in doc or "rows" not in doc:
+        raise ResultsError(f"{where}: needs top-level 'meta' and 'rows'")
+    meta = doc["meta"]
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise ResultsError(f"{where}: meta lacks {', '.join(missing)}")
+    if not meta["gpu"] or not meta["commit"] or not meta["date"] or not meta["ceilings"]:
+        raise ResultsError(f"{where}: meta needs a gpu, commit, date and measured ceilings")
+    for i, row in enumerate(doc["rows"]):
+        missing = [k for k in ROW_KEYS if k not in row]
+        if missing:
+            raise ResultsError(f"{where}: row {i} lacks {', '.join(missing)}")
+        if not str(row["status"]).startswith(STATUS_PREFIXES):
+            raise ResultsError(f"{where}: row {i} has status {row['status']!r}")
+        if row["status"] == "ok" and not (row["ms"] and row["ms"].get("median", 0) > 0):
+            raise ResultsError(f"{where}: row {i} is ok but has no positive median time")
+    return doc
+
+
+def load(suite: str, gpu: str = "h200") -> dict:
+    path = results_path(suite, gpu)
+    if not path.exists():
+        raise ResultsError(f"{path.relative_to(ROOT)}: not found (run python -m tools.bench --suite {suite} on the GPU)")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path.relative_to(ROOT)}: not valid JSON ({exc})") from exc
+    return validate(doc, str(path.relative_to(ROOT)))
+
+
+def available(gpu: str = "h200") -> list[str]:
+    return sorted(p.stem for p in (RESULTS / gpu).glob("*.json"))
+
+
+def provenance(meta: dict) -> str:
+    c = meta.get("ceilings", {})
+    parts = [f"{meta['gpu']}", f"driver {meta.get('driver', '?')}", f"CUDA {meta.get('cuda', '?')}",
+             f"torch {meta.get('torch', '?')}", f"CuTe DSL {meta.get('cutlass_dsl', '?')}",
+             f"commit {str(meta['commit'])[:10]}", f"{meta['date']}"]
+    ceil = []
+    if "copy_tbps" in c:
+        ceil.append(f"copy {c['copy_tbps']:.2f} TB/s")
+    if "bf16_gemm_tflops" in c:
+        ceil.append(f"bf16 GEMM {c['bf16_gemm_tflops']:.0f} TFLOP/s")
+    if "fp8_gemm_tflops" in c:
+        ceil.append(f"fp8 GEMM {c['fp8_gemm_tflops']:.0f} TFLOP/s")
+    return ", ".join(parts) + (f"; ceilings measured in the same run: {', '.join(ceil)}" if ceil else "")
+
+
+def attention_label(problem: dict) -> str:
+    return AttentionProblem.from_dict(problem).label()
+
+
+def select(doc: dict, kernels=None, where=None) -> list[dict]:
+    """Rows whose kernel is in ``kernels`` (all if None) and whose problem matches ``where``."""
+    where = where or {}
+    return [r for r in doc["rows"]
+            if (kernels is None or r["kernel"] in kernels)
+            and all(r["problem"].get(k) == v for k, v in where.items())]
+
+
+def cell(row: dict | None, value: str = "tflops") -> str:
+    if row is None:
+        return "-"
+    if row["status"] != "ok":
+        return row["status"].split(":")[0]
+    x = row.get(value)
+    return "-" if x is None else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
+          label=attention_label) -> tuple[list[str], list[list[str]]]:
+    """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order."""
+    rows = select(doc, kernels, where)
+    kernel_order = list(kernels) if kernels else list(dict.fromkeys(r["kernel"] for r in rows))
+    kernel_order = [k for k in kernel_order if any(r["kernel"] == k for r in rows)]
+    problems: dict[str, dict] = {}
+    for r in rows:
+        problems.setdefault(label(r["problem"]), {})[r["kernel"]] = r
+    headers = ["problem"] + kernel_order
+    body = [[name] + [cell(by_kernel.get(k), value) for k in kernel_order]
+            for name, by_kernel in problems.items()]
+    return headers, body
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def rich_table(headers: list[str], rows: list[list[str]], title: str | None = None, caption=None):
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*[str(c) for c in row])
+    return table
