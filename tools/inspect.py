@@ -26,6 +26,7 @@ from kernels.harness.problem import AttentionProblem
 ROOT = Path(__file__).resolve().parent.parent
 # --keep-ptx/--keep-cubin also write files; keep them out of the working tree.
 os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(Path(tempfile.gettempdir()) / "cute-dsl-dump"))
+Path(os.environ["CUTE_DSL_DUMP_DIR"]).mkdir(parents=True, exist_ok=True)
 RECORD_PATH = ROOT / "results" / "inspect.json"
 ARCH = "sm_90a"
 
@@ -41,10 +42,7 @@ FAMILIES = {
 
 
 def _tool(name: str) -> str:
-    """Find a CUDA tool: PATH, the CUDA toolkit, or the nvidia-cuda-nvdisasm wheel."""
-    found = shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
-    if found:
-        return found
+    """Find a CUDA tool: the nvidia-cuda-* wheels (13.4+, as new as the DSL's output), then PATH."""
     try:
         import nvidia
 
@@ -53,7 +51,10 @@ def _tool(name: str) -> str:
                 return str(cand)
     except ImportError:
         pass
-    raise FileNotFoundError(f"{name} not found: install the CUDA toolkit or `pip install nvidia-cuda-nvdisasm`")
+    found = shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
+    if found:
+        return found
+    raise FileNotFoundError(f"{name} not found: pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump")
 
 
 def sass_of(cubin: bytes) -> str:
@@ -74,24 +75,21 @@ def opcode_mix(sass: str) -> collections.Counter:
     return mix
 
 
-def ptxas_report(ptx: str) -> dict:
-    """Registers, static shared memory, stack frame and spills as ptxas reports them."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
-        res = subprocess.run([_tool("ptxas"), f"-arch={ARCH}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                             check=True, capture_output=True, text=True)
-    text = res.stdout + res.stderr
+def resource_usage(cubin: bytes) -> dict:
+    """Registers, static shared memory, stack frame and local memory per thread, as the
+    cubin records them (``cuobjdump -res-usage``; the DSL's PTX is newer than most ptxas)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], check=True,
+                              capture_output=True, text=True).stdout
 
-    def grab(pattern, default=0):
-        m = re.search(pattern, text)
-        return int(m.group(1)) if m else default
+    def grab(field):
+        m = re.search(rf"\b{field}:(\d+)", text)
+        return int(m.group(1)) if m else 0
 
-    return {"registers": grab(r"Used (\d+) registers"),
-            "static_smem_bytes": grab(r"(\d+) bytes smem"),
-            "stack_frame_bytes": grab(r"(\d+) bytes stack frame"),
-            "spill_store_bytes": grab(r"(\d+) bytes spill stores"),
-            "spill_load_bytes": grab(r"(\d+) bytes spill loads")}
+    return {"registers": grab("REG"), "static_smem_bytes": grab("SHARED"),
+            "stack_frame_bytes": grab("STACK"), "local_bytes": grab("LOCAL")}
 
 
 def dynamic_smem_bytes(compiled) -> int | None:
@@ -99,6 +97,15 @@ def dynamic_smem_bytes(compiled) -> int | None:
     mlir = getattr(compiled, "__mlir__", None) or ""
     sizes = [int(s) for s in re.findall(r"dynamic_?[sS]hared_?[mM]emory_?[sS]ize\D{0,40}?(\d+)", str(mlir))]
     return max(sizes) if sizes else None
+
+
+def _artifact(value, binary: bool = False):
+    """The DSL hands back either the artifact itself or the path it dumped it to."""
+    if isinstance(value, str) and len(value) < 4096 and Path(value).is_file():
+        return Path(value).read_bytes() if binary else Path(value).read_text()
+    if binary and isinstance(value, str):
+        return value.encode("latin1")
+    return value
 
 
 def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
@@ -114,11 +121,10 @@ def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
     t0 = time.perf_counter()
     compiled = module.compile_for_inspect(problem)
     compile_s = time.perf_counter() - t0
-    cubin = compiled.__cubin__
-    cubin = cubin.encode("latin1") if isinstance(cubin, str) else cubin
+    cubin = _artifact(compiled.__cubin__, binary=True)
     mix = opcode_mix(sass_of(cubin))
     report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
-              "compile_s": round(compile_s, 1), **ptxas_report(compiled.__ptx__),
+              "compile_s": round(compile_s, 1), **resource_usage(cubin),
               "dynamic_smem_bytes": dynamic_smem_bytes(compiled),
               "sass_total": sum(mix.values()),
               "sass_mix": {op: mix.get(op, 0) for op in FAMILIES}}
@@ -136,9 +142,10 @@ def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
 
     rows = [["registers / thread", *[str(r.get("registers", "-")) for r in reports]],
             ["shared memory / block", *[smem(r) if r["status"] == "ok" else "-" for r in reports]],
-            ["stack frame (bytes)", *[str(r.get("stack_frame_bytes", "-")) for r in reports]],
-            ["spill stores / loads (bytes)",
-             *[f"{r.get('spill_store_bytes', '-')} / {r.get('spill_load_bytes', '-')}" for r in reports]],
+            ["stack frame / local memory (bytes)",
+             *[f"{r.get('stack_frame_bytes', '-')} / {r.get('local_bytes', '-')}" for r in reports]],
+            ["spill instructions (STL / LDL)",
+             *[f"{r['sass_mix']['STL']} / {r['sass_mix']['LDL']}" if "sass_mix" in r else "-" for r in reports]],
             ["SASS instructions", *[str(r.get("sass_total", "-")) for r in reports]],
             ["compile time (s)", *[str(r.get("compile_s", "-")) for r in reports]]]
     shown = [op for op in FAMILIES if any(r.get("sass_mix", {}).get(op) for r in reports)]
@@ -199,7 +206,7 @@ def main(argv=None) -> int:
         print(json.dumps(reports, indent=1))
     else:
         headers, rows = resources_rows(reports)
-        Console().print(rich_table(headers, rows, title=f"sm_90a compile report, {problem.label()}"))
+        Console().print(rich_table(headers, rows, title=f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"))
     return 0
 
 
