@@ -57,7 +57,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not torch.cuda.is_available():
@@ -67,7 +66,7 @@ def main(argv=None) -> int:
     from kernels.harness.ceilings import measure_ceilings
     from tools.provenance import gpu_meta
 
-    console = Console()
+    console = report.console()
     meta = {"suite": args.suite, **gpu_meta()}
     with console.status("measuring ceilings"):
         meta["ceilings"] = measure_ceilings()

@@ -114,9 +114,9 @@ def print_cpu(result: dict, names: list[str], console) -> None:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
 
     from kernels.registry import all_runners
+    from tools.report import console as report_console
 
     parser = argparse.ArgumentParser(prog="python -m tools.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners()))
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    console = Console(stderr=args.json)
+    console = report_console(stderr=args.json)
     if torch.cuda.is_available() and not args.cpu:
         with console.status("measuring") as status:
             result = run_gpu(args.kernels, problems, progress=lambda s: status.update(f"measuring {s}"))

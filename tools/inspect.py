@@ -179,10 +179,9 @@ def load_recorded() -> dict:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
 
     from kernels.registry import rung_names
-    from tools.report import rich_table
+    from tools.report import console as report_console, rich_table
 
     parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
@@ -206,7 +205,7 @@ def main(argv=None) -> int:
         print(json.dumps(reports, indent=1))
     else:
         headers, rows = resources_rows(reports)
-        Console().print(rich_table(headers, rows, title=f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"))
+        report_console().print(rich_table(headers, rows, title=f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"))
     return 0
 
 

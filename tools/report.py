@@ -123,7 +123,113 @@ def rich_table(headers: list[str], rows: list[list[str]], title: str | None = No
 
     table = Table(title=title, caption=caption, caption_justify="left")
     for i, h in enumerate(headers):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*[str(c) for c in row])
     return table
+
+
+# ---- summaries and figures for the docs site and the notebooks -------------------------------
+def load_file(path: Path, where: str | None = None) -> dict:
+    """``load`` for an explicit file: the docs build can read another results root."""
+    path = Path(path)
+    where = where or str(path)
+    if not path.exists():
+        raise ResultsError(f"{where}: not found (run python -m tools.bench on the GPU)")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{where}: not valid JSON ({exc})") from exc
+    return validate(doc, where)
+
+
+def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
+            value: str = "tflops") -> tuple[list[str], list[list[str]]]:
+    """One problem (``where`` must pick one row per kernel): kernel, value, % of ``baseline``.
+
+    The baseline is read from the same file, hence the same run as the kernels it judges.
+    """
+    rows = {}
+    for r in select(doc, list(kernels) + [baseline], where):
+        if r["kernel"] in rows:
+            raise ResultsError(f"summary: {where} matches several problems for {r['kernel']}; narrow it")
+        rows[r["kernel"]] = r
+    base = rows.get(baseline)
+    base_value = base.get(value) if base and base["status"] == "ok" else None
+    headers = ["kernel", value_label(value), f"% of {baseline}"]
+    body = []
+    for k in kernels:
+        r = rows.get(k)
+        share = "-"
+        if r and r["status"] == "ok" and r.get(value) is not None and base_value:
+            share = f"{100 * r[value] / base_value:.1f}%" if r[value] < 0.1 * base_value else f"{100 * r[value] / base_value:.0f}%"
+        body.append([k, cell(r, value), share])
+    return headers, body
+
+
+def value_label(value: str) -> str:
+    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error"}.get(value, value)
+
+
+def series(doc: dict, kernels, where=None, x: str = "seqlen_q",
+           value: str = "tflops") -> dict[str, list[tuple[float, float]]]:
+    """``{kernel: [(problem[x], row[value]), ...]}`` sorted by x; rows that are not ok are left out."""
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in kernels}
+    for r in select(doc, kernels, where):
+        if r["status"] == "ok" and r.get(value) is not None:
+            out[r["kernel"]].append((r["problem"][x], r[value]))
+    return {k: sorted(points) for k, points in out.items()}
+
+
+def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "tflops",
+             title: str | None = None, highlight=None, log_y: bool = True) -> str:
+    """A line per kernel of ``value`` against ``problem[x]``, as SVG text (text kept as text).
+
+    ``highlight`` (default: the rungs, names ``k<N>``) are drawn solid, the others dashed.
+    """
+    import io
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = series(doc, kernels, where, x, value)
+    highlight = set(highlight) if highlight is not None else {k for k in kernels if re.fullmatch(r"k\d+", k)}
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "report", "font.size": 9}):
+        fig, ax = plt.subplots(figsize=(6.4, 3.4))
+        for k, points in data.items():
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", markersize=3.5, label=k,
+                    linestyle="-" if k in highlight else "--", linewidth=2 if k in highlight else 1.2)
+        ax.set_xscale("log", base=2)
+        xs_all = sorted({p[0] for pts in data.values() for p in pts})
+        if xs_all:
+            ax.set_xticks(xs_all, [f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v) for v in xs_all])
+            ax.minorticks_off()
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(value_label(value))
+        if title:
+            ax.set_title(title)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def console(stderr: bool = False):
+    """A rich console that keeps table rows on one line when output goes to a file or pipe."""
+    import sys
+
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
