@@ -69,3 +69,13 @@ def test_committed_results_follow_the_schema(path):
     doc = report.validate(json.loads(path.read_text()), str(path))
     assert doc["meta"]["gpu"].startswith("NVIDIA")
     assert all(r["status"] != "ok" or r["rel_err"] is not None for r in doc["rows"])
+
+
+def test_readme_ladder_table_is_generated_and_current(tmp_path):
+    copy_path = tmp_path / "README.md"
+    copy_path.write_text((report.ROOT / "README.md").read_text())
+    assert not report.update_readme(copy_path), "run python -m tools.report readme"
+    from kernels.registry import rung_names
+
+    text = copy_path.read_text()
+    assert all(f"[{n.upper()}](kernels/{n}.py)" in text for n in rung_names())

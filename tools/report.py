@@ -233,3 +233,78 @@ def console(stderr: bool = False):
 
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else 160)
+
+
+# ---- the ladder at a glance (README and the docs home) -----------------------------------------
+HEADLINE = {"seqlen_q": 16384, "head_dim": 128, "causal": False}
+README_MARKERS = ("<!-- ladder-table -->", "<!-- /ladder-table -->")
+
+
+def ladder_overview(doc: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    """Rung, idea, TFLOP/s at the headline shape and % of FlashAttention-4 in the same run."""
+    from kernels.registry import get, rung_names
+
+    headers = ["rung", "idea"]
+    measured = {}
+    if doc is not None:
+        headers += ["TFLOP/s (d128, 16k, H200)", "% of FA4"]
+        measured = {r["kernel"]: r for r in select(doc, where=HEADLINE) if r["status"] == "ok"}
+    fa4 = measured.get("fa4")
+    rows = []
+    for name in rung_names():
+        row = [f"[{name.upper()}](kernels/{name}.py)", get(name).description]
+        if doc is not None:
+            r = measured.get(name)
+            row += [cell(r), f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
+        rows.append(row)
+    return headers, rows
+
+
+def update_readme(path: Path | None = None) -> bool:
+    """Rewrite the README's ladder table from the registry and results; True if it changed."""
+    path = path or ROOT / "README.md"
+    text = path.read_text()
+    start, end = README_MARKERS
+    if start not in text or end not in text:
+        raise ValueError(f"{path.name}: markers {start} ... {end} not found")
+    try:
+        doc = load("ladder")
+        note = f"\n\nMeasured by `python -m tools.bench --suite ladder`: {provenance(doc['meta'])}."
+    except ResultsError:
+        doc, note = None, ""
+    table = markdown_table(*ladder_overview(doc)) + note
+    head, rest = text.split(start, 1)
+    new = f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tools.report",
+                                     description="Show recorded results, or regenerate the README's ladder table.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="print a recorded suite as tables")
+    show.add_argument("suite", nargs="?", default="ladder")
+    show.add_argument("--value", default="tflops", choices=("tflops", "gbps", "rel_err"))
+    sub.add_parser("readme", help="rewrite the ladder table between the README's markers")
+    args = parser.parse_args(argv)
+    if args.command == "readme":
+        print("README.md updated" if update_readme() else "README.md already current")
+        return 0
+    doc = load(args.suite)
+    out = console()
+    for head_dim in sorted({r["problem"].get("head_dim") for r in doc["rows"]}, key=str):
+        for causal in (False, True):
+            headers, rows = pivot(doc, where={"head_dim": head_dim, "causal": causal}, value=args.value)
+            if rows:
+                out.print(rich_table(headers, rows, title=f"{args.suite}: head_dim {head_dim}"
+                                     f"{', causal' if causal else ''} ({args.value})"))
+    out.print(provenance(doc["meta"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
