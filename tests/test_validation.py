@@ -63,7 +63,7 @@ def test_wrong_output_buffers_are_refused():
 
 @pytest.mark.parametrize("name", rung_names())
 def test_rungs_say_why_they_cannot_run(name):
-    assert get(name).unsupported(P.with_(head_dim=96)) == f"{name}: head_dim 96 unsupported"
+    assert get(name).unsupported(P.with_(head_dim=96)).startswith(f"{name}: head_dim 96 unsupported")
     assert get(name).unsupported(P) is None
 
 

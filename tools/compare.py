@@ -19,6 +19,13 @@ from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
 DEFAULT_SEQLENS = (1024, 4096, 16384)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def problems_from_args(args) -> list[AttentionProblem]:
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     out = []
@@ -120,12 +127,12 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tools.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners()))
-    parser.add_argument("--seqlen", type=int, nargs="+", default=list(DEFAULT_SEQLENS))
-    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--seqlen", type=positive_int, nargs="+", default=list(DEFAULT_SEQLENS))
+    parser.add_argument("--head-dim", type=positive_int, default=128)
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
-    parser.add_argument("--batch", type=int, default=None, help="default: 16k tokens / seqlen")
-    parser.add_argument("--heads", type=int, default=None, help="query heads (default 2048 / head_dim)")
-    parser.add_argument("--heads-kv", type=int, default=None, help="kv heads (GQA); default = heads")
+    parser.add_argument("--batch", type=positive_int, default=None, help="default: 16k tokens / seqlen")
+    parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
+    parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads (GQA); default = heads")
     parser.add_argument("--cpu", action="store_true", help="compile report even where a GPU is present")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)

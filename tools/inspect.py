@@ -92,11 +92,11 @@ def resource_usage(cubin: bytes) -> dict:
             "stack_frame_bytes": grab("STACK"), "local_bytes": grab("LOCAL")}
 
 
-def dynamic_smem_bytes(compiled) -> int | None:
-    """The launch's dynamic shared memory, read from the compiled module's IR."""
-    mlir = getattr(compiled, "__mlir__", None) or ""
-    sizes = [int(s) for s in re.findall(r"dynamic_?[sS]hared_?[mM]emory_?[sS]ize\D{0,40}?(\d+)", str(mlir))]
-    return max(sizes) if sizes else None
+def dynamic_smem_bytes(module, problem: AttentionProblem) -> int | None:
+    """The dynamic shared memory the rung asks for at launch (its ``shared_bytes``), which the
+    cubin cannot show: only static shared memory is recorded there."""
+    shared_bytes = getattr(module, "shared_bytes", None)
+    return shared_bytes(problem.head_dim, problem.element_size) if shared_bytes else None
 
 
 def _artifact(value, binary: bool = False):
@@ -125,7 +125,7 @@ def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
     mix = opcode_mix(sass_of(cubin))
     report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
               "compile_s": round(compile_s, 1), **resource_usage(cubin),
-              "dynamic_smem_bytes": dynamic_smem_bytes(compiled),
+              "dynamic_smem_bytes": dynamic_smem_bytes(module, problem),
               "sass_total": sum(mix.values()),
               "sass_mix": {op: mix.get(op, 0) for op in FAMILIES}}
     return report

@@ -135,7 +135,7 @@ def load_file(path: Path, where: str | None = None) -> dict:
     path = Path(path)
     where = where or str(path)
     if not path.exists():
-        raise ResultsError(f"{where}: not found (run python -m tools.bench on the GPU)")
+        raise ResultsError(f"{where}: not found (run python -m tools.bench --suite {path.stem} on the GPU)")
     try:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -212,7 +212,7 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
             ax.minorticks_off()
         if log_y:
             ax.set_yscale("log")
-        ax.set_xlabel(x.replace("_", " "))
+        ax.set_xlabel({"seqlen_q": "sequence length"}.get(x, x.replace("_", " ")))
         ax.set_ylabel(value_label(value))
         if title:
             ax.set_title(title)
@@ -223,6 +223,14 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return buf.getvalue()
+
+
+def problem_label(problem: dict) -> str:
+    """``attention_label`` for attention problems; ``key value`` pairs for any other suite's rows."""
+    try:
+        return attention_label(problem)
+    except (TypeError, ValueError):
+        return " ".join(f"{k} {'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in problem.items())
 
 
 def console(stderr: bool = False):

@@ -1,0 +1,439 @@
+"""mkdocs hooks: every number, table, plot and code excerpt on the site comes from the repository.
+
+A page asks for generated content with one-line HTML comments (a marker on a line of its own):
+
+``<!-- code: kernels/k2.py K2FMHA.kernel -->``
+    The source of a module-level function or class, a method (``Class.method``) or the module
+    docstring (``__doc__``), read with :mod:`ast` from the file itself, so an excerpt cannot
+    drift from the code. ``section="2a."`` narrows it to the region that starts at the banner
+    comment containing that text (``# ---- 2a. K tile ...``, ``# ==== Phase 1 ...``) and ends
+    at the next banner at the same or a shallower indentation. For ``__doc__``,
+    ``section="How it works"`` picks the docstring part under that heading (up to the next
+    unindented line, or up to the line starting with ``until="..."``).
+``<!-- table: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false value=tflops -->``
+    ``tools.report.pivot`` of results/<gpu>/<suite>.json as a markdown table, with provenance;
+    without ``kernels=`` every kernel in the file. Rows of non-attention suites are labelled
+    by their problem's fields (``tools.report.problem_label``).
+``<!-- plot: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false x=seqlen_q -->``
+    ``tools.report.plot_svg``: the value against a problem field, one line per kernel, inline SVG.
+``<!-- summary: suite=ladder baseline=fa4 peers=sdpa-cudnn,fa4 -->``
+    Every rung of the registry (and ``peers=...``) at one shape (``where=``; default the
+    README's ``tools.report.HEADLINE``), with its idea and % of the baseline in the same run.
+``<!-- inspect: kernels=@prev,@this head_dim=128 causal=false -->``
+    The compile report (registers, shared memory, spills, SASS mix) recorded in
+    results/inspect.json by ``python -m tools.inspect --record``: no GPU, no compile at build time.
+
+In a kernel list, ``@rungs`` stands for every rung of the registry; on a rung's page ``@this``
+and ``@prev`` stand for that rung and the one before it (so K4's page compares with K3 once
+kernels/k3.py exists).
+
+A missing file, symbol, results file, results row or compile report fails the build with the
+page and the marker in the message. The nav's "Worklog" section lists one page per rung that
+the registry finds (kernels/kN.py); pages of rungs that do not exist yet are left out of the
+build. Notebooks in notebooks/ are added to the site and the nav's "Notebooks" section.
+
+Environment (for tests and other GPUs; the normal build needs neither):
+``DOCS_RESULTS_DIR`` reads ``<dir>/<gpu>/<suite>.json`` and ``<dir>/inspect.json`` instead of
+results/; ``DOCS_GPU`` picks the GPU folder (default ``h200``).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import os
+import re
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kernels import registry  # noqa: E402
+from tools import report  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.generated")
+
+RESULTS_ENV = "DOCS_RESULTS_DIR"
+GPU_ENV = "DOCS_GPU"
+MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect):(.*?)-->[ \t]*$", re.MULTILINE)
+BANNER = re.compile(r"^(\s*)#\s*(?:[-=]{3,}\s*|\d+[a-z]?\.\s)")
+RUNG_PAGE = re.compile(r"^worklog/(k\d+)\.md$")
+NOTEBOOKS = ROOT / "notebooks"
+
+
+class MarkerError(ValueError):
+    """A marker names something that does not exist (file, symbol, results row, report)."""
+
+
+# ---- marker arguments ----------------------------------------------------------------------
+def parse_args(text: str) -> tuple[list[str], dict[str, str]]:
+    """``'kernels/k2.py K2FMHA.kernel section="2a."'`` -> (["kernels/k2.py", "K2FMHA.kernel"], {...})."""
+    positional, options = [], {}
+    for token in shlex.split(text):
+        key, sep, value = token.partition("=")
+        if sep and re.fullmatch(r"[a-z_]+", key):
+            options[key] = value
+        else:
+            positional.append(token)
+    return positional, options
+
+
+def parse_value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_where(text: str | None) -> dict:
+    """``"head_dim:128,causal:false"`` -> ``{"head_dim": 128, "causal": False}``."""
+    where = {}
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition(":")
+        if not sep:
+            raise MarkerError(f"where: expected key:value, got {item!r}")
+        where[key.strip()] = parse_value(value.strip())
+    return where
+
+
+def split_list(text: str | None, page_rung: str | None = None) -> list[str]:
+    """Comma list; ``@rungs`` is every rung; on a rung's page ``@this`` is that rung and
+    ``@prev`` the rung before it."""
+    items = [x for x in (text or "").split(",") if x]
+    if not any(x.startswith("@") for x in items):
+        return items
+    rungs = registry.rung_names()
+    named = {"@rungs": rungs}
+    if page_rung in rungs:
+        index = rungs.index(page_rung)
+        named.update({"@this": [page_rung], "@prev": rungs[max(0, index - 1):index]})
+    out = []
+    for x in items:
+        if x.startswith("@") and x not in named:
+            raise MarkerError(f"{x} unknown here (@rungs anywhere; @this, @prev on docs/worklog/kN.md)")
+        out += named.get(x, [x])
+    return out
+
+
+# ---- code excerpts ---------------------------------------------------------------------------
+def find_symbol(tree: ast.Module, dotted: str) -> ast.AST:
+    node, path = tree, []
+    for part in dotted.split("."):
+        path.append(part)
+        children = [c for c in getattr(node, "body", [])
+                    if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part]
+        if not children:
+            raise MarkerError(f"no function or class {'.'.join(path)}")
+        node = children[0]
+    return node
+
+
+def banner_region(lines: list[str], first: int, last: int, section: str) -> tuple[int, int]:
+    """Lines [start, end) of the region that starts at the banner containing ``section``."""
+    for i in range(first, last):
+        m = BANNER.match(lines[i])
+        if m and section in lines[i]:
+            indent = len(m.group(1))
+            for j in range(i + 1, last):
+                n = BANNER.match(lines[j])
+                if n and len(n.group(1)) <= indent:
+                    return i, j
+            return i, last
+    raise MarkerError(f"no banner comment containing {section!r}")
+
+
+def docstring_section(doc: str, heading: str, until: str | None = None) -> str:
+    """The part of a spec-sheet docstring from the line starting with ``heading``: up to the
+    next unindented line, or with ``until`` up to the line starting with that text."""
+    lines = doc.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() and not line[0].isspace()]
+    for n, i in enumerate(starts):
+        if lines[i].startswith(heading):
+            if until is None:
+                end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            else:
+                ends = [j for j in starts[n + 1:] if lines[j].startswith(until)]
+                if not ends:
+                    raise MarkerError(f"docstring has no line starting with {until!r} after {heading!r}")
+                end = ends[0]
+            return "\n".join(lines[i:end]).rstrip()
+    raise MarkerError(f"docstring has no section starting with {heading!r}")
+
+
+def render_code(args: list[str], options: dict) -> str:
+    if not args:
+        raise MarkerError("code: needs a file, e.g. <!-- code: kernels/k2.py K2FMHA.kernel -->")
+    rel = args[0]
+    path = ROOT / rel
+    if not path.is_file():
+        raise MarkerError(f"{rel}: file not found")
+    source = path.read_text()
+    tree = ast.parse(source, filename=rel)
+    lines = source.splitlines()
+    symbol = args[1] if len(args) > 1 else None
+    section = options.get("section")
+    if symbol == "__doc__":
+        doc = ast.get_docstring(tree, clean=True)
+        if not doc:
+            raise MarkerError(f"{rel}: no module docstring")
+        text = docstring_section(doc, section, options.get("until")) if section else doc
+        return f'```text title="{rel} (module docstring)"\n{text}\n```'
+    if symbol:
+        try:
+            node = find_symbol(tree, symbol)
+        except MarkerError as exc:
+            raise MarkerError(f"{rel}: {exc}") from None
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        last = node.end_lineno
+    else:
+        first, last = 0, len(lines)
+    if section:
+        try:
+            first, last = banner_region(lines, first, last, section)
+        except MarkerError as exc:
+            raise MarkerError(f"{rel}{' ' + symbol if symbol else ''}: {exc}") from None
+    while last > first and not lines[last - 1].strip():
+        last -= 1
+    body = textwrap.dedent("\n".join(lines[first:last]))
+    title = f"{rel}: {symbol}" if symbol else rel
+    return f'```python title="{title}" linenums="{first + 1}"\n{body}\n```'
+
+
+# ---- measured data -----------------------------------------------------------------------------
+class Data:
+    """Results files and recorded compile reports, loaded once per build."""
+
+    def __init__(self, results_dir: Path | None = None, gpu: str | None = None):
+        override = os.environ.get(RESULTS_ENV)
+        self.results_dir = Path(results_dir or override or report.RESULTS)
+        self.gpu = gpu or os.environ.get(GPU_ENV) or "h200"
+        self._docs: dict[tuple[str, str], dict] = {}
+        self._inspect: dict | None = None
+        self.page_rung: str | None = None  # kN while rendering docs/worklog/kN.md
+
+    def where(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(ROOT))
+        except ValueError:
+            return str(path)
+
+    def results(self, suite: str, gpu: str | None = None) -> tuple[dict, str]:
+        gpu = gpu or self.gpu
+        path = self.results_dir / gpu / f"{suite}.json"
+        if (suite, gpu) not in self._docs:
+            self._docs[suite, gpu] = report.load_file(path, self.where(path))
+        return self._docs[suite, gpu], self.where(path)
+
+    def inspect_reports(self) -> dict:
+        if self._inspect is None:
+            import json
+
+            path = self.results_dir / "inspect.json"
+            if not path.is_file():
+                raise MarkerError(f"{self.where(path)}: not found (python -m tools.inspect --record writes it)")
+            try:
+                self._inspect = json.loads(path.read_text())
+            except ValueError as exc:
+                raise MarkerError(f"{self.where(path)}: not valid JSON ({exc})") from None
+            if not isinstance(self._inspect, dict) or "reports" not in self._inspect:
+                raise MarkerError(f"{self.where(path)}: no 'reports' (rerun python -m tools.inspect --record)")
+        return self._inspect
+
+
+def provenance_note(text: str) -> str:
+    return f'<p class="provenance" markdown>{text}</p>'
+
+
+def measured_block(kind: str, kernels: list[str], content: str) -> str:
+    return f'<div class="{kind}" data-kernels="{",".join(kernels)}" markdown>\n\n{content}\n\n</div>'
+
+
+def render_table(args: list[str], options: dict, data: Data) -> str:
+    suite = options.get("suite", "ladder")
+    kernels = split_list(options.get("kernels"), data.page_rung)
+    where = parse_where(options.get("where"))
+    value = options.get("value", "tflops")
+    doc, source = data.results(suite, options.get("gpu"))
+    headers, rows = report.pivot(doc, kernels or None, where, value, label=report.problem_label)
+    if not rows:
+        raise MarkerError(f"{source}: no rows where {where}")
+    missing = [k for k in kernels if k not in headers]
+    if missing:
+        raise MarkerError(f"{source}: no rows for {', '.join(missing)} where {where} "
+                          f"(rerun python -m tools.bench --suite {suite})")
+    note = f"{report.value_label(value)}. {report.provenance(doc['meta'])}. Source: `{source}`."
+    return measured_block("measured-table", headers[1:],
+                          report.markdown_table(headers, rows) + "\n\n" + provenance_note(note))
+
+
+def render_plot(args: list[str], options: dict, data: Data) -> str:
+    suite = options.get("suite", "ladder")
+    kernels = split_list(options.get("kernels"), data.page_rung)
+    if not kernels:
+        raise MarkerError("plot: needs kernels=...")
+    where = parse_where(options.get("where"))
+    value = options.get("value", "tflops")
+    x = options.get("x", "seqlen_q")
+    doc, source = data.results(suite, options.get("gpu"))
+    points = report.series(doc, kernels, where, x, value)
+    empty = [k for k, p in points.items() if not p]
+    if len(empty) == len(kernels):
+        raise MarkerError(f"{source}: nothing to plot for {', '.join(kernels)} where {where}")
+    svg = report.plot_svg(doc, kernels, where, x, value, title=options.get("title"))
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
+    note = report.provenance(doc["meta"]) + f". Source: `{source}`."
+    if empty:
+        note += f" No successful run of {', '.join(empty)} at these shapes."
+    return (f'<figure class="measured-plot" data-kernels="{",".join(kernels)}">\n{svg.strip()}\n</figure>\n\n'
+            + provenance_note(note))
+
+
+def render_summary(args: list[str], options: dict, data: Data) -> str:
+    suite = options.get("suite", "ladder")
+    # Default: the README's headline shape, so the site and the README show the same numbers.
+    where = parse_where(options["where"]) if "where" in options else dict(report.HEADLINE)
+    baseline = options.get("baseline", "fa4")
+    value = options.get("value", "tflops")
+    rungs = split_list(options.get("kernels"), data.page_rung) or registry.rung_names()
+    peers = split_list(options.get("peers"), data.page_rung)
+    doc, source = data.results(suite, options.get("gpu"))
+    headers, rows = report.summary(doc, rungs + peers, where, baseline, value)
+    missing = [r[0] for r in rows if r[1] == "-"]
+    if missing:
+        raise MarkerError(f"{source}: no row for {', '.join(missing)} where {where}")
+    runners = registry.all_runners()
+    link_prefix = options.get("links", "worklog/")
+    body = []
+    for name, measured, share in rows:
+        label = f"[{name.upper()}]({link_prefix}{name}.md)" if name in rungs else name
+        idea = runners[name].description if name in runners else ""
+        body.append([label, idea, measured, share])
+    problem = report.attention_label(report.select(doc, [baseline] + rungs, where)[0]["problem"])
+    table = report.markdown_table(["kernel", "idea", headers[1], headers[2]], body)
+    note = (f"{report.value_label(value)} at {problem}; % of {baseline} measured in the same run. "
+            f"{report.provenance(doc['meta'])}. Source: `{source}`.")
+    return measured_block("measured-summary", rungs + peers, table + "\n\n" + provenance_note(note))
+
+
+def render_inspect(args: list[str], options: dict, data: Data) -> str:
+    from tools.inspect import resources_rows
+
+    kernels = split_list(options.get("kernels"), data.page_rung)
+    head_dim = int(options.get("head_dim", 128))
+    causal = parse_value(options.get("causal", "false"))
+    recorded = data.inspect_reports()
+    picked = []
+    for name in kernels:
+        found = [r for r in recorded["reports"] if r["kernel"] == name
+                 and r["problem"].get("head_dim") == head_dim and bool(r["problem"].get("causal")) == causal]
+        if not found:
+            raise MarkerError(f"results/inspect.json has no report for {name} at head_dim {head_dim}, "
+                              f"causal {causal} (rerun python -m tools.inspect --record)")
+        picked.append(found[0])
+    headers, rows = resources_rows(picked)
+    meta = recorded.get("meta", {})
+    note = (f"Compiled for {meta.get('arch', 'sm_90a')} without a GPU by `python -m tools.inspect --record`, "
+            f"head_dim {head_dim}{', causal' if causal else ''}: CuTe DSL {meta.get('cutlass_dsl', '?')}, "
+            f"commit {str(meta.get('commit', '?'))[:10]}, {meta.get('date', '?')}.")
+    return measured_block("compile-report", kernels, report.markdown_table(headers, rows) + "\n\n" + provenance_note(note))
+
+
+RENDERERS = {"code": lambda a, o, d: render_code(a, o), "table": render_table, "plot": render_plot,
+             "summary": render_summary, "inspect": render_inspect}
+
+
+def render_markers(markdown: str, page: str, data: Data) -> str:
+    """Replace every marker of ``markdown`` (from ``page``); raise MarkerError naming the marker."""
+    m = re.search(r"worklog/(k\d+)\.md$", page)
+    data.page_rung = m.group(1) if m else None
+
+    def replace(match):
+        kind, text = match.group(1), match.group(2).strip()
+        try:
+            args, options = parse_args(text)
+            return RENDERERS[kind](args, options, data)
+        except (MarkerError, report.ResultsError, ValueError, SyntaxError) as exc:
+            raise MarkerError(f"{page}: <!-- {kind}: {text} -->: {exc}") from None
+
+    return MARKER.sub(replace, markdown)
+
+
+# ---- mkdocs events -----------------------------------------------------------------------------
+_data: Data | None = None
+
+
+def notebook_paths() -> list[str]:
+    return sorted(f"notebooks/{p.name}" for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def notebook_title(path: str) -> str:
+    """notebooks/02_k2_row_group.ipynb -> "K2 notebook" (the notebook's H1 repeats the page's)."""
+    m = re.match(r"notebooks/\d+_(k\d+)_", path)
+    return f"{m.group(1).upper()} notebook" if m else Path(path).stem
+
+
+def on_config(config):
+    """Fill the nav's Worklog section from the registry's rungs and Notebooks from notebooks/."""
+    global _data
+    _data = Data()
+    rungs = registry.rung_names()
+    docs_dir = Path(config["docs_dir"])
+    missing = [r for r in rungs if not (docs_dir / "worklog" / f"{r}.md").is_file()]
+    if missing:
+        msg = f"kernels/{missing[0]}.py exists but docs/worklog/{missing[0]}.md does not: every rung needs its page"
+        log.error(msg)
+        raise PluginError(msg)
+    for section in config["nav"] or []:
+        if not isinstance(section, dict):
+            continue
+        title, entries = next(iter(section.items()))
+        if title == "Worklog":
+            fixed = [e for e in entries if not (isinstance(e, str) and RUNG_PAGE.match(e))]
+            section[title] = fixed + [f"worklog/{r}.md" for r in rungs]
+        elif title == "Notebooks":
+            fixed = [e for e in entries
+                     if not str(next(iter(e.values())) if isinstance(e, dict) else e).endswith(".ipynb")]
+            section[title] = fixed + [{notebook_title(path): path} for path in notebook_paths()]
+    log.info("docs: rungs %s; results from %s (gpu %s)", ", ".join(rungs), _data.results_dir, _data.gpu)
+    return config
+
+
+@event_priority(100)  # before mkdocs-jupyter's on_files, so that it renders the notebooks added here
+def on_files(files, config):
+    rungs = set(registry.rung_names())
+    for file in list(files):
+        m = RUNG_PAGE.match(file.src_uri)
+        if m and m.group(1) not in rungs:
+            log.info("docs: %s left out: kernels/%s.py does not exist yet", file.src_uri, m.group(1))
+            files.remove(file)
+    for rel in notebook_paths():
+        files.append(File(rel, src_dir=str(ROOT), dest_dir=config["site_dir"],
+                          use_directory_urls=config["use_directory_urls"]))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    data = _data or Data()
+    try:
+        return render_markers(markdown, f"docs/{page.file.src_uri}", data)
+    except MarkerError as exc:
+        log.error(str(exc))
+        raise PluginError(str(exc)) from None
+
+
+def on_serve(server, config, builder):
+    """Rebuild on changes to what the pages are generated from."""
+    for folder in ("kernels", "results", "notebooks", "tools"):
+        server.watch(str(ROOT / folder))
+    return server

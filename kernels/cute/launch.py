@@ -1,0 +1,233 @@
+"""Host-side plumbing shared by every CuTe-DSL rung.
+
+Everything here runs on the host in plain Python: input validation, torch -> CuTe tensor
+conversion, the fake tensors used to compile without a GPU, and the compile cache.
+
+One compile serves every runtime shape. The JIT host function of a rung is traced with
+*fake* tensors whose batch, sequence and head extents and all strides are symbolic; only
+the head dimension (the last, contiguous mode) is static, re-imposed inside the kernel by
+:func:`kernels.cute.tensors.bshd_tensor`. At run time each torch tensor is wrapped with
+``from_dlpack(...).mark_layout_dynamic(leading_dim=...)``, which marshals exactly the same
+dynamic values (4 int32 extents, 3 int64 strides for BSHD), so the compiled function
+accepts any batch, sequence length, head count and strides.
+
+Compile-time key (one compiled function per value): rung, head_dim, causal, dtype, and
+whether the LSE output is written. The softmax scale is a runtime ``Float32`` argument.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import from_dlpack, make_fake_stream, make_fake_tensor
+
+from kernels.harness.problem import AttentionProblem
+from kernels.harness.validate import validate_attention_inputs
+
+# Every global-memory access of the ladder moves 16 bytes (8 bf16 values) at a time, so rows
+# must start on 16-byte boundaries.
+ALIGN_BYTES = 16
+
+MAX_GRID_YZ = 65535
+
+CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+
+INSPECT_ARCH = "sm_90a"
+# --gpu-arch pins the target without a GPU (same effect as CUTE_DSL_ARCH=sm_90a).
+INSPECT_OPTIONS = f"--gpu-arch {INSPECT_ARCH} --keep-ptx --keep-cubin"
+
+
+# ---- input validation --------------------------------------------------------------------
+def check_output_buffers(name: str, out, lse) -> None:
+    """run_kernel needs ``out`` (the shared validator treats it as optional)."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name}: out must be a torch.Tensor, got {type(out).__name__}")
+    if lse is not None and not isinstance(lse, torch.Tensor):
+        raise TypeError(f"{name}: lse must be a torch.Tensor or None, got {type(lse).__name__}")
+
+
+def check_vector_alignment(name: str, **tensors) -> None:
+    """16-byte vector loads/stores need 16-byte aligned base pointers and row strides."""
+    for tname, t in tensors.items():
+        elems = ALIGN_BYTES // t.element_size()
+        if t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{name}: {tname} data pointer must be {ALIGN_BYTES}-byte aligned")
+        bad = [s for s in t.stride()[:-1] if s % elems]
+        if bad:
+            raise ValueError(f"{name}: {tname} strides {t.stride()} must be multiples of {elems} "
+                             f"elements ({ALIGN_BYTES} bytes) except the last")
+
+
+def check_grid_limits(name: str, q) -> None:
+    """Heads and batch index grid.y and grid.z (at most 65535 each)."""
+    batch, _, heads_q, _ = q.shape
+    if heads_q > MAX_GRID_YZ or batch > MAX_GRID_YZ:
+        raise ValueError(f"{name}: batch ({batch}) and heads_q ({heads_q}) must be <= {MAX_GRID_YZ}")
+
+
+# ---- torch -> CuTe ---------------------------------------------------------------------------
+def to_cute_bshd(t):
+    """A runtime BSHD tensor: symbolic extents and strides, contiguous last mode."""
+    return from_dlpack(t.detach(), assumed_align=ALIGN_BYTES).mark_layout_dynamic(leading_dim=3)
+
+
+def to_cute_lse(t):
+    return from_dlpack(t.detach(), assumed_align=4).mark_layout_dynamic(leading_dim=2)
+
+
+def fake_bshd(dtype):
+    """Compile-time stand-in for :func:`to_cute_bshd`: same dynamic modes, same widths."""
+    shape = tuple(cute.sym_int() for _ in range(4))
+    stride = (cute.sym_int64(), cute.sym_int64(), cute.sym_int64(), 1)
+    return make_fake_tensor(dtype, shape, stride, assumed_align=ALIGN_BYTES)
+
+
+def fake_lse():
+    shape = tuple(cute.sym_int() for _ in range(3))
+    stride = (cute.sym_int64(), cute.sym_int64(), 1)
+    return make_fake_tensor(cutlass.Float32, shape, stride, assumed_align=4)
+
+
+def current_stream(device):
+    import cuda.bindings.driver as cuda
+    import torch
+
+    return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+
+
+# ---- compile cache ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompileKey:
+    """Every compile-time choice of a rung; runtime sizes are not part of it."""
+
+    rung: str
+    head_dim: int
+    causal: bool
+    dtype: str
+    has_lse: bool
+    arch: str = "device"  # "device" = the GPU present; INSPECT_ARCH for CPU-only builds
+
+
+_COMPILED: dict[CompileKey, object] = {}
+COMPILE_SECONDS: dict[CompileKey, float] = {}
+
+
+def compile_fmha(kernel_cls: Callable, key: CompileKey, options: str | None = None):
+    """Trace and compile ``kernel_cls(head_dim, causal, dtype)`` once per key.
+
+    The JIT host function signature shared by all rungs is
+    ``(mQ, mK, mV, mO, mLSE | None, softmax_scale: Float32, stream)``.
+    """
+    if key in _COMPILED:
+        return _COMPILED[key]
+    fmha = kernel_cls(head_dim=key.head_dim, causal=key.causal, dtype=CUTE_DTYPES[key.dtype])
+    dtype = CUTE_DTYPES[key.dtype]
+    args = (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
+            fake_lse() if key.has_lse else None, cutlass.Float32(1.0), make_fake_stream())
+    start = time.perf_counter()
+    compiled = cute.compile(fmha, *args) if options is None else cute.compile(fmha, *args, options=options)
+    COMPILE_SECONDS[key] = time.perf_counter() - start
+    _COMPILED[key] = compiled
+    return compiled
+
+
+class CompiledFMHA:
+    """What ``compile_kernel(problem)`` returns: the problem's compile-time choices, its
+    softmax scale (a runtime argument), and the compiled functions shared through the cache.
+
+    The variant that writes LSE is compiled on first use with an ``lse`` tensor.
+    """
+
+    def __init__(self, rung: str, kernel_cls: Callable, problem: AttentionProblem):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{rung}: compile_kernel needs a CUDA GPU; on a CPU-only machine use "
+                               f"compile_for_inspect(problem)")
+        self.rung = rung
+        self.kernel_cls = kernel_cls
+        self.problem = problem
+        self.head_dim = problem.head_dim
+        self.causal = problem.causal
+        self.dtype = problem.dtype
+        self.softmax_scale = float(problem.softmax_scale)
+        self.function(has_lse=False)
+
+    def key(self, has_lse: bool) -> CompileKey:
+        return CompileKey(self.rung, self.head_dim, self.causal, self.dtype, has_lse)
+
+    def function(self, has_lse: bool):
+        return compile_fmha(self.kernel_cls, self.key(has_lse))
+
+    def __repr__(self) -> str:
+        return (f"CompiledFMHA({self.rung}, head_dim={self.head_dim}, causal={self.causal}, "
+                f"dtype={self.dtype}, scale={self.softmax_scale:.6g})")
+
+
+def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
+    """Validate, convert and launch on torch's current stream of q's device."""
+    import torch
+
+    if not isinstance(compiled, CompiledFMHA):
+        raise TypeError(f"expected the result of compile_kernel(problem), got {type(compiled).__name__}")
+    name = compiled.rung
+    check_output_buffers(name, out, lse)
+    # Contiguous BSHD only, by the repository-wide contract. The kernels themselves take any
+    # strides that are multiples of 16 bytes (see bshd_tensor); admitting them is a change here.
+    validate_attention_inputs(q, k, v, out, lse, name=name, head_dims=(compiled.head_dim,),
+                              dtypes=(compiled.problem.torch_dtype,))
+    check_vector_alignment(name, q=q, k=k, v=v, out=out)
+    check_grid_limits(name, q)
+    function = compiled.function(has_lse=lse is not None)
+    with torch.cuda.device(q.device):
+        function(to_cute_bshd(q), to_cute_bshd(k), to_cute_bshd(v), to_cute_bshd(out),
+                 to_cute_lse(lse) if lse is not None else None,
+                 cutlass.Float32(compiled.softmax_scale), current_stream(q.device))
+
+
+def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProblem, *, has_lse: bool = False):
+    """Compile for sm_90a on a machine without a GPU; the result has ``__ptx__``/``__cubin__``."""
+    key = CompileKey(rung, problem.head_dim, problem.causal, problem.dtype, has_lse, INSPECT_ARCH)
+    return compile_fmha(kernel_cls, key, INSPECT_OPTIONS)
+
+
+class RungAPI:
+    """The interface every rung module exports (``can_implement``, ``compile_kernel``,
+    ``run_kernel``, ``compile_for_inspect``), written once for all of them."""
+
+    def __init__(self, rung: str, kernel_cls: Callable, head_dims: tuple, dtypes: tuple):
+        self.rung, self.kernel_cls, self.head_dims, self.dtypes = rung, kernel_cls, head_dims, dtypes
+
+    def can_implement(self, problem: AttentionProblem) -> str | None:
+        """None if the rung supports ``problem``, else the reason."""
+        if problem.head_dim not in self.head_dims:
+            return f"{self.rung}: head_dim {problem.head_dim} unsupported (supported: {list(self.head_dims)})"
+        if problem.dtype not in self.dtypes:
+            return f"{self.rung}: dtype {problem.dtype} unsupported (supported: {list(self.dtypes)})"
+        return None
+
+    def _require_supported(self, problem: AttentionProblem) -> None:
+        reason = self.can_implement(problem)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def compile_kernel(self, problem: AttentionProblem) -> CompiledFMHA:
+        """Compile (or fetch from the cache) for ``problem``'s head_dim, causal flag and dtype."""
+        self._require_supported(problem)
+        return CompiledFMHA(self.rung, self.kernel_cls, problem)
+
+    @staticmethod
+    def run_kernel(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
+        """out[...] = attention(q, k, v) on torch's current stream; lse (fp32 [B, Hq, Sq]) if given."""
+        run_fmha(compiled, q, k, v, out, lse)
+
+    def compile_for_inspect(self, problem: AttentionProblem, has_lse: bool = False):
+        """sm_90a build without a GPU; the result has ``__ptx__`` and ``__cubin__``."""
+        self._require_supported(problem)
+        return compile_for_inspect(self.rung, self.kernel_cls, problem, has_lse=has_lse)

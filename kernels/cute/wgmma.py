@@ -1,0 +1,113 @@
+"""Warpgroup-MMA plumbing shared by the Hopper rungs (K4 onwards).
+
+Trace-time helpers (plain Python building layouts) and small ``@cute.jit`` device helpers:
+
+* :func:`make_warpgroup_mma`: one warpgroup's ``m64nNk16`` tiled MMA.
+* :func:`acc_rows_view` / :func:`acc_as_a_operand`: two views of a WGMMA accumulator
+  fragment, by rows and columns (for the softmax) and as the A operand of the next MMA.
+* :func:`gemm`: issue the k-blocks of one warpgroup GEMM, commit, optionally wait.
+
+Operands come from smem tiles laid out by :func:`kernels.cute.tma.smem_tile_layout`: the
+128-byte swizzle TMA writes is one of the canonical layouts WGMMA descriptors read.
+
+The accumulator of ``m64nNk16`` (fp32) gives thread ``t`` of the warpgroup (warp ``w``,
+lane ``l``) rows ``16 w + l / 4`` and ``16 w + l / 4 + 8`` and, in each of the N / 8 column
+groups ``j``, columns ``8 j + 2 (l % 4) + {0, 1}``. Its CuTe shape is
+``((2, 2, N / 8), 1, 1)``: (column pair, row half, column group). So a row lives in the four
+lanes of one quad, and a row reduction is a per-thread reduction plus two butterfly shuffles
+(xor 1, xor 2).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+
+# One warpgroup MMA instruction covers 64 rows; a warpgroup is 4 warps.
+WGMMA_M = 64
+WARPGROUP_THREADS = 128
+
+
+# ---- trace time: layouts and MMA atoms ------------------------------------------------------
+def make_warpgroup_mma(dtype, n: int, *, b_mn_major: bool = False, a_in_registers: bool = False):
+    """One warpgroup's ``m64 n{n} k16`` MMA: bf16/fp16 in, fp32 accumulators in registers.
+
+    A is K-major (rows of Q, or P from registers); B is K-major (rows of K) or, for
+    ``b_mn_major``, MN-major (V read through its transposed view).
+    """
+    return sm90_utils.make_trivial_tiled_mma(
+        dtype, dtype,
+        cute.nvgpu.OperandMajorMode.K,
+        cute.nvgpu.OperandMajorMode.MN if b_mn_major else cute.nvgpu.OperandMajorMode.K,
+        cutlass.Float32,
+        atom_layout_mnk=(1, 1, 1),
+        tiler_mn=(WGMMA_M, n),
+        a_source=warpgroup.OperandSource.RMEM if a_in_registers else warpgroup.OperandSource.SMEM,
+    )
+
+
+def transposed_view(s: cute.Tensor) -> cute.Tensor:
+    """Swap the first two modes of a smem tensor (``(n, d, stage)`` -> ``(d, n, stage)``)."""
+    shape = (s.shape[1], s.shape[0], *s.shape[2:])
+    order = (1, 0, *range(2, cute.rank(s)))
+    return cute.composition(s, cute.make_ordered_layout(shape, order=order))
+
+
+# ---- accumulator fragment views -------------------------------------------------------------
+def acc_rows_view(acc: cute.Tensor) -> cute.Tensor:
+    """``((2, 2, N/8), M, N)`` -> ``((2, M), (2, N/8, N))``: index a fragment by (row, column).
+
+    Works on any tensor partitioned like a WGMMA accumulator (values or identity coordinates).
+    """
+    flat = cute.make_layout(acc.layout.shape)  # position of each value in the fragment
+    rows = ((flat.shape[0][1], flat.shape[1]), (flat.stride[0][1], flat.stride[1]))
+    cols = ((flat.shape[0][0], flat.shape[0][2], flat.shape[2]),
+            (flat.stride[0][0], flat.stride[0][2], flat.stride[2]))
+    by_rows = cute.make_layout((rows[0], cols[0]), stride=(rows[1], cols[1]))
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, by_rows))
+
+
+def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
+    """View an ``m64nN`` accumulator as the A operand of an ``m64 k16`` register-sourced MMA.
+
+    For 16-bit A the register fragment of one k16 step holds, per thread, the same
+    (row, column) positions as two adjacent n8 column groups of the accumulator, so the
+    conversion is a regrouping of modes, no data movement:
+    ``((2, 2, N/8), M, N)`` -> ``((2, 2, 2), M, (N/16, N))``.
+    """
+    div = cute.logical_divide(acc.layout, ((None, None, 2), None, None))
+    shape = ((div.shape[0][0], div.shape[0][1], div.shape[0][2][0]), div.shape[1],
+             (div.shape[0][2][1], div.shape[2]))
+    stride = ((div.stride[0][0], div.stride[0][1], div.stride[0][2][0]), div.stride[1],
+              (div.stride[0][2][1], div.stride[2]))
+    return cute.make_tensor(acc.iterator, cute.make_layout(shape, stride=stride))
+
+
+# ---- device: one warpgroup GEMM ---------------------------------------------------------------
+@cute.jit
+def gemm(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    tCrA: cute.Tensor,
+    tCrB: cute.Tensor,
+    zero_init: cutlass.Constexpr[bool],
+    wait: cutlass.Constexpr[bool],
+):
+    """``acc (+)= A @ B`` over all k16 blocks as one WGMMA commit group.
+
+    ``zero_init`` makes the first k-block overwrite ``acc`` (no separate clear). With
+    ``wait`` the warpgroup blocks until the group has finished (accumulators readable).
+    """
+    warpgroup.fence()
+    # A fresh atom per call: the ACCUMULATE field is mutated below, and mutating the shared
+    # tiled MMA inside device control flow would leak the value across branches.
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k_block in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+        cute.gemm(atom, acc, tCrA[None, None, k_block], tCrB[None, None, k_block], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    if cutlass.const_expr(wait):
+        warpgroup.wait_group(0)

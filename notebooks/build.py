@@ -1,0 +1,248 @@
+"""Write notebooks/NN_kN_<name>.ipynb, one per rung, from the one template below.
+
+    python notebooks/build.py            # (re)write every notebook, outputs cleared
+    python notebooks/build.py --check    # exit 1 if a committed notebook's cells differ
+
+Every notebook has the same steps, so they stay consistent: set-up; the idea (from the rung's
+own docstring); compile for sm_90a and inspect (no GPU needed); run and check against the fp32
+reference; time against the previous rung and the peers; the table recorded on the H200.
+GPU steps are guarded, so every notebook also runs top to bottom on a CPU-only machine.
+The notebooks import the rung from kernels/ and use tools.inspect / tools.compare /
+tools.report; they never redefine a kernel. After rewriting them, execute them on the GPU
+host with ``python scripts/execute_notebooks.py`` and commit them with their outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
+
+
+@dataclass(frozen=True)
+class Rung:
+    number: int
+    name: str   # file name part: 01_k1_<name>.ipynb
+    title: str
+    learn: str  # what the reader learns, one sentence
+    look_for: str  # what to look for in the compile report
+
+    @property
+    def rung(self) -> str:
+        return f"k{self.number}"
+
+    @property
+    def previous(self) -> str | None:
+        return f"k{self.number - 1}" if self.number > 1 else None
+
+    @property
+    def filename(self) -> str:
+        return f"{self.number:02d}_{self.rung}_{self.name}.ipynb"
+
+
+RUNGS = (
+    Rung(1, "naive", "K1: naive attention, one thread per query row",
+         "how the online softmax computes attention in one pass over the keys, and why a thread "
+         "per row with no shared memory leaves the GPU idle",
+         "`FFMA`, `FMUL` and `MUFU` (the two `exp2` per key) fed by `LDG`; no `LDS`, `SHFL` or `BAR`: "
+         "no thread shares anything"),
+    Rung(2, "row_group", "K2: row groups, FlashAttention-2 tiles in shared memory",
+         "how tiling Q, K and V through shared memory and sharing a row between four threads "
+         "(shuffle reductions) turns K1 into a FlashAttention-2 kernel on the FP32 pipe",
+         "`LDS`, `STS`, `BAR` and four `SHFL` appear; thousands of unrolled `FFMA`"),
+    Rung(3, "tma", "K3: TMA loads on mbarriers",
+         "how the Tensor Memory Accelerator takes the tile copies off the compute threads and "
+         "overlaps them with the math",
+         "`UTMALDG` (TMA loads) and `SYNCS` (mbarriers) replace K2's `LDG`/`STS` tile copies"),
+    Rung(4, "wgmma", "K4: WGMMA, both GEMMs on the tensor cores",
+         "how warpgroup MMAs run S = QK^T and O += PV on the tensor cores and the softmax "
+         "works on the accumulator fragments",
+         "`HGMMA` replaces the `FFMA` loops; the remaining `FFMA`, `FMNMX`, `MUFU` are the softmax"),
+)
+
+
+def md(text: str):
+    return nbformat.v4.new_markdown_cell(text.strip("\n"))
+
+
+def code(text: str):
+    return nbformat.v4.new_code_cell(text.strip("\n"))
+
+
+def cells(r: Rung) -> list:
+    prev = r.previous
+    compared = ([prev] if prev else []) + [r.rung]
+    timed = compared + list(PEERS)
+    return [
+        md(f"""
+# {r.title}
+
+**What you will learn:** {r.learn}.
+
+**What you need:** this repository's Python environment (`make setup`). Everything down to
+*Compile and inspect* runs on any machine, GPU or not: the rung is compiled for Hopper
+(`sm_90a`) with fake tensors. *Run and check* and *Time* need an H100/H200; without one they
+say so, and the last section shows the numbers recorded on an H200 instead.
+
+The kernel lives in `kernels/{r.rung}.py`; this notebook imports it, it never redefines it.
+The worklog page `docs/worklog/{r.rung}.md` walks through its code.
+"""),
+        md("## Set-up"),
+        code(f"""
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
+sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # compile for Hopper even without a GPU
+
+import torch
+from IPython.display import Markdown, display
+
+import tools.inspect as compile_report  # also keeps the DSL's dump files out of the tree
+from kernels import {r.rung}
+from kernels.harness import AttentionProblem
+from tools import report
+
+ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+      "| rungs run here" if ON_HOPPER else "| compile and inspect only")
+"""),
+        md(f"""
+## The idea
+
+The rung's module docstring is its spec sheet: what it computes, the one idea it adds, how it
+works step by step, what it costs and its constraints.
+"""),
+        code(f"""
+print({r.rung}.IDEA)
+print()
+print({r.rung}.__doc__)
+"""),
+        md(f"""
+## Compile and inspect
+
+`tools.inspect` compiles the rung for `sm_90a` (no GPU needed), then reads what the compiler
+made: registers per thread, shared memory, local memory, and the SASS instruction mix
+(static counts: instructions in the binary, not executed ones).
+{"It is shown next to the previous rung, so the table is the diff." if prev else ""}
+
+Look for: {r.look_for}.
+"""),
+        code(f"""
+problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+reports = [compile_report.inspect(name, problem) for name in {compared!r}]
+headers, rows = compile_report.resources_rows(reports)
+display(Markdown(report.markdown_table(headers, rows)))
+"""),
+        md(f"""
+## Run and check against the reference
+
+Fresh random inputs, an output poisoned with NaN (so an element the kernel never writes
+cannot pass), then the relative Frobenius error against an fp32 reference; bf16 must stay at
+or under `1e-2`. The second problem has ragged lengths (neither a multiple of the tile),
+grouped-query heads and the bottom-right causal mask.
+"""),
+        code(f"""
+from kernels.harness import check_output, empty_output, make_inputs, poison, reference_attention
+
+checks = [problem.with_(batch=1, seqlen_q=1024, seqlen_k=1024),
+          AttentionProblem(batch=2, seqlen_q=300, seqlen_k=517, heads_q=8, heads_kv=2, head_dim=128, causal=True)]
+if ON_HOPPER:
+    for p in checks:
+        q, k, v = make_inputs(p, seed=0)
+        out = empty_output(p)
+        poison(out)
+        {r.rung}.run_kernel({r.rung}.compile_kernel(p), q, k, v, out)
+        ref, _ = reference_attention(q, k, v, causal=p.causal, scale=p.softmax_scale)
+        result = check_output(out.float(), ref)
+        print(f"{{p.label():32}} rel err {{result.rel_err:.1e}}  {{'ok' if result.ok else 'WRONG: ' + result.reason}}")
+else:
+    print("No Hopper GPU here: skipped (compile and inspect above ran anyway).")
+"""),
+        md(f"""
+## Time against {"the previous rung and " if prev else ""}the peers
+
+`tools.compare.run_gpu` is what `python -m tools.compare` runs: every kernel on the same inputs,
+checked against the reference before it is timed (median of CUDA-event timings with input
+rotation), TFLOP/s from the exact FLOP count. The peers are FlashAttention-4 (`fa4`), and cuDNN
+and FlashAttention-2 through torch SDPA.
+"""),
+        code(f"""
+from kernels.harness import fa3_paper_shapes
+
+kernels = {timed!r}
+if ON_HOPPER:
+    from tools.compare import run_gpu
+
+    measured = run_gpu(kernels, fa3_paper_shapes(128, False, (1024, 4096)))
+    headers, rows = report.pivot({{"rows": measured["rows"]}}, kernels)
+    display(Markdown(report.markdown_table(headers, rows)
+                     + f"\\n\\nTFLOP/s on {{torch.cuda.get_device_name()}}; bf16 GEMM ceiling in this run: "
+                     + f"{{measured['bf16_gemm_tflops']:.0f}} TFLOP/s"))
+else:
+    print("No Hopper GPU here: see the recorded H200 numbers below.")
+"""),
+        md("""
+## Recorded on the H200
+
+The numbers `python -m tools.bench --suite ladder` wrote to `results/h200/ladder.json`, read
+through `tools.report` like every table of the docs site, with their provenance.
+"""),
+        code(f"""
+try:
+    recorded = report.load("ladder")
+except report.ResultsError as exc:
+    print(exc)
+else:
+    for causal in (False, True):
+        headers, rows = report.pivot(recorded, kernels, {{"head_dim": 128, "causal": causal}})
+        display(Markdown(report.markdown_table(headers, rows)))
+    display(Markdown("TFLOP/s. " + report.provenance(recorded["meta"])))
+"""),
+    ]
+
+
+def notebook(r: Rung):
+    nb = nbformat.v4.new_notebook(cells=cells(r))
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"{r.rung}-{i:02d}"  # stable ids: regenerating gives the same file
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                   "language_info": {"name": "python"}}
+    return nb
+
+
+def sources(nb) -> list[tuple[str, str]]:
+    return [(c.cell_type, c.source) for c in nb.cells]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python notebooks/build.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare the committed notebooks' cells, write nothing")
+    args = parser.parse_args(argv)
+    stale = []
+    for r in RUNGS:
+        path = HERE / r.filename
+        nb = notebook(r)
+        if args.check:
+            if not path.exists() or sources(nbformat.read(path, as_version=4)) != sources(nb):
+                stale.append(path.name)
+            continue
+        nbformat.write(nb, path)
+        print(f"wrote {path.relative_to(HERE.parent)}")
+    if stale:
+        print("out of date with notebooks/build.py: " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
