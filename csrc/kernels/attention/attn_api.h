@@ -1,0 +1,42 @@
+// Host entry points of the attention kernels. Torch-free: included by the pybind11 binding
+// (attention.cu) and by the standalone tests (csrc/tests/attn_*.cu). Each launcher throws
+// std::invalid_argument for an unsupported configuration (the message lists what is
+// supported) and std::runtime_error for a CUDA launch error.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attn_params.h"
+
+namespace kernels::attention {
+
+// Split-KV decode on contiguous KV (params.page_table == nullptr) or paged KV. With
+// params.num_splits > 1 the caller provides o_partial / lse_partial (see
+// decode_workspace_floats) and a combine kernel merges the splits. No host synchronization.
+void run_decode(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
+
+// Split-Q prefill: dense Q on contiguous KV, or packed ragged Q (cu_seqlens_q + q_schedule
+// from make_packed_q_schedule) on paged KV.
+void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
+
+// Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
+// (for paged KV: max_pages * page_size), so the choice never needs the device lengths.
+int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
+                      int head_dim, int num_sms);
+
+// Floats of workspace a decode call with num_splits > 1 needs (o_partial then lse_partial).
+int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q,
+                                int head_dim);
+
+// Packed rows (query, head-in-group) one prefill CTA owns for this head_dim.
+int prefill_block_m(int head_dim);
+
+// Host-built packed Q schedule: for every batch, its q tiles of block_m packed rows, as
+// (batch, tile) pairs; the longest-running tiles (last rows, most keys under causal) first.
+std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch,
+                                            int group, int block_m);
+
+}  // namespace kernels::attention

@@ -1,0 +1,74 @@
+// The two independent choices every attention kernel body is templated on:
+//   KV source:  where key `pos` of batch `b` lives (contiguous [B, Sk, Hkv, D] or paged).
+//   Q schedule: which (batch, q tile) a CTA owns and where that batch's queries start.
+// Kernel bodies only talk to these, so the contiguous and paged variants cannot drift.
+#pragma once
+
+#include <cstdint>
+
+#include "attn_params.h"
+
+namespace kernels::attention {
+
+// Element offsets of one key's K and V rows (head 0); add head * head_stride.
+struct KvRow {
+    int64_t k;
+    int64_t v;
+};
+
+struct ContiguousKV {
+    static constexpr bool kPaged = false;
+    __device__ static int kv_len(const AttnParams& p, int /*b*/) { return p.seqlen_k; }
+    // Lengths are shapes on the host, so they cannot be out of range.
+    __device__ static bool kv_len_ok(const AttnParams&, int) { return true; }
+    __device__ static KvRow row(const AttnParams& p, int b, int pos) {
+        return {b * p.k_block_stride + pos * p.k_token_stride,
+                b * p.v_block_stride + pos * p.v_token_stride};
+    }
+};
+
+// Paged cache [num_pages, page_size, Hkv, D]: key `pos` of batch b lives in page
+// page_table[b][pos / page_size] at slot pos % page_size. Page ids are the caller's contract
+// (checked by the bindings in debug mode); lengths are checked on the host, and a length
+// beyond the page table that slips through (CUDA-graph capture) poisons the output with NaN.
+struct PagedKV {
+    static constexpr bool kPaged = true;
+    __device__ static int kv_len(const AttnParams& p, int b) { return p.seqlens_k[b]; }
+    __device__ static bool kv_len_ok(const AttnParams& p, int b) {
+        const int len = p.seqlens_k[b];
+        return len >= 0 && static_cast<int64_t>(len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
+    }
+    __device__ static KvRow row(const AttnParams& p, int b, int pos) {
+        const int page = p.page_table[b * p.page_table_batch_stride + pos / p.page_size];
+        const int slot = pos % p.page_size;
+        return {page * p.k_block_stride + slot * p.k_token_stride,
+                page * p.v_block_stride + slot * p.v_token_stride};
+    }
+};
+
+struct QTile {
+    int batch;
+    int tile;     // index of this CTA's block of packed rows within the batch
+    int q_start;  // token offset of the batch in q / o / lse (0 for dense)
+    int q_len;
+};
+
+// q [B, Sq, Hq, D]: grid.x = q tiles, grid.z = batch.
+struct DenseQ {
+    static constexpr bool kPacked = false;
+    __device__ static QTile tile(const AttnParams& p) {
+        return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), 0, p.seqlen_q};
+    }
+};
+
+// q [total_q, Hq, D] with cu_seqlens_q: grid.x walks the host-built (batch, tile) schedule.
+struct PackedQ {
+    static constexpr bool kPacked = true;
+    __device__ static QTile tile(const AttnParams& p) {
+        const int b = p.q_schedule[2 * blockIdx.x];
+        const int start = p.cu_seqlens_q[b];
+        return {b, p.q_schedule[2 * blockIdx.x + 1], start, p.cu_seqlens_q[b + 1] - start};
+    }
+};
+
+}  // namespace kernels::attention

@@ -1,0 +1,330 @@
+// Building blocks shared by the decode and prefill kernel bodies: tile loads into padded
+// shared memory, the two warp-level math policies (tensor-core and scalar) working on the
+// same C-fragment layout, masking, and the online softmax.
+//
+// Shared-memory tiles are row-major [rows][kD] bf16 with a row stride of kD + 8 elements:
+// the 16-byte pad puts the 8 rows an ldmatrix reads in 8 different bank groups.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/cuda_utils.cuh"
+#include "attn_params.h"
+#include "policies.cuh"
+#include "primitives.cuh"
+
+namespace kernels::attention {
+
+using bf16 = __nv_bfloat16;
+
+template <int kD>
+__host__ __device__ constexpr int smem_stride() {
+    return kD + 8;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// ---- tile loads ------------------------------------------------------------------------
+// Each thread owns one 16-byte column chunk and walks rows, so per-row address math (a
+// page-table lookup for paged KV) happens once per row per thread, not once per chunk.
+
+// Q rows: row_src(r) returns the global row start, or nullptr for a row past the end.
+template <int kRows, int kD, int kThreads, class RowSrc>
+__device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr, RowSrc row_src) {
+    constexpr int kChunks = kD / 8;
+    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int chunk = threadIdx.x % kChunks;
+#pragma unroll
+    for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
+        const bf16* src = row_src(r);
+        const bool valid = src != nullptr;
+        cp_async_16(smem_addr(sQ + r * smem_stride<kD>() + chunk * 8),
+                    valid ? static_cast<const void*>(src + chunk * 8) : any_valid_ptr, valid);
+    }
+}
+
+// K and V rows [key_start, key_start + kRows) of kv head hkv; keys >= kv_len are zero-filled.
+template <int kRows, int kD, int kThreads, class KV>
+__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b,
+                                             int hkv, int key_start, int kv_len) {
+    constexpr int kChunks = kD / 8;
+    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int chunk = threadIdx.x % kChunks;
+    const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
+    const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
+#pragma unroll
+    for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
+        const int pos = key_start + r;
+        const bool valid = pos < kv_len;
+        const KvRow off = valid ? KV::row(p, b, pos) : KvRow{0, 0};
+        const int s = r * smem_stride<kD>() + chunk * 8;
+        cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
+        cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
+    }
+}
+
+// ---- warp-level math on C fragments -----------------------------------------------------
+// qk: acc_s[mt][nt] = Q[16*kMT rows] @ K[8*kNT keys]^T over kD (sQ, sK: the warp's first row/key)
+// pv: acc_o[mt][dt] += P[16*kMT rows][8*kNT keys] @ V[8*kNT keys][kD]
+
+template <int kMT, int kNT, int kD>
+struct TensorCoreMath {
+    static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
+    static constexpr int kDT = kD / 8;
+
+    __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+        constexpr int S = smem_stride<kD>();
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+        // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
+        // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
+        const bf16* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
+        const bf16* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
+#pragma unroll
+        for (int kc = 0; kc < kD / 16; ++kc) {
+            uint32_t a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], smem_addr(q_lane + mt * 16 * S + kc * 16));
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+                uint32_t b[4];
+                ldmatrix_x4(b, smem_addr(k_lane + np * 16 * S + kc * 16));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4],
+                              const bf16* sV) {
+        constexpr int S = smem_stride<kD>();
+        const int lane = threadIdx.x % 32;
+        // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
+        // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
+        const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+#pragma unroll
+        for (int kc = 0; kc < kNT / 2; ++kc) {
+            // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
+            uint32_t a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                a[mt][0] = pack_bf16x2(p[mt][2 * kc][0], p[mt][2 * kc][1]);
+                a[mt][1] = pack_bf16x2(p[mt][2 * kc][2], p[mt][2 * kc][3]);
+                a[mt][2] = pack_bf16x2(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
+                a[mt][3] = pack_bf16x2(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < kDT / 2; ++dp) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, smem_addr(v_lane + kc * 16 * S + dp * 16));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma_16816(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
+                    mma_16816(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+};
+
+// The same contract with FP32 FMAs reading shared memory: each thread computes exactly the
+// C-fragment elements the MMA would give it. P stays in FP32 (no bf16 rounding).
+template <int kMT, int kNT, int kD>
+struct ScalarMath {
+    static constexpr int kDT = kD / 8;
+
+    __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+        constexpr int S = smem_stride<kD>();
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            const __nv_bfloat162* q0 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g) * S);
+            const __nv_bfloat162* q1 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g + 8) * S);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+                const __nv_bfloat162* k0 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t) * S);
+                const __nv_bfloat162* k1 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t + 1) * S);
+                float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+#pragma unroll 2
+                for (int d2 = 0; d2 < kD / 2; ++d2) {
+                    const float2 x0 = __bfloat1622float2(q0[d2]), x1 = __bfloat1622float2(q1[d2]);
+                    const float2 y0 = __bfloat1622float2(k0[d2]), y1 = __bfloat1622float2(k1[d2]);
+                    s00 = fmaf(x0.x, y0.x, fmaf(x0.y, y0.y, s00));
+                    s01 = fmaf(x0.x, y1.x, fmaf(x0.y, y1.y, s01));
+                    s10 = fmaf(x1.x, y0.x, fmaf(x1.y, y0.y, s10));
+                    s11 = fmaf(x1.x, y1.x, fmaf(x1.y, y1.y, s11));
+                }
+                acc[mt][nt][0] = s00;
+                acc[mt][nt][1] = s01;
+                acc[mt][nt][2] = s10;
+                acc[mt][nt][3] = s11;
+            }
+        }
+    }
+
+    __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4],
+                              const bf16* sV) {
+        constexpr int S = smem_stride<kD>();
+        const int lane = threadIdx.x % 32, t = lane % 4, quad = lane & ~3;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+                // The four lanes of a quad hold a row's keys 2t, 2t + 1 of this n tile.
+#pragma unroll 1
+                for (int src = 0; src < 4; ++src) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float p0 = __shfl_sync(0xffffffffu, p[mt][nt][c], quad + src);
+                        const float p1 = __shfl_sync(0xffffffffu, p[mt][nt][2 + c], quad + src);
+                        const __nv_bfloat162* vrow =
+                            reinterpret_cast<const __nv_bfloat162*>(sV + (nt * 8 + 2 * src + c) * S);
+#pragma unroll
+                        for (int dt = 0; dt < kDT; ++dt) {
+                            const float2 v = __bfloat1622float2(vrow[dt * 4 + t]);
+                            acc_o[mt][dt][0] = fmaf(p0, v.x, acc_o[mt][dt][0]);
+                            acc_o[mt][dt][1] = fmaf(p0, v.y, acc_o[mt][dt][1]);
+                            acc_o[mt][dt][2] = fmaf(p1, v.x, acc_o[mt][dt][2]);
+                            acc_o[mt][dt][3] = fmaf(p1, v.y, acc_o[mt][dt][3]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+};
+
+template <AttnImpl kImpl, int kMT, int kNT, int kD>
+using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<kMT, kNT, kD>,
+                                           ScalarMath<kMT, kNT, kD>>::type;
+
+// ---- rows, masking, online softmax --------------------------------------------------------
+
+// Query position of each C-fragment row this thread holds (rows g and g + 8 of every m tile),
+// or -1 for a packed row past the end. Packed row r = (query r / group, head r % group).
+template <int kMT>
+__device__ __forceinline__ void fragment_qpos(int (&qpos)[kMT][2], int first_packed_row,
+                                              int rows_total, int group) {
+    const int g = (threadIdx.x % 32) / 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = first_packed_row + mt * 16 + g + 8 * h;
+            qpos[mt][h] = r < rows_total ? r / group : -1;
+        }
+}
+
+// -inf for every score a row may not see: keys past kv_len, keys after the causal diagonal
+// (query i sees keys j <= i + causal_offset), keys the boolean mask drops.
+template <int kMT, int kNT>
+__device__ __forceinline__ void apply_mask(float (&s)[kMT][kNT][4], const AttnParams& p, int b,
+                                           const int (&qpos)[kMT][2], int key0, int kv_len,
+                                           int causal_offset) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int q = qpos[mt][h];
+            int last_key = q < 0 ? -1 : kv_len - 1;
+            if (p.causal && q >= 0) last_key = min(last_key, q + causal_offset);
+            const bool* mask_row =
+                (p.mask != nullptr && q >= 0) ? p.mask + b * p.mask_batch_stride + q * p.mask_q_stride : nullptr;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int key = key0 + nt * 8 + 2 * t + c;
+                    bool keep = key <= last_key;
+                    if (mask_row != nullptr) keep = keep && key < p.mask_len && mask_row[key];
+                    if (!keep) s[mt][nt][2 * h + c] = -INFINITY;
+                }
+        }
+}
+
+// FA2 online softmax on C fragments; row_max in raw score units, row_sum per thread until
+// reduce_sums() adds up the quad.
+template <int kMT, int kNT, int kDT>
+struct OnlineSoftmax {
+    float row_max[kMT][2];
+    float row_sum[kMT][2];
+
+    __device__ void init() {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mt][h] = -INFINITY;
+                row_sum[mt][h] = 0.f;
+            }
+    }
+
+    // S -> P = exp(scale * (S - running max)) in place; rescales O and the running sums.
+    __device__ void update(float (&s)[kMT][kNT][4], float (&o)[kMT][kDT][4], float scale_log2) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = row_max[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+                const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+                const float correction = fast_exp2(row_max[mt][h] * scale_log2 - max_scaled);
+                row_max[mt][h] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
+                        s[mt][nt][2 * h + c] = e;
+                        sum += e;
+                    }
+                row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt) {
+                    o[mt][dt][2 * h] *= correction;
+                    o[mt][dt][2 * h + 1] *= correction;
+                }
+            }
+    }
+
+    __device__ void reduce_sums() {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 1);
+                row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 2);
+            }
+    }
+};
+
+// Natural-log LSE of a finished row; -inf for a row that saw no key.
+__device__ __forceinline__ float row_lse(float row_max, float row_sum, float scale_log2) {
+    constexpr float kLn2 = 0.6931471805599453f;
+    return row_sum > 0.f ? (row_max * scale_log2 + __log2f(row_sum)) * kLn2 : -INFINITY;
+}
+
+}  // namespace kernels::attention

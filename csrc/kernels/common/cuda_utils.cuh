@@ -1,0 +1,78 @@
+// Small generic helpers shared by every csrc kernel family. No torch here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+// Host-side check for code that cannot return an error (tests, benchmarks): throws, so a
+// Python caller gets a RuntimeError instead of a dead process.
+#define KERNELS_CUDA_CHECK(expr)                                                          \
+    do {                                                                                  \
+        cudaError_t kernels_err_ = (expr);                                                \
+        if (kernels_err_ != cudaSuccess) {                                                \
+            throw std::runtime_error(std::string(#expr) + " failed at " + __FILE__ + ":" + \
+                                     std::to_string(__LINE__) + ": " +                    \
+                                     cudaGetErrorString(kernels_err_));                   \
+        }                                                                                 \
+    } while (0)
+
+namespace kernels {
+
+template <typename T>
+__host__ __device__ constexpr T ceil_div(T a, T b) {
+    return (a + b - 1) / b;
+}
+
+// Eight bf16 values: the 16-byte unit that cp.async and vectorized global accesses move.
+struct alignas(16) bf16x8 {
+    __nv_bfloat162 h[4];
+};
+
+template <int kWidth = 32>
+__device__ __forceinline__ float warp_reduce_max(float x) {
+#pragma unroll
+    for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    }
+    return x;
+}
+
+template <int kWidth = 32>
+__device__ __forceinline__ float warp_reduce_sum(float x) {
+#pragma unroll
+    for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    }
+    return x;
+}
+
+}  // namespace kernels
+
+// Runtime head_dim -> compile-time constant `kHeadDim`, the one place where that choice is
+// made; the error lists what is supported. Usage: DISPATCH_HEAD_DIM(d, [&] { f<kHeadDim>(); });
+#define KERNELS_SUPPORTED_HEAD_DIMS "64, 128, 256"
+#define DISPATCH_HEAD_DIM(head_dim, ...)                                                   \
+    [&] {                                                                                  \
+        switch (head_dim) {                                                                \
+            case 64: {                                                                     \
+                constexpr int kHeadDim = 64;                                               \
+                return __VA_ARGS__();                                                      \
+            }                                                                              \
+            case 128: {                                                                    \
+                constexpr int kHeadDim = 128;                                              \
+                return __VA_ARGS__();                                                      \
+            }                                                                              \
+            case 256: {                                                                    \
+                constexpr int kHeadDim = 256;                                              \
+                return __VA_ARGS__();                                                      \
+            }                                                                              \
+            default:                                                                       \
+                throw std::invalid_argument("head_dim " + std::to_string(head_dim) +       \
+                                            " is not supported; supported: "               \
+                                            KERNELS_SUPPORTED_HEAD_DIMS);                  \
+        }                                                                                  \
+    }()

@@ -1,0 +1,94 @@
+// FP8 family: the plain parameters and format traits shared by quantize, the GEMM collective
+// pieces (gemm/), the host planner (gemm.cuh), the torch binding (fp8.cu) and the standalone
+// test (csrc/tests/fp8_test.cu). No torch here.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/cuda_utils.cuh"
+
+namespace fp8 {
+
+using kernels::ceil_div;
+
+enum class Format : int { kE4M3 = 0, kE5M2 = 1 };
+
+template <Format F>
+struct FormatTraits;
+
+template <>
+struct FormatTraits<Format::kE4M3> {
+  using Storage = __nv_fp8_e4m3;
+  static constexpr __nv_fp8_interpretation_t kInterp = __NV_E4M3;
+  static constexpr float kMax = 448.f;
+  static constexpr const char* kPtx = "e4m3";
+};
+
+template <>
+struct FormatTraits<Format::kE5M2> {
+  using Storage = __nv_fp8_e5m2;
+  static constexpr __nv_fp8_interpretation_t kInterp = __NV_E5M2;
+  static constexpr float kMax = 57344.f;
+  static constexpr const char* kPtx = "e5m2";
+};
+
+inline const char* format_name(Format f) { return f == Format::kE4M3 ? "e4m3" : "e5m2"; }
+
+// Quantize: out = saturate_to_format(x * (*scale)); amax = max |x| (input domain, before the
+// multiplier) folded into *amax with an atomic max (the caller zeroes it).
+struct QuantizeParams {
+  const void* x = nullptr;      // bf16 [rows, cols], row stride ld_x elements
+  int64_t rows = 0, cols = 0, ld_x = 0;
+  const float* scale = nullptr;  // device scalar multiplier
+  void* out = nullptr;           // fp8 [rows, cols] (row stride cols), or nullptr
+  void* out_t = nullptr;         // fp8 [cols, rows] (row stride rows), or nullptr
+  float* amax = nullptr;         // device scalar, or nullptr
+  Format format = Format::kE4M3;
+};
+
+// GEMM: D[M, N] = (A[M, K] @ B[N, K]^T) * (*scale_a) * (*scale_b) * row_scale[m] * col_scale[n]
+//              + bias[n], bf16 out. A and B are K-major fp8 (row strides lda, ldb bytes).
+struct GemmParams {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0;   // elements
+  Format a_format = Format::kE4M3, b_format = Format::kE4M3;
+  const float* scale_a = nullptr;      // device scalars (required)
+  const float* scale_b = nullptr;
+  const float* row_scale = nullptr;    // [M] or nullptr
+  const float* col_scale = nullptr;    // [N] or nullptr
+  const void* bias = nullptr;          // bf16 [N] or nullptr
+  void* d = nullptr;                   // bf16 [M, N]
+};
+
+enum class Status {
+  kOk,
+  kUnsupportedK,        // K % 16 != 0 (TMA and 16-byte loads need 16-byte rows)
+  kMisaligned,          // a pointer or a leading dimension not 16-byte aligned
+  kUnsupportedArch,     // below sm_89
+  kUnsupportedFormats,  // format pair the path does not take
+  kDriverEntryPoint,    // cuTensorMapEncodeTiled not obtainable from the driver
+  kTensorMapFailed,
+  kLaunchFailed,
+};
+
+inline const char* status_string(Status s) {
+  switch (s) {
+    case Status::kOk: return "ok";
+    case Status::kUnsupportedK: return "K must be a multiple of 16 (16-byte rows for TMA / cp.async)";
+    case Status::kMisaligned:
+      return "A, B and D need 16-byte aligned base pointers and row strides";
+    case Status::kUnsupportedArch: return "FP8 GEMM needs sm_89 or newer";
+    case Status::kUnsupportedFormats: return "unsupported format pair";
+    case Status::kDriverEntryPoint: return "cuTensorMapEncodeTiled is not available from the driver";
+    case Status::kTensorMapFailed: return "cuTensorMapEncodeTiled rejected the tensor map";
+    case Status::kLaunchFailed: return "kernel launch failed";
+  }
+  return "unknown";
+}
+
+}  // namespace fp8

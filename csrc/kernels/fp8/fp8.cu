@@ -1,0 +1,192 @@
+// Torch binding of the FP8 family (the module's only .cu): guard the device, check inputs,
+// fill QuantizeParams / GemmParams, plan, launch. Output allocation and shape flattening
+// are in kernels/extension/ops/fp8.py.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/extension.h>
+
+#include "gemm.cuh"
+#include "quantize.cuh"
+
+namespace {
+
+fp8::Format format_of(const at::Tensor& t, const char* name) {
+  if (t.scalar_type() == at::kFloat8_e4m3fn) return fp8::Format::kE4M3;
+  if (t.scalar_type() == at::kFloat8_e5m2) return fp8::Format::kE5M2;
+  TORCH_CHECK_TYPE(false, name, " must be float8_e4m3fn or float8_e5m2, got ", t.scalar_type());
+  return fp8::Format::kE4M3;
+}
+
+void check_on(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  TORCH_CHECK_VALUE(t.is_cuda() && t.get_device() == like.get_device(), name,
+                    " must be a CUDA tensor on the device of the first operand");
+}
+
+const float* scalar_f32(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  check_on(t, like, name);
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.numel() == 1, name, " must hold one value, got ", t.numel());
+  return t.data_ptr<float>();
+}
+
+const float* vector_f32(const c10::optional<at::Tensor>& t, int64_t n, const at::Tensor& like,
+                        const char* name) {
+  if (!t) return nullptr;
+  check_on(*t, like, name);
+  TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, " must be float32, got ", t->scalar_type());
+  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == n && t->stride(0) == 1, name,
+                    " must be a contiguous [", n, "] vector, got ", t->sizes());
+  return t->data_ptr<float>();
+}
+
+void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& out,
+              const c10::optional<at::Tensor>& out_t, const c10::optional<at::Tensor>& amax) {
+  TORCH_CHECK_VALUE(x.is_cuda(), "x must be a CUDA tensor");
+  TORCH_CHECK_TYPE(x.scalar_type() == at::kBFloat16, "x must be bfloat16, got ", x.scalar_type());
+  TORCH_CHECK_VALUE(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
+  TORCH_CHECK_VALUE(out || out_t || amax, "nothing to compute: give out, out_t or amax");
+  fp8::QuantizeParams p;
+  p.x = x.data_ptr();
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.ld_x = x.stride(0);
+  p.scale = scalar_f32(scale, x, "scale");
+  bool have_format = false;
+  if (out) {
+    check_on(*out, x, "out");
+    p.format = format_of(*out, "out");
+    have_format = true;
+    TORCH_CHECK_VALUE(out->sizes() == x.sizes() && out->is_contiguous(),
+                      "out must be contiguous with x's shape ", x.sizes());
+    p.out = out->data_ptr();
+  }
+  if (out_t) {
+    check_on(*out_t, x, "out_t");
+    const fp8::Format f = format_of(*out_t, "out_t");
+    TORCH_CHECK_TYPE(!have_format || f == p.format, "out and out_t must share one fp8 format");
+    p.format = f;
+    TORCH_CHECK_VALUE(out_t->dim() == 2 && out_t->size(0) == p.cols && out_t->size(1) == p.rows &&
+                          out_t->is_contiguous(),
+                      "out_t must be contiguous [", p.cols, ", ", p.rows, "]");
+    p.out_t = out_t->data_ptr();
+  }
+  if (amax) {
+    check_on(*amax, x, "amax");
+    TORCH_CHECK_TYPE(amax->scalar_type() == at::kFloat && amax->numel() == 1,
+                     "amax must be a one-element float32 tensor");
+    p.amax = amax->data_ptr<float>();
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const fp8::Status s = fp8::launch_quantize(p, num_sms, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(s == fp8::Status::kOk, "fp8 quantize: ", fp8::status_string(s));
+}
+
+fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent) {
+  TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
+  TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256,
+                    "block_n must be 0 (auto), 64, 128 or 256 (256: WGMMA fast accumulation)");
+  TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
+  fp8::gemm::PlanRequest req;
+  req.force_path = int(path);
+  req.force_block_n = int(block_n);
+  req.persistent = int(persistent);
+  return req;
+}
+
+pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent) {
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  const auto pl = fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
+                                       request(path, block_n, persistent));
+  pybind11::dict d;
+  d["path"] = fp8::gemm::path_name(pl.path);
+  d["block_m"] = pl.block_m;
+  d["block_n"] = pl.block_n;
+  d["tiles"] = pl.tiles;
+  d["grid"] = pl.grid;
+  d["persistent"] = pl.persistent;
+  // WGMMA with BN = 256 keeps the hardware accumulator only (no fp32 promotion)
+  d["fast_accum"] = pl.path == fp8::gemm::Path::kWgmma && pl.block_n == 256;
+  return d;
+}
+
+void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+          const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
+          const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path,
+          int64_t block_n, int64_t persistent) {
+  TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor");
+  check_on(b, a, "b");
+  check_on(out, a, "out");
+  fp8::GemmParams p;
+  p.a_format = format_of(a, "a");
+  p.b_format = format_of(b, "b");
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a must be [M, K] and b [N, K]");
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a [M, K] and b [N, K] disagree on K: ", a.size(1),
+                    " vs ", b.size(1));
+  TORCH_CHECK_VALUE(a.stride(1) == 1 && b.stride(1) == 1, "a and b must be K-major (contiguous rows)");
+  TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16, "out must be bfloat16");
+  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) &&
+                        out.stride(1) == 1,
+                    "out must be [M, N] with contiguous rows");
+  p.a = a.data_ptr();
+  p.b = b.data_ptr();
+  p.m = a.size(0);
+  p.n = b.size(0);
+  p.k = a.size(1);
+  // a single row (or K = 0) has no meaningful row stride: describe it as dense
+  p.lda = a.size(0) > 1 && p.k > 0 ? a.stride(0) : a.size(1);
+  p.ldb = b.size(0) > 1 && p.k > 0 ? b.stride(0) : b.size(1);
+  p.ldd = out.size(0) > 1 ? out.stride(0) : out.size(1);
+  p.scale_a = scalar_f32(scale_a, a, "scale_a");
+  p.scale_b = scalar_f32(scale_b, a, "scale_b");
+  p.row_scale = vector_f32(row_scale, p.m, a, "row_scale");
+  p.col_scale = vector_f32(col_scale, p.n, a, "col_scale");
+  if (bias) {
+    check_on(*bias, a, "bias");
+    TORCH_CHECK_TYPE(bias->scalar_type() == at::kBFloat16, "bias must be bfloat16, got ", bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.n && bias->stride(0) == 1,
+                      "bias must be a contiguous [", p.n, "] vector");
+    p.bias = bias->data_ptr();
+  }
+  p.d = out.data_ptr();
+
+  const c10::cuda::CUDAGuard guard(a.device());
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  const auto pl = fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
+                                       request(path, block_n, persistent));
+  const fp8::Status s = fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream());
+  switch (s) {
+    case fp8::Status::kOk: return;
+    case fp8::Status::kUnsupportedK:
+    case fp8::Status::kMisaligned:
+      TORCH_CHECK_VALUE(false, "fp8 gemm: ", fp8::status_string(s), " (M=", p.m, ", N=", p.n, ", K=", p.k, ")");
+    case fp8::Status::kUnsupportedFormats:
+      TORCH_CHECK_TYPE(false, "fp8 gemm: ", fp8::status_string(s), " ", fp8::format_name(p.a_format), " x ",
+                       fp8::format_name(p.b_format), " (supported: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
+    case fp8::Status::kUnsupportedArch:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "fp8 gemm: path ", fp8::gemm::path_name(pl.path),
+                                  " is not available on sm_", prop->major, prop->minor);
+    default: TORCH_CHECK(false, "fp8 gemm: ", fp8::status_string(s));
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  m.doc() = "FP8 quantize and GEMM (csrc/kernels/fp8).";
+  m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"),
+        py::arg("amax"),
+        "out = sat(x * scale) as out's fp8 format, out_t its [cols, rows] transpose, amax = "
+        "max(amax, max|x|) (atomic; zero it first). x bf16 [rows, cols]; scale f32 scalar.");
+  m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"),
+        py::arg("bias"), py::arg("row_scale"), py::arg("col_scale"), py::arg("out"),
+        py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1,
+        "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
+        "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent "
+        "override the planner (-1/0/-1 = auto).");
+  m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
+        py::arg("block_n") = 0, py::arg("persistent") = -1,
+        "The planner's choice for this problem on the current device (path, tile, grid).");
+}

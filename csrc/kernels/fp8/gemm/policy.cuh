@@ -1,0 +1,66 @@
+// FP8 GEMM policies: tile shapes, pipeline depth and the warp-role split of each path, in one
+// place. The planner (gemm.cuh) picks among these at run time; nothing else hard-codes them.
+#pragma once
+
+#include "../common.h"
+
+namespace fp8::gemm {
+
+// Largest dynamic shared memory a Hopper block may opt into (227 KiB).
+constexpr int kSm90SmemLimit = 232448;
+
+// sm_90a: TMA + WGMMA, one producer warpgroup and kConsumers math warpgroups of 64 rows each.
+// BK = 128 fp8 = 128 bytes: one 128-byte swizzle row per tile row, four k32 WGMMAs per stage.
+template <int kBlockN>
+struct Sm90Policy {
+  static constexpr int kBM = 128;
+  static constexpr int kBN = kBlockN;
+  static constexpr int kBK = 128;
+  static constexpr int kConsumers = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStageBytesA = kBM * kBK;
+  static constexpr int kStageBytesB = kBN * kBK;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
+  static constexpr int kAlignSlack = 1024;          // 128B-swizzled tiles start 1024-aligned
+  static constexpr int kMaxStages = 8;
+  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack) / kStageBytes;
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kAlignSlack;
+  // Register split after setmaxnreg: 128 * (40 + 2 * 232) = 64512 <= 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  // Accumulator registers per consumer thread: m64 x kBN f32 over 128 threads.
+  static constexpr int kAccRegs = 64 * kBN / 128;
+  // FP8 WGMMA adds into its accumulator with reduced precision (about 2^-14 of the running
+  // sum per add, truncated), so long K drifts from an fp32 dot product. Promotion: each k-block's
+  // four WGMMAs start a fresh partial accumulator that is then added to the fp32 total with
+  // ordinary FADDs (DeepGEMM's scheme; cuBLASLt's default, i.e. use_fast_accum=False). It
+  // doubles the accumulator registers, which fits for BN <= 128 (2 x 64 of 232); BN = 256 keeps
+  // the single hardware accumulator ("fast accumulation", cuBLASLt's use_fast_accum=True) and
+  // is only used when a caller asks for it.
+  static constexpr bool kPromote = kBN <= 128;
+  static_assert(kBN == 64 || kBN == 128 || kBN == 256, "WGMMA n of this path");
+  static_assert(kStages >= 2, "pipeline needs two stages");
+};
+
+// sm_89 (and a reference path on sm_90): cp.async + mma.sync m16n8k32, 8 warps as 2 (M) x 4 (N),
+// each warp 64 x 32, double-buffered 128 x 128 x 64 tiles with padded shared rows.
+struct Sm89Policy {
+  static constexpr int kBM = 128;
+  static constexpr int kBN = 128;
+  static constexpr int kBK = 64;
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;  // 64 x 32
+  static constexpr int kPadBytes = 16;  // row stride 80 B: the 32 lanes of a fragment load hit 32 banks
+  static constexpr int kRowBytes = kBK + kPadBytes;
+  static constexpr int kStages = 2;
+  static constexpr int kSmemBytes = kStages * (kBM + kBN) * kRowBytes;
+};
+
+enum class Path : int { kWgmma = 0, kMmaSync = 1 };
+
+inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : "mma_sync"; }
+
+}  // namespace fp8::gemm

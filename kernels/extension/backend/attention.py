@@ -1,0 +1,335 @@
+"""``attention(q, k, v, ...)``: one entry point over contiguous or paged KV that picks an
+implementation by capability.
+
+Order: ``cuda`` (our kernels, kernels.extension.ops.attention), then ``fa4``
+(flash_attn.cute, when installed), then ``torch`` (scaled_dot_product_attention).
+- ``KERNELS_ATTENTION_BACKEND=<name>`` puts that backend first (the others stay fallbacks).
+- ``with use_backend(name):`` selects strictly: a call it cannot run raises RuntimeError
+  with the reason instead of switching.
+
+Layouts (DESIGN.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
+[num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
+ragged queries packed as q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 (paged only).
+mask: bool [B, Sk] or [B, Sq, Sk], True = keep. Causal is bottom-right aligned per batch.
+A row that sees no key returns zeros (LSE -inf).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+
+import torch
+
+from .. import loader
+from ..ops import attention as ops
+
+BACKENDS = ("cuda", "fa4", "torch")
+ENV_VAR = "KERNELS_ATTENTION_BACKEND"
+DEBUG_ENV_VAR = "KERNELS_DEBUG"
+CUDA_HEAD_DIMS = (64, 128, 256)
+# Packed rows (query, head in group) up to which the split-KV decode kernel is used.
+DECODE_MAX_ROWS = 16
+
+_strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_backend", default=None)
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Run attention() calls in this block on `name` only; raise if it cannot run a call."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; choose from {BACKENDS}")
+    token = _strict_backend.set(name)
+    try:
+        yield
+    finally:
+        _strict_backend.reset(token)
+
+
+# ---- validation (every backend) ------------------------------------------------------------
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_k=None,
+                    cu_seqlens_q=None, check_seqlens=True) -> None:
+    """Raise TypeError / ValueError naming the bad input. Lengths beyond the page table are
+    checked with one device->host copy, skipped while a CUDA graph is being captured."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise TypeError(f"{name} must be bfloat16, float16 or float32, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    packed = cu_seqlens_q is not None
+    paged = page_table is not None
+    if packed and not paged:
+        raise ValueError("cu_seqlens_q (ragged queries) is supported with a paged cache (page_table)")
+    if paged and seqlens_k is None:
+        raise ValueError("a paged cache needs seqlens_k [B] int32")
+    if q.dim() != (3 if packed else 4):
+        raise ValueError(f"q must be {'[total_q, Hq, D]' if packed else '[B, Sq, Hq, D]'}, got shape {tuple(q.shape)}")
+    if k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(f"k and v must be 4-D with one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    heads_q, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv = k.shape[2]
+    if k.shape[3] != head_dim:
+        raise ValueError(f"k head_dim {k.shape[3]} != q head_dim {head_dim}")
+    if heads_kv == 0 or heads_q % heads_kv:
+        raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("q, k, v must have a contiguous last dim")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    batch = (cu_seqlens_q.shape[0] - 1) if packed else q.shape[0]
+    if not paged and k.shape[0] != batch:
+        raise ValueError(f"k batch {k.shape[0]} != q batch {batch}")
+    if paged:
+        for name, t, dims in (("page_table", page_table, 2), ("seqlens_k", seqlens_k, 1)):
+            if t.dtype != torch.int32:
+                raise TypeError(f"{name} must be int32, got {t.dtype}")
+            if t.dim() != dims or t.shape[0] != batch:
+                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, got {tuple(t.shape)}")
+        if packed:
+            if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
+                raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
+        if check_seqlens and not _capturing() and batch > 0:
+            capacity = page_table.shape[1] * k.shape[1]
+            lo, hi = (int(x) for x in torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist())
+            if lo < 0 or hi > capacity:
+                raise ValueError(
+                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], got values in [{lo}, {hi}]"
+                )
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be bool (True = keep), got {mask.dtype}")
+        if mask.dim() not in (2, 3) or mask.shape[0] != batch:
+            raise ValueError(f"mask must be [B, Sk] or [B, Sq, Sk] with B = {batch}, got {tuple(mask.shape)}")
+        if not paged and mask.shape[-1] != k.shape[1]:
+            raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
+
+
+# ---- capability checks: reason or None -------------------------------------------------------
+
+def _cuda_unsupported(q, k, mask, paged, packed) -> str | None:
+    if not ops.available():
+        return f"extension module 'attention' not built (run `{loader.BUILD_COMMAND}`)"
+    if not q.is_cuda:
+        return "inputs are not on a CUDA device"
+    if q.dtype != torch.bfloat16:
+        return f"dtype {q.dtype} (the kernels are bf16)"
+    if q.shape[-1] not in CUDA_HEAD_DIMS:
+        return f"head_dim {q.shape[-1]} (supported: {CUDA_HEAD_DIMS})"
+    arch = loader.build_info().get("arch", "90a")
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if arch.endswith("a"):
+        if f"{major}{minor}" != arch[:-1]:
+            return f"built for sm_{arch}, device is sm_{major}{minor}"
+    elif major * 10 + minor < int(arch):
+        return f"built for sm_{arch}, device is sm_{major}{minor}"
+    return None
+
+
+def _fa4():
+    try:
+        from flash_attn.cute import interface
+    except Exception:  # noqa: BLE001 (any import failure means FA4 is unusable here)
+        return None
+    return interface
+
+
+def _fa4_unsupported(q, k, mask, paged, packed) -> str | None:
+    if mask is not None:
+        return "flash_attn.cute takes no boolean mask"
+    if not q.is_cuda:
+        return "inputs are not on a CUDA device"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"dtype {q.dtype}"
+    if torch.cuda.get_device_capability(q.device)[0] not in (9, 10):
+        return "flash_attn.cute needs sm90 or sm100"
+    if q.shape[-1] > 256 or q.shape[-1] % 8:
+        return f"head_dim {q.shape[-1]}"
+    if _fa4() is None:
+        return "flash_attn.cute is not installed"
+    return None
+
+
+def _torch_unsupported(q, k, mask, paged, packed) -> str | None:
+    return None
+
+
+_UNSUPPORTED = {"cuda": _cuda_unsupported, "fa4": _fa4_unsupported, "torch": _torch_unsupported}
+
+
+def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> str:
+    """The backend attention() would use for these inputs (strict selection included)."""
+    name, _ = _choose(q, k, mask, page_table is not None, cu_seqlens_q is not None)
+    return name
+
+
+def _choose(q, k, mask, paged, packed) -> tuple[str, list[str]]:
+    strict = _strict_backend.get()
+    if strict is not None:
+        reason = _UNSUPPORTED[strict](q, k, mask, paged, packed)
+        if reason is not None:
+            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run this call: {reason}")
+        return strict, []
+    order = list(BACKENDS)
+    preferred = os.environ.get(ENV_VAR)
+    if preferred:
+        if preferred not in BACKENDS:
+            raise ValueError(f"{ENV_VAR}={preferred!r}; choose from {BACKENDS}")
+        order.remove(preferred)
+        order.insert(0, preferred)
+    reasons = []
+    for name in order:
+        reason = _UNSUPPORTED[name](q, k, mask, paged, packed)
+        if reason is None:
+            return name, reasons
+        reasons.append(f"{name}: {reason}")
+    raise RuntimeError("no attention backend can run this call: " + "; ".join(reasons))
+
+
+# ---- entry point -------------------------------------------------------------------------------
+
+def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
+              cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
+    """Attention forward with contiguous or paged KV (see the module docstring); returns out."""
+    validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
+                    cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
+    paged, packed = page_table is not None, cu_seqlens_q is not None
+    name, _ = _choose(q, k, mask, paged, packed)
+    if name == "cuda":
+        return _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+    if name == "fa4":
+        return _run_fa4(q, k, v, causal, scale, page_table, seqlens_k, cu_seqlens_q, out, lse)
+    return _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+
+
+def _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    debug = os.environ.get(DEBUG_ENV_VAR) == "1"
+    if cu_seqlens_q is not None:
+        return ops.paged_prefill(q, k, v, page_table, cu_seqlens_q, seqlens_k, causal=causal, scale=scale,
+                                 mask=mask, out=out, lse=lse, check_seqlens=False, debug=debug)
+    batch, seqlen_q, heads_q = q.shape[:3]
+    group = heads_q // k.shape[2]
+    small = seqlen_q * group <= DECODE_MAX_ROWS or seqlen_q == 1
+    if page_table is not None:
+        if small:
+            return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask,
+                                    out=out, lse=lse, check_seqlens=False, debug=debug)
+        # Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths.
+        cu = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
+        packed_out = None if out is None else out.view(batch * seqlen_q, heads_q, -1)
+        packed_lse = None if lse is None else torch.empty(heads_q, batch * seqlen_q, device=q.device)
+        result = ops.paged_prefill(q.reshape(batch * seqlen_q, heads_q, -1), k, v, page_table, cu, seqlens_k,
+                                   causal=causal, scale=scale, mask=mask, out=packed_out, lse=packed_lse,
+                                   check_seqlens=False, debug=debug)
+        if lse is not None:
+            lse.copy_(packed_lse.view(heads_q, batch, seqlen_q).transpose(0, 1))
+        return result.view(q.shape) if out is None else out
+    if small:
+        return ops.decode(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
+    return ops.prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
+
+
+def _run_fa4(q, k, v, causal, scale, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    fa4 = _fa4()
+    if page_table is None:
+        result = fa4.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_lse=lse is not None)
+    else:
+        max_seqlen_q = None
+        if cu_seqlens_q is not None:
+            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        result = fa4.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+                                            seqused_k=seqlens_k, page_table=page_table, softmax_scale=scale,
+                                            causal=causal, return_lse=lse is not None)
+    o, result_lse = result if isinstance(result, tuple) else (result, None)
+    if lse is not None:
+        lse.copy_(result_lse)
+    if out is not None:
+        out.copy_(o)
+        return out
+    return o
+
+
+# ---- torch fallback -------------------------------------------------------------------------
+
+def _gather_pages(cache, page_table, length):
+    """[num_pages, page_size, H, D] -> [B, length, H, D] (keys past seqlens are masked later)."""
+    page_size = cache.shape[1]
+    pages = -(-length // page_size)
+    table = page_table[:, :pages].long()
+    gathered = cache[table]  # [B, pages, page_size, H, D]
+    return gathered.reshape(table.shape[0], pages * page_size, *cache.shape[2:])[:, :length]
+
+
+def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
+    """q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], key_lens [B] (keys >= len masked). -> out, lse."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+    keys = torch.arange(seqlen_k, device=q.device)
+    lens = key_lens.to(q.device).long().view(batch, 1, 1)
+    allowed = keys.view(1, 1, -1) < lens  # [B, 1, Sk]
+    if causal:
+        rows = torch.arange(seqlen_q, device=q.device).view(1, -1, 1)
+        allowed = allowed & (keys.view(1, 1, -1) <= rows + lens - seqlen_q)
+    allowed = allowed.expand(batch, seqlen_q, seqlen_k)
+    if mask is not None:
+        m = mask[..., :seqlen_k]
+        if m.shape[-1] < seqlen_k:
+            m = torch.nn.functional.pad(m, (0, seqlen_k - m.shape[-1]), value=False)
+        allowed = allowed & (m.unsqueeze(1) if m.dim() == 2 else m)
+    group = heads_q // heads_kv
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    attn_mask = allowed.unsqueeze(1)  # [B, 1, Sq, Sk]
+    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=attn_mask, scale=scale)
+    row_sees_key = allowed.any(-1).unsqueeze(1).unsqueeze(-1)  # [B, 1, Sq, 1]
+    out = torch.where(row_sees_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    if not need_lse:
+        return out.transpose(1, 2), None
+    scores = (qh.float() @ kh.float().transpose(-1, -2)) * scale
+    lse = torch.logsumexp(scores.masked_fill(~attn_mask, float("-inf")), dim=-1)  # [B, Hq, Sq]
+    return out.transpose(1, 2), lse
+
+
+def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    if page_table is None:
+        lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
+        o, l = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
+    elif cu_seqlens_q is None:
+        length = max(1, int(seqlens_k.max()))
+        o, l = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
+                            causal, scale, seqlens_k, mask, lse is not None)
+    else:
+        cu = cu_seqlens_q.tolist()
+        outs, lses = [], []
+        for b in range(len(cu) - 1):
+            length = max(1, int(seqlens_k[b]))
+            qb = q[cu[b]:cu[b + 1]].unsqueeze(0)
+            mb = None
+            if mask is not None:
+                mb = mask[b:b + 1] if mask.dim() == 2 else mask[b:b + 1, : cu[b + 1] - cu[b]]
+            ob, lb = _dense_torch(qb, _gather_pages(k, page_table[b:b + 1], length),
+                                  _gather_pages(v, page_table[b:b + 1], length), causal, scale,
+                                  seqlens_k[b:b + 1], mb, lse is not None)
+            outs.append(ob[0])
+            if lb is not None:
+                lses.append(lb[0])
+        o = torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
+        l = torch.cat(lses, dim=1) if lse is not None and lses else None
+    if lse is not None:
+        lse.copy_(l)
+    if out is not None:
+        out.copy_(o)
+        return out
+    return o.contiguous()

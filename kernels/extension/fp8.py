@@ -1,0 +1,253 @@
+"""FP8 strategy layer: scaling recipes, ``fp8_autocast`` and FP8 linear layers.
+
+The primitives (``ops/fp8.py``: quantize, GEMM) are stateless; this module owns the state a
+recipe needs and the policy of when to use them.
+
+Recipes (how a tensor's quantization multiplier ``scale = fp8_max / (amax * 2^margin)`` is
+chosen; the GEMM dequantizes with ``1 / scale``):
+
+* ``DynamicScaling``: amax of the tensor itself, this step (one extra read: an amax-only pass
+  of the quantize kernel, then the quantizing pass). Exact range use; no state.
+* ``DelayedScaling``: amax from a history of the last ``amax_history_len`` steps (``max`` or
+  ``most_recent``); the current amax comes for free from the quantizing pass and is pushed into
+  the history afterwards. One pass; state lives in the layer (``Fp8LinearState``).
+
+Formats: ``"e4m3"`` everywhere, or ``"hybrid"`` (E4M3 forward, E5M2 gradients, the usual
+choice). Every step stays on the device: no host synchronisation.
+
+``with fp8_autocast(recipe=DelayedScaling()):`` makes every ``Fp8Linear`` (and
+``fp8_linear``) inside run its forward GEMM in FP8; outside it they are plain bf16 linears.
+Backward (when autograd records): dgrad ``dX = dY @ W`` and wgrad ``dW = dY^T @ X`` also run in
+FP8 when the reduction dimension allows it (N % 16 == 0 for dgrad, tokens % 16 == 0 for wgrad,
+the GEMM's K alignment); otherwise that gradient is computed in bf16.
+Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere ``fp8_autocast`` raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .ops import fp8 as fp8_ops
+
+__all__ = ["DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState", "fp8_autocast",
+           "fp8_linear", "get_recipe", "is_fp8_enabled", "quantize_dynamic"]
+
+FORMATS = ("e4m3", "hybrid")
+
+
+@dataclass(frozen=True)
+class DynamicScaling:
+    fp8_format: str = "hybrid"
+    margin: int = 0
+
+    def __post_init__(self):
+        _check_recipe(self)
+
+
+@dataclass(frozen=True)
+class DelayedScaling:
+    fp8_format: str = "hybrid"
+    margin: int = 0
+    amax_history_len: int = 16
+    amax_compute_algo: str = "max"  # or "most_recent"
+
+    def __post_init__(self):
+        _check_recipe(self)
+        if self.amax_history_len < 1:
+            raise ValueError(f"amax_history_len must be >= 1, got {self.amax_history_len}")
+        if self.amax_compute_algo not in ("max", "most_recent"):
+            raise ValueError(f"amax_compute_algo must be 'max' or 'most_recent', got "
+                             f"{self.amax_compute_algo!r}")
+
+
+def _check_recipe(recipe) -> None:
+    if recipe.fp8_format not in FORMATS:
+        raise ValueError(f"fp8_format must be one of {FORMATS}, got {recipe.fp8_format!r}")
+    if not isinstance(recipe.margin, int) or recipe.margin < 0:
+        raise ValueError(f"margin must be a non-negative int, got {recipe.margin!r}")
+
+
+def forward_dtype(recipe) -> torch.dtype:
+    return torch.float8_e4m3fn
+
+
+def backward_dtype(recipe) -> torch.dtype:
+    return torch.float8_e5m2 if recipe.fp8_format == "hybrid" else torch.float8_e4m3fn
+
+
+# ---- autocast state ------------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def get_recipe():
+    """The active recipe inside ``fp8_autocast``, else None."""
+    return getattr(_state, "recipe", None)
+
+
+def is_fp8_enabled() -> bool:
+    return get_recipe() is not None
+
+
+@contextlib.contextmanager
+def fp8_autocast(enabled: bool = True, recipe=None):
+    """Run ``Fp8Linear`` / ``fp8_linear`` forwards (and their backwards) in FP8 inside."""
+    if recipe is None:
+        recipe = DelayedScaling()
+    if not isinstance(recipe, (DynamicScaling, DelayedScaling)):
+        raise TypeError(f"recipe must be DynamicScaling or DelayedScaling, got {type(recipe).__name__}")
+    if enabled:
+        if not torch.cuda.is_available():
+            raise RuntimeError("fp8_autocast needs a CUDA device")
+        major, minor = torch.cuda.get_device_capability()
+        if (major, minor) < (8, 9):
+            raise NotImplementedError(f"FP8 GEMM needs sm_89 or newer, this GPU is sm_{major}{minor}")
+        if not fp8_ops.is_available():
+            raise RuntimeError("the fp8 module is not built (python -m tools.build_ext)")
+    previous = get_recipe()
+    _state.recipe = recipe if enabled else None
+    try:
+        yield
+    finally:
+        _state.recipe = previous
+
+
+# ---- scaling -------------------------------------------------------------------------------
+
+def _scale_from_amax(amax: torch.Tensor, fp8_dtype: torch.dtype, margin: int) -> torch.Tensor:
+    """fp8_max / (amax * 2^margin) as a float32 scalar on the device; 1 where amax is 0 / inf."""
+    fp8_max = fp8_ops.FP8_MAX[fp8_dtype]
+    scale = fp8_max / (amax.float() * (2.0 ** margin))
+    return torch.where(torch.isfinite(scale) & (amax > 0), scale, torch.ones_like(scale)).reshape(())
+
+
+def quantize_dynamic(x: torch.Tensor, fp8_dtype: torch.dtype, margin: int = 0, *,
+                     rowwise: bool = True, transpose: bool = False):
+    """Current scaling: -> (x_fp8, x_fp8_t, dequant = 1 / scale, amax)."""
+    ones = torch.ones((), dtype=torch.float32, device=x.device)
+    _, _, amax = torch.ops.kernels.fp8_quantize(x, ones, fp8_dtype, False, False)
+    scale = _scale_from_amax(amax, fp8_dtype, margin)
+    out, out_t, _ = torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
+    return out, out_t, scale.reciprocal(), amax
+
+
+class Fp8LinearState:
+    """Delayed-scaling state of one linear layer: an amax history and the current multiplier
+    per tensor role (input, weight, grad_output), all on the device."""
+
+    ROLES = ("input", "weight", "grad_output")
+
+    def __init__(self, recipe: DelayedScaling, device):
+        self.recipe = recipe
+        self.history = torch.zeros(len(self.ROLES), recipe.amax_history_len, device=device)
+        self.scale = torch.ones(len(self.ROLES), device=device)
+
+    def quantize(self, role: str, x: torch.Tensor, fp8_dtype: torch.dtype, *, rowwise=True,
+                 transpose=False):
+        """Quantize with this role's current multiplier, then record x's amax and roll the
+        multiplier forward for the next step. -> (x_fp8, x_fp8_t, dequant)."""
+        i = self.ROLES.index(role)
+        scale = self.scale[i].clone()
+        out, out_t, amax = torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
+        with torch.no_grad():
+            self.history[i] = torch.roll(self.history[i], 1)
+            self.history[i, 0] = amax
+            ref = (self.history[i].max() if self.recipe.amax_compute_algo == "max"
+                   else self.history[i, 0])
+            self.scale[i] = _scale_from_amax(ref, fp8_dtype, self.recipe.margin)
+        return out, out_t, scale.reciprocal()
+
+
+def _quantize(recipe, state, role, x, fp8_dtype, *, rowwise=True, transpose=False):
+    if isinstance(recipe, DelayedScaling):
+        return state.quantize(role, x, fp8_dtype, rowwise=rowwise, transpose=transpose)
+    out, out_t, dequant, _ = quantize_dynamic(x, fp8_dtype, recipe.margin, rowwise=rowwise,
+                                              transpose=transpose)
+    return out, out_t, dequant
+
+
+# ---- the linear ------------------------------------------------------------------------------
+
+class _Fp8LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, weight, bias, recipe, state):
+        fwd = forward_dtype(recipe)
+        m = x2.shape[0]
+        want_wgrad = weight.requires_grad and m % 16 == 0
+        want_dgrad = x2.requires_grad and weight.shape[0] % 16 == 0
+        x_q, x_t, x_deq = _quantize(recipe, state, "input", x2, fwd, transpose=want_wgrad)
+        w_q, w_t, w_deq = _quantize(recipe, state, "weight", weight, fwd, transpose=want_dgrad)
+        out = torch.ops.kernels.fp8_gemm(x_q, w_q, x_deq, w_deq, bias)
+        ctx.recipe, ctx.state = recipe, state
+        ctx.has_bias = bias is not None
+        ctx.fp8_dgrad, ctx.fp8_wgrad = want_dgrad, want_wgrad
+        ctx.save_for_backward(x2 if not want_wgrad else None, weight if not want_dgrad else None,
+                              x_t if want_wgrad else None, x_deq, w_t if want_dgrad else None, w_deq)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x2, weight, x_t, x_deq, w_t, w_deq = ctx.saved_tensors
+        grad_out = grad_out.to(torch.bfloat16).contiguous()
+        bwd = backward_dtype(ctx.recipe)
+        need_t = ctx.fp8_wgrad and ctx.needs_input_grad[1]
+        g_q, g_t, g_deq = _quantize(ctx.recipe, ctx.state, "grad_output", grad_out, bwd,
+                                    rowwise=ctx.fp8_dgrad, transpose=need_t)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # dX[M, K] = dY[M, N] @ W[N, K]: B operand = W^T [K, N], K-major in N
+            grad_x = (torch.ops.kernels.fp8_gemm(g_q, w_t, g_deq, w_deq) if ctx.fp8_dgrad
+                      else grad_out @ weight.to(torch.bfloat16))
+        if ctx.needs_input_grad[1]:
+            # dW[N, K] = dY^T[N, M] @ X[M, K]: B operand = X^T [K, M], K-major in M
+            grad_w = (torch.ops.kernels.fp8_gemm(g_t, x_t, g_deq, x_deq) if ctx.fp8_wgrad
+                      else grad_out.t() @ x2.to(torch.bfloat16))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad_out.float().sum(0).to(torch.bfloat16)
+        return grad_x, grad_w, grad_b, None, None
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               state: Fp8LinearState | None = None) -> torch.Tensor:
+    """``x @ weight^T + bias`` in FP8 under ``fp8_autocast`` (bf16 ``F.linear`` outside).
+
+    x ``[..., K]`` bf16, weight ``[N, K]`` bf16, bias ``[N]`` bf16; K % 16 == 0.
+    DelayedScaling needs a ``state`` (``Fp8Linear`` keeps one).
+    """
+    recipe = get_recipe()
+    if recipe is None:
+        return torch.nn.functional.linear(x, weight, bias)
+    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        raise TypeError(f"fp8_linear takes bf16 x and weight, got {x.dtype} and {weight.dtype}")
+    if bias is not None and bias.dtype != torch.bfloat16:
+        raise TypeError(f"bias must be bf16, got {bias.dtype}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x [..., {x.shape[-1]}] and weight {tuple(weight.shape)} disagree on K")
+    if isinstance(recipe, DelayedScaling) and state is None:
+        raise ValueError("DelayedScaling keeps per-layer state: pass state= or use Fp8Linear")
+    x2 = x.reshape(-1, x.shape[-1])
+    out = _Fp8LinearFn.apply(x2, weight, bias, recipe, state)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class Fp8Linear(torch.nn.Linear):
+    """``nn.Linear`` (bf16 parameters) whose forward runs in FP8 inside ``fp8_autocast``."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=torch.bfloat16):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self._fp8_state = None
+
+    def forward(self, x):
+        recipe = get_recipe()
+        if recipe is None:
+            return super().forward(x)
+        state = None
+        if isinstance(recipe, DelayedScaling):
+            if self._fp8_state is None or self._fp8_state.recipe != recipe:
+                self._fp8_state = Fp8LinearState(recipe, self.weight.device)
+            state = self._fp8_state
+        return fp8_linear(x, self.weight, self.bias, state)

@@ -1,0 +1,53 @@
+"""Import the compiled extension modules from kernels/extension/lib/.
+
+Each kernel family (csrc/CMakeLists.txt KERNEL_NAMES) builds into ``lib/<name>.so``;
+``load(name)`` imports it once, ``available(name)`` says whether it is there.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+LIB_DIR = Path(__file__).resolve().parent / "lib"
+BUILD_COMMAND = "python -m tools.build_ext"
+
+
+class ExtensionNotBuilt(RuntimeError):
+    """The requested module has not been built on this machine."""
+
+
+def module_path(name: str) -> Path:
+    return LIB_DIR / f"{name}.so"
+
+
+def available(name: str) -> bool:
+    return module_path(name).exists()
+
+
+def built_modules() -> list[str]:
+    return sorted(p.stem for p in LIB_DIR.glob("*.so"))
+
+
+def build_info() -> dict:
+    """{"arch": "90a", "torch": ..., "cuda": ...} written by tools.build_ext, or {}."""
+    path = LIB_DIR / "build_info.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@functools.cache
+def load(name: str) -> ModuleType:
+    path = module_path(name)
+    if not path.exists():
+        raise ExtensionNotBuilt(
+            f"CUDA extension module '{name}' is not built ({path} is missing); run `{BUILD_COMMAND}`"
+        )
+    import torch  # noqa: F401  (the module links against torch's shared libraries)
+
+    spec = importlib.util.spec_from_file_location(f"kernels.extension.lib.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,66 @@
+"""Attention kernels (module ``attention``): thin calls into the binding.
+
+Conventions: bf16; head_dim 64 / 128 / 256; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
+paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
+seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
+bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
+([Hq, total_q] for packed queries). ``impl`` is "tc" (mma.sync) or "scalar" (FP32 FMA).
+The binding validates every input and raises TypeError / ValueError with the reason.
+
+Page ids are the caller's contract: out-of-range ids are only checked with ``debug=True``.
+``check_seqlens`` (one device->host copy) is skipped under CUDA-graph capture, where a
+length beyond the page table makes that batch's output NaN instead.
+"""
+
+from __future__ import annotations
+
+from .. import loader
+
+MODULE = "attention"
+
+
+def _module():
+    return loader.load(MODULE)
+
+
+def available() -> bool:
+    return loader.available(MODULE)
+
+
+def decode(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, num_splits=0,
+           impl="tc", workspace=None):
+    """Split-KV decode on contiguous KV; num_splits=0 picks the split count."""
+    return _module().decode(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse,
+                            num_splits=num_splits, impl=impl, workspace=workspace)
+
+
+def paged_decode(q, k_cache, v_cache, page_table, seqlens_k, *, causal=False, scale=None, mask=None,
+                 out=None, lse=None, num_splits=0, impl="tc", workspace=None, check_seqlens=True,
+                 debug=False):
+    """Split-KV decode on a paged cache; CUDA-graph capturable (no host synchronization when
+    check_seqlens is False or while capturing; pass num_splits + workspace for a fixed footprint)."""
+    return _module().paged_decode(q, k_cache, v_cache, page_table, seqlens_k, causal=causal, scale=scale,
+                                  mask=mask, out=out, lse=lse, num_splits=num_splits, impl=impl,
+                                  workspace=workspace, check_seqlens=check_seqlens, debug=debug)
+
+
+def prefill(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, impl="tc"):
+    """Split-Q prefill on contiguous KV."""
+    return _module().prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse, impl=impl)
+
+
+def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, causal=False, scale=None,
+                  mask=None, out=None, lse=None, impl="tc", check_seqlens=True, debug=False):
+    """Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32, on a paged cache."""
+    return _module().paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, causal=causal,
+                                   scale=scale, mask=mask, out=out, lse=lse, impl=impl,
+                                   check_seqlens=check_seqlens, debug=debug)
+
+
+def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim) -> int:
+    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim)
+
+
+def decode_workspace_size(num_splits, batch, heads_q, seqlen_q, head_dim) -> int:
+    """Float32 elements of workspace for a decode call (0 when num_splits == 1)."""
+    return _module().decode_workspace_size(num_splits, batch, heads_q, seqlen_q, head_dim)

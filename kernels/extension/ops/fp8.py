@@ -1,0 +1,193 @@
+"""Stateless FP8 primitives over the fp8 CUDA module (csrc/kernels/fp8/fp8.cu), registered as
+``torch.library.custom_op`` with fake (meta) implementations so they trace under
+``torch.compile`` and run on meta tensors.
+
+* ``torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
+  -> (out, out_t, amax)``: ``out = saturate(x * scale)`` in ``fp8_dtype`` with x's shape
+  (empty ``[0]`` when ``rowwise=False``), ``out_t`` the ``[K, rows]`` transpose of x viewed as
+  ``[rows, K]`` (empty when ``transpose=False``), ``amax = max|x|`` (float32 scalar, input
+  domain). x bf16, scale a float32 scalar tensor (the multiplier, e.g. ``448 / amax``).
+* ``torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, path,
+  block_n, persistent) -> out``: ``out[M, N] = a[M, K] @ b[N, K]^T * scale_a * scale_b
+  (* row_scale[:, None]) (* col_scale) (+ bias)`` in bf16; ``scale_a/scale_b`` are dequant
+  factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
+  a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
+  e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. ``path`` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
+  ``block_n`` 0 auto / 64 / 128 / 256; ``persistent`` -1 auto / 0 / 1. Accuracy: every
+  configuration accumulates in fp32 (WGMMA promotes each 128-deep k-block's partial sum into
+  fp32 registers), except ``path=0, block_n=256``, which keeps the WGMMA accumulator only
+  (faster, like torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
+
+CUDA only: on other devices the dispatcher raises NotImplementedError. Bad inputs raise
+TypeError / ValueError from the same checks in the real and the fake implementation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import loader
+
+MODULE = "fp8"
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+SUPPORTED_PAIRS = {(torch.float8_e4m3fn, torch.float8_e4m3fn),
+                   (torch.float8_e4m3fn, torch.float8_e5m2),
+                   (torch.float8_e5m2, torch.float8_e4m3fn)}
+
+
+def is_available() -> bool:
+    return loader.available(MODULE)
+
+
+# ---- checks shared by the real and the fake implementations ----------------------------------
+
+def _check_scalar(t: torch.Tensor, name: str, device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {t.dtype}")
+    if t.numel() != 1:
+        raise ValueError(f"{name} must hold one value, got shape {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, expected {device}")
+
+
+def check_quantize_args(x, scale, fp8_dtype, rowwise, transpose) -> None:
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x must be bfloat16, got {x.dtype}")
+    if fp8_dtype not in FP8_MAX:
+        raise TypeError(f"fp8_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {fp8_dtype}")
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension")
+    _check_scalar(scale, "scale", x.device)
+
+
+def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=False) -> None:
+    """real: a and b hold memory (the CUDA implementation), so their addresses are checked;
+    fake/meta tensors have none and their storage offset stands in for it."""
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in FP8_MAX:
+            raise TypeError(f"{name} must be float8_e4m3fn or float8_e5m2, got {t.dtype}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if (a.dtype, b.dtype) not in SUPPORTED_PAIRS:
+        raise TypeError(f"unsupported format pair {a.dtype} x {b.dtype} "
+                        "(supported: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a [M, K] = {tuple(a.shape)} and b [N, K] = {tuple(b.shape)} "
+                         "disagree on K")
+    if a.shape[1] % 16:
+        raise ValueError(f"K = {a.shape[1]} must be a multiple of 16 (16-byte rows)")
+    if b.device != a.device:
+        raise ValueError(f"a is on {a.device}, b on {b.device}")
+    if a.stride(-1) != 1 or b.stride(-1) != 1:
+        raise ValueError("a and b must be K-major (contiguous last dim)")
+    for name, t in (("a", a), ("b", b)):
+        # TMA and cp.async move 16-byte chunks: checked here so the launcher never sees it
+        rows_stride = t.stride(0) if t.shape[0] > 1 and t.shape[1] > 0 else 0
+        if rows_stride % 16:
+            raise ValueError(f"{name} row stride {rows_stride} bytes must be a multiple of 16")
+        address = t.data_ptr() if real else t.storage_offset() * t.element_size()
+        if address % 16:
+            raise ValueError(f"{name} must start 16-byte aligned (address % 16 = {address % 16}); "
+                             "pass a .contiguous() copy")
+    _check_scalar(scale_a, "scale_a", a.device)
+    _check_scalar(scale_b, "scale_b", a.device)
+    m, n = a.shape[0], b.shape[0]
+    for name, t, size, dtype in (("bias", bias, n, torch.bfloat16), ("row_scale", row_scale, m, torch.float32),
+                                 ("col_scale", col_scale, n, torch.float32)):
+        if t is None:
+            continue
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+        if t.shape != (size,):
+            raise ValueError(f"{name} must have shape ({size},), got {tuple(t.shape)}")
+        if t.device != a.device:
+            raise ValueError(f"{name} is on {t.device}, expected {a.device}")
+        if t.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous")
+
+
+def check_plan_args(path, block_n, persistent) -> None:
+    for name, value, allowed in (("path", path, (-1, 0, 1)), ("block_n", block_n, (0, 64, 128, 256)),
+                                 ("persistent", persistent, (-1, 0, 1))):
+        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def check_path_on_device(device, path) -> None:
+    if device.type != "cuda":
+        return
+    cc = torch.cuda.get_device_capability(device)
+    if cc < (8, 9):
+        raise NotImplementedError(f"fp8 gemm needs sm_89 or newer, {device} is sm_{cc[0]}{cc[1]}")
+    if path == 0 and cc != (9, 0):
+        raise NotImplementedError(f"the WGMMA path (path=0) needs sm_90a, {device} is sm_{cc[0]}{cc[1]}")
+
+
+# ---- quantize ----------------------------------------------------------------------------------
+
+def _quantize_shapes(x, rowwise, transpose):
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
+    return (tuple(x.shape) if rowwise else (0,)), ((k, rows) if transpose else (0,))
+
+
+@torch.library.custom_op("kernels::fp8_quantize", mutates_args=(), device_types="cuda")
+def fp8_quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype,
+                 rowwise: bool = True, transpose: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_quantize_args(x, scale, fp8_dtype, rowwise, transpose)
+    module = loader.load(MODULE)
+    out_shape, t_shape = _quantize_shapes(x, rowwise, transpose)
+    out = torch.empty(out_shape, dtype=fp8_dtype, device=x.device)
+    out_t = torch.empty(t_shape, dtype=fp8_dtype, device=x.device)
+    amax = torch.zeros((), dtype=torch.float32, device=x.device)
+    if x.numel():
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        module.quantize(x2, scale, out.view(x2.shape) if rowwise else None,
+                        out_t if transpose else None, amax.view(1))
+    return out, out_t, amax
+
+
+@fp8_quantize.register_fake
+def _(x, scale, fp8_dtype, rowwise=True, transpose=False):
+    check_quantize_args(x, scale, fp8_dtype, rowwise, transpose)
+    out_shape, t_shape = _quantize_shapes(x, rowwise, transpose)
+    return (x.new_empty(out_shape, dtype=fp8_dtype), x.new_empty(t_shape, dtype=fp8_dtype),
+            x.new_empty((), dtype=torch.float32))
+
+
+# ---- GEMM --------------------------------------------------------------------------------------
+
+@torch.library.custom_op("kernels::fp8_gemm", mutates_args=(), device_types="cuda")
+def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+             bias: torch.Tensor | None = None, row_scale: torch.Tensor | None = None,
+             col_scale: torch.Tensor | None = None, path: int = -1, block_n: int = 0,
+             persistent: int = -1) -> torch.Tensor:
+    check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=True)
+    check_plan_args(path, block_n, persistent)
+    check_path_on_device(a.device, path)
+    module = loader.load(MODULE)
+    out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
+    module.gemm(a, b, scale_a.reshape(1), scale_b.reshape(1), bias, row_scale, col_scale, out,
+                path, block_n, persistent)
+    return out
+
+
+@fp8_gemm.register_fake
+def _(a, b, scale_a, scale_b, bias=None, row_scale=None, col_scale=None, path=-1, block_n=0,
+      persistent=-1):
+    check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale)
+    check_plan_args(path, block_n, persistent)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16)
+
+
+def gemm_plan(m: int, n: int, k: int, path: int = -1, block_n: int = 0, persistent: int = -1) -> dict:
+    """The host planner's choice (path, block_m, block_n, tiles, grid, persistent, fast_accum)
+    on this GPU."""
+    check_plan_args(path, block_n, persistent)
+    return dict(loader.load(MODULE).plan(m, n, k, path, block_n, persistent))

@@ -1,0 +1,137 @@
+"""Registry entries for the production attention kernels (kernels.registry imports
+``runners()``). Every runner works on an AttentionProblem with contiguous q, k, v; the paged
+runners view k / v as a paged cache with an identity page table (zero copy, page 64), so
+compare / bench reach the paged code path on the same data as every other kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+try:
+    from kernels.registry import Runner
+except ImportError:  # the registry module is written by the lead; same shape
+
+    @dataclass(frozen=True)
+    class Runner:
+        name: str
+        kind: str
+        description: str
+        unsupported: Callable
+        prepare: Callable
+
+from .backend.attention import CUDA_HEAD_DIMS, DECODE_MAX_ROWS
+from .ops import attention as ops
+
+PAGE_SIZE = 64
+
+
+def _common_reason(name, problem) -> str | None:
+    if not ops.available():
+        return f"{name}: extension not built (python -m tools.build_ext)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"{name}: no CUDA device"
+    if problem.dtype != "bf16":
+        return f"{name}: dtype {problem.dtype} (bf16 only)"
+    if problem.head_dim not in CUDA_HEAD_DIMS:
+        return f"{name}: head_dim {problem.head_dim} (supported: {CUDA_HEAD_DIMS})"
+    return None
+
+
+def _decode_reason(name, problem) -> str | None:
+    if problem.seqlen_q * problem.group_size > DECODE_MAX_ROWS and problem.seqlen_q > 1:
+        return f"{name}: decode kernel is for seqlen_q * group <= {DECODE_MAX_ROWS}"
+    return None
+
+
+def _paged_reason(name, problem) -> str | None:
+    if problem.seqlen_k % PAGE_SIZE:
+        return f"{name}: identity paging needs seqlen_k % {PAGE_SIZE} == 0"
+    return None
+
+
+def _identity_pages(problem):
+    import torch
+
+    pages = problem.seqlen_k // PAGE_SIZE
+    table = torch.arange(problem.batch * pages, dtype=torch.int32, device="cuda").view(problem.batch, pages)
+    lens = torch.full((problem.batch,), problem.seqlen_k, dtype=torch.int32, device="cuda")
+    return table, lens
+
+
+def _as_cache(t):
+    return t.view(-1, PAGE_SIZE, *t.shape[2:])
+
+
+def _make(name, description, reasons, build):
+    def unsupported(problem):
+        for check in reasons:
+            reason = check(name, problem)
+            if reason is not None:
+                return reason
+        return None
+
+    def prepare(problem):
+        reason = unsupported(problem)
+        if reason is not None:
+            raise RuntimeError(reason)
+        return build(problem)
+
+    return Runner(name=name, kind="production", description=description, unsupported=unsupported, prepare=prepare)
+
+
+def _decode(impl):
+    def build(problem):
+        def fn(q, k, v, out):
+            ops.decode(q, k, v, causal=problem.causal, scale=problem.softmax_scale, out=out, impl=impl)
+        return fn
+    return build
+
+
+def _prefill(impl):
+    def build(problem):
+        def fn(q, k, v, out):
+            ops.prefill(q, k, v, causal=problem.causal, scale=problem.softmax_scale, out=out, impl=impl)
+        return fn
+    return build
+
+
+def _paged_decode(problem):
+    table, lens = _identity_pages(problem)
+
+    def fn(q, k, v, out):
+        ops.paged_decode(q, _as_cache(k), _as_cache(v), table, lens, causal=problem.causal,
+                         scale=problem.softmax_scale, out=out, check_seqlens=False)
+    return fn
+
+
+def _paged_prefill(problem):
+    import torch
+
+    table, lens = _identity_pages(problem)
+    sq = problem.seqlen_q
+    cu = torch.arange(0, (problem.batch + 1) * sq, sq, dtype=torch.int32, device="cuda")
+
+    def fn(q, k, v, out):
+        ops.paged_prefill(q.reshape(-1, *q.shape[2:]), _as_cache(k), _as_cache(v), table, cu, lens,
+                          causal=problem.causal, scale=problem.softmax_scale,
+                          out=out.view(-1, *out.shape[2:]), check_seqlens=False)
+    return fn
+
+
+def runners() -> list[Runner]:
+    return [
+        _make("cuda-decode-split", "split-KV decode, mma.sync m16n8k16 + cp.async ring, GQA rows packed",
+              [_common_reason, _decode_reason], _decode("tc")),
+        _make("cuda-decode-split-scalar", "split-KV decode, FP32 FMA on the same fragments",
+              [_common_reason, _decode_reason], _decode("scalar")),
+        _make("cuda-prefill-tc", "split-Q prefill FA2-style: mma.sync, ldmatrix, cp.async double buffer",
+              [_common_reason], _prefill("tc")),
+        _make("cuda-prefill-scalar", "split-Q prefill, FP32 FMA", [_common_reason], _prefill("scalar")),
+        _make("cuda-paged-decode", f"split-KV decode on a paged cache (page {PAGE_SIZE})",
+              [_common_reason, _decode_reason, _paged_reason], _paged_decode),
+        _make("cuda-paged-prefill", f"ragged prefill on a paged cache (page {PAGE_SIZE}, packed Q schedule)",
+              [_common_reason, _paged_reason], _paged_prefill),
+    ]

@@ -1,0 +1,368 @@
+"""FP8 primitives and strategy layer: fake (meta) implementations and input checks on CPU;
+quantize, GEMM (both paths, every tile shape) and fp8_autocast on GPU (marked gpu) against
+torch and float32 references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.extension import fp8 as fp8_strategy
+from kernels.extension.ops import fp8 as fp8_ops  # registers torch.ops.kernels.fp8_*
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def meta_operands(m, n, k, da=E4M3, db=E4M3):
+    a = torch.empty(m, k, dtype=da, device="meta")
+    b = torch.empty(n, k, dtype=db, device="meta")
+    s = torch.empty((), dtype=torch.float32, device="meta")
+    return a, b, s
+
+
+# ---- CPU: fake implementations, checks, dispatch ----------------------------------------------
+
+def test_fake_gemm_shape():
+    a, b, s = meta_operands(5, 7, 32)
+    out = torch.ops.kernels.fp8_gemm(a, b, s, s, None, None, None)
+    assert out.shape == (5, 7) and out.dtype == torch.bfloat16 and out.device.type == "meta"
+
+
+def test_fake_quantize_shapes():
+    x = torch.empty(3, 5, 64, dtype=torch.bfloat16, device="meta")
+    s = torch.empty((), dtype=torch.float32, device="meta")
+    out, out_t, amax = torch.ops.kernels.fp8_quantize(x, s, E5M2, True, True)
+    assert out.shape == (3, 5, 64) and out.dtype == E5M2
+    assert out_t.shape == (64, 15) and amax.shape == () and amax.dtype == torch.float32
+    out, out_t, _ = torch.ops.kernels.fp8_quantize(x, s, E4M3, False, False)
+    assert out.shape == (0,) and out_t.shape == (0,)
+
+
+def test_opcheck_fake_tensor_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(17, 48, dtype=E4M3)
+        b = torch.empty(9, 48, dtype=E5M2)
+        s = torch.empty((), dtype=torch.float32)
+        assert torch.ops.kernels.fp8_gemm(a, b, s, s).shape == (17, 9)
+
+
+@pytest.mark.parametrize("case, error, match", [
+    (dict(k=40), ValueError, "multiple of 16"),
+    (dict(kb=48), ValueError, "disagree on K"),
+    (dict(da=torch.bfloat16), TypeError, "float8"),
+    (dict(da=E5M2, db=E5M2), TypeError, "unsupported format pair"),
+    (dict(scale_dtype=torch.float16), TypeError, "float32"),
+    (dict(bias_shape=(3,)), ValueError, "bias"),
+    (dict(bias_dtype=torch.float32), TypeError, "bias"),
+    (dict(row_scale_shape=(2,)), ValueError, "row_scale"),
+    (dict(a_dims=3), ValueError, "2-D"),
+])
+def test_gemm_bad_inputs_raise(case, error, match):
+    m, n, k = 4, 8, case.get("k", 32)
+    a = torch.empty(m, k, dtype=case.get("da", E4M3), device="meta")
+    if case.get("a_dims") == 3:
+        a = a.unsqueeze(0)
+    b = torch.empty(n, case.get("kb", k), dtype=case.get("db", E4M3), device="meta")
+    s = torch.empty((), dtype=case.get("scale_dtype", torch.float32), device="meta")
+    bias = torch.empty(*case.get("bias_shape", (n,)), dtype=case.get("bias_dtype", torch.bfloat16), device="meta")
+    row_scale = torch.empty(*case.get("row_scale_shape", (m,)), dtype=torch.float32, device="meta")
+    with pytest.raises(error, match=match):
+        torch.ops.kernels.fp8_gemm(a, b, s, s, bias, row_scale, None)
+
+
+def test_gemm_misaligned_meta_inputs_raise():
+    s = torch.empty((), dtype=torch.float32, device="meta")
+    b = torch.empty(4, 64, dtype=E4M3, device="meta")
+    wide = torch.empty(8, 80, dtype=E4M3, device="meta")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        torch.ops.kernels.fp8_gemm(wide[:, 8:72], b, s, s)
+    with pytest.raises(ValueError, match="row stride 72"):
+        torch.ops.kernels.fp8_gemm(torch.empty(8, 72, dtype=E4M3, device="meta")[:, :64], b, s, s)
+    with pytest.raises(ValueError, match="block_n"):
+        torch.ops.kernels.fp8_gemm(b, b, s, s, block_n=96)
+    torch.ops.kernels.fp8_gemm(wide[:, 16:80], b, s, s)  # 16 bytes in, stride 80: fine
+
+
+def test_quantize_bad_inputs_raise():
+    s = torch.empty((), dtype=torch.float32, device="meta")
+    with pytest.raises(TypeError, match="bfloat16"):
+        torch.ops.kernels.fp8_quantize(torch.empty(4, 4, device="meta"), s, E4M3, True, False)
+    x = torch.empty(4, 4, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(TypeError, match="fp8_dtype"):
+        torch.ops.kernels.fp8_quantize(x, s, torch.float16, True, False)
+    with pytest.raises(ValueError, match="one value"):
+        torch.ops.kernels.fp8_quantize(x, torch.empty(2, device="meta"), E4M3, True, False)
+
+
+def test_cpu_tensors_have_no_kernel():
+    a = torch.zeros(4, 32, dtype=E4M3)
+    s = torch.ones(())
+    with pytest.raises(NotImplementedError):
+        torch.ops.kernels.fp8_gemm(a, a, s, s)
+
+
+def test_recipes_validate():
+    with pytest.raises(ValueError):
+        fp8_strategy.DelayedScaling(fp8_format="e5m2")
+    with pytest.raises(ValueError):
+        fp8_strategy.DelayedScaling(amax_history_len=0)
+    with pytest.raises(ValueError):
+        fp8_strategy.DynamicScaling(margin=-1)
+    with pytest.raises(TypeError):
+        with fp8_strategy.fp8_autocast(recipe="delayed"):
+            pass
+
+
+def test_linear_outside_autocast_is_plain():
+    layer = fp8_strategy.Fp8Linear(32, 16, dtype=torch.float32)
+    x = torch.randn(3, 32)
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    assert not fp8_strategy.is_fp8_enabled()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_autocast_without_cuda_raises():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        with fp8_strategy.fp8_autocast():
+            pass
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+def _need_module():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if not fp8_ops.is_available():
+        pytest.skip("fp8 module not built (python -m tools.build_ext)")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 needs sm_89+")
+
+
+def _is_hopper():
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("shape", [(128, 256), (77, 45), (3, 5, 64), (1000, 24), (1, 8)])
+def test_quantize_matches_torch(dtype, shape):
+    _need_module()
+    x = (torch.randn(*shape, device="cuda") * 5).to(torch.bfloat16)
+    fmax = fp8_ops.FP8_MAX[dtype]
+    scale = torch.tensor(2 * fmax, device="cuda") / x.float().abs().amax()  # saturates the top half
+    out, out_t, amax = torch.ops.kernels.fp8_quantize(x, scale, dtype, True, True)
+    ref = (x.float() * scale).clamp(-fmax, fmax).to(dtype)
+    assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
+    ref_t = ref.reshape(-1, shape[-1]).t().contiguous()
+    assert torch.equal(out_t.view(torch.uint8), ref_t.view(torch.uint8))
+    assert float(amax) == float(x.float().abs().amax())
+
+
+@pytest.mark.gpu
+def test_quantize_strided_rows_and_amax_only():
+    _need_module()
+    base = torch.randn(64, 96, device="cuda").to(torch.bfloat16)
+    x = base[:, :64]  # row stride 96
+    one = torch.ones((), device="cuda")
+    out, _, amax = torch.ops.kernels.fp8_quantize(x, one, E4M3, True, False)
+    assert torch.equal(out.view(torch.uint8), x.float().to(E4M3).view(torch.uint8))
+    _, _, amax_only = torch.ops.kernels.fp8_quantize(x, one, E4M3, False, False)
+    assert float(amax_only) == float(amax) == float(x.float().abs().amax())
+
+
+def _gemm_case(m, n, k, da, db, seed=0, extras=False):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(da)
+    b = torch.randn(n, k, device="cuda", generator=g).to(db)
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if extras else None
+    rs = torch.rand(m, device="cuda", generator=g) + 0.5 if extras else None
+    cs = torch.rand(n, device="cuda", generator=g) + 0.5 if extras else None
+    af, bf = a.double(), b.double()
+    ref, mag = (af @ bf.t()) * 0.125, (af.abs() @ bf.abs().t()) * 0.125
+    if extras:
+        scale = rs.double()[:, None] * cs.double()[None, :]
+        ref, mag = ref * scale + bias.double(), mag * scale
+    return a, b, sa, sb, bias, rs, cs, (ref, mag)
+
+
+# Accumulation error per unit of sum_k |a_k b_k|: fp32 accumulation (mma.sync, promoted WGMMA,
+# torch._scaled_mm's default) stays far below 1e-5; WGMMA with block_n=256 (fast accumulation,
+# like torch._scaled_mm(use_fast_accum=True)) shows about 2^-15 and is held to 2^-12.
+ACC_U = 1e-5
+FAST_ACC_U = 2.0**-12
+
+
+def _assert_gemm_close(out, ref_mag, tag, u=ACC_U):
+    ref, mag = ref_mag
+    assert out.dtype == torch.bfloat16 and out.shape == ref.shape
+    assert torch.isfinite(out).all(), f"{tag}: non-finite output"
+    diff = out.double() - ref
+    rel = float(diff.norm() / ref.norm().clamp_min(1e-30))
+    assert rel <= 1e-2, f"{tag}: rel_err {rel:.3g}"
+    bound = 2.0**-8 * ref.abs() + u * mag + 1e-6  # bf16 output rounding + accumulation
+    excess = diff.abs() - bound
+    worst = int(excess.argmax())
+    i, j = divmod(worst, ref.shape[1]) if ref.dim() == 2 else (0, worst)
+    assert float(excess.max()) <= 0, (f"{tag}: ({i}, {j}) got {float(out.reshape(-1)[worst]):.6g} "
+                                      f"want {float(ref.reshape(-1)[worst]):.6g}")
+
+
+def _u_for(variant):
+    return FAST_ACC_U if variant.get("path") == 0 and variant.get("block_n") == 256 else ACC_U
+
+
+PATH_VARIANTS = [dict(path=0, block_n=bn, persistent=p) for bn in (64, 128, 256) for p in (0, 1)]
+PATH_VARIANTS += [dict(path=1), dict()]  # mma.sync, planner's choice
+SHAPES = [(1, 64, 32), (7, 33, 48), (16, 256, 128), (129, 130, 144), (300, 77, 1040),
+          (257, 520, 2064), (2, 11008, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", PATH_VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) or "auto")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_paths_match_reference(variant, shape):
+    _need_module()
+    if variant.get("path") == 0 and not _is_hopper():
+        pytest.skip("WGMMA path is sm_90a only")
+    a, b, sa, sb, _, _, _, ref = _gemm_case(*shape, E4M3, E4M3, seed=sum(shape))
+    out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, **variant)
+    _assert_gemm_close(out, ref, f"{shape} {variant}", u=_u_for(variant))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", range(1, 17))
+def test_gemm_small_m(m):
+    _need_module()
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, 96, 272, E4M3, E4M3, seed=m, extras=True)
+    out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs)
+    _assert_gemm_close(out, ref, f"M={m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
+@pytest.mark.parametrize("path", [0, 1])
+def test_gemm_formats_vs_scaled_mm(da, db, path):
+    _need_module()
+    if path == 0 and not _is_hopper():
+        pytest.skip("WGMMA path is sm_90a only")
+    m, n, k = 192, 320, 512
+    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(m, n, k, da, db, seed=3, extras=False)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    ref = ref + bias.double()
+    out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, path=path)
+    _assert_gemm_close(out, (ref, mag), f"{da} x {db}")
+    peer = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16)
+    rel = float((out.float() - peer.float()).norm() / peer.float().norm())
+    assert rel <= 1e-2
+
+
+def _rel(out, ref):
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 256, 128), (256, 512, 4096), (64, 1024, 16384)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemm_accuracy_vs_scaled_mm(shape):
+    """Same inputs, fp64 reference: the promoted kernel is as accurate as torch._scaled_mm
+    (fp32 accumulation); block_n=256 as accurate as torch._scaled_mm(use_fast_accum=True)."""
+    _need_module()
+    if not _is_hopper():
+        pytest.skip("WGMMA path is sm_90a only")
+    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(*shape, E4M3, E4M3, seed=11)
+    def scaled_mm(fast):
+        return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                                use_fast_accum=fast)
+    errs = {"ours": _rel(torch.ops.kernels.fp8_gemm(a, b, sa, sb, path=0, block_n=128), ref),
+            "ours_bn64": _rel(torch.ops.kernels.fp8_gemm(a, b, sa, sb, path=0, block_n=64), ref),
+            "ours_fast": _rel(torch.ops.kernels.fp8_gemm(a, b, sa, sb, path=0, block_n=256), ref),
+            "mma_sync": _rel(torch.ops.kernels.fp8_gemm(a, b, sa, sb, path=1), ref),
+            "scaled_mm": _rel(scaled_mm(False), ref), "scaled_mm_fast": _rel(scaled_mm(True), ref)}
+    msg = " ".join(f"{k}={v:.3e}" for k, v in errs.items())
+    # bf16 output rounding alone gives ~1e-3 here; the slack covers rounding-tie noise only
+    assert errs["ours"] <= 1.1 * errs["scaled_mm"] + 1e-5, msg
+    assert errs["ours_bn64"] <= 1.1 * errs["scaled_mm"] + 1e-5, msg
+    assert errs["mma_sync"] <= 1.1 * errs["scaled_mm"] + 1e-5, msg
+    assert errs["ours_fast"] <= 1.5 * max(errs["scaled_mm_fast"], errs["scaled_mm"]) + 1e-5, msg
+
+
+@pytest.mark.gpu
+def test_gemm_bad_inputs_on_device():
+    """Every bad input raises in Python before anything reaches the launcher."""
+    _need_module()
+    a = torch.zeros(8, 40, dtype=E4M3, device="cuda")
+    s = torch.ones((), device="cuda")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        torch.ops.kernels.fp8_gemm(a, a, s, s)
+    a = torch.zeros(8, 64, dtype=E5M2, device="cuda")
+    with pytest.raises(TypeError, match="format pair"):
+        torch.ops.kernels.fp8_gemm(a, a, s, s)
+    b = torch.zeros(4, 64, dtype=E4M3, device="cuda")
+    wide = torch.zeros(8, 80, dtype=E4M3, device="cuda")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        torch.ops.kernels.fp8_gemm(wide[:, 8:72], b, s, s)  # base address 8 bytes in
+    odd_rows = torch.zeros(8, 72, dtype=E4M3, device="cuda")
+    with pytest.raises(ValueError, match="row stride 72"):
+        torch.ops.kernels.fp8_gemm(odd_rows[:, :64], b, s, s)
+    with pytest.raises(ValueError, match="block_n"):
+        torch.ops.kernels.fp8_gemm(b, b, s, s, block_n=96)
+    with pytest.raises(ValueError, match="path"):
+        torch.ops.kernels.fp8_gemm(b, b, s, s, path=2)
+    with pytest.raises(ValueError, match="scale_a"):
+        torch.ops.kernels.fp8_gemm(b, b, s.cpu(), s)
+    with pytest.raises(ValueError, match="block_n"):
+        fp8_ops.gemm_plan(4, 4, 16, block_n=96)
+    if not _is_hopper():
+        with pytest.raises(NotImplementedError, match="sm_90a"):
+            torch.ops.kernels.fp8_gemm(b, b, s, s, path=0)
+
+
+@pytest.mark.gpu
+def test_gemm_plan_never_picks_fast_accumulation():
+    _need_module()
+    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (1, 64, 32), (16384, 256, 1024)]:
+        plan = fp8_ops.gemm_plan(m, n, k)
+        assert not plan["fast_accum"], plan
+    assert fp8_ops.gemm_plan(4096, 4096, 4096, path=0, block_n=256)["fast_accum"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(), fp8_strategy.DelayedScaling(amax_history_len=4)],
+                         ids=["dynamic", "delayed"])
+def test_fp8_autocast_linear_forward_backward(recipe):
+    _need_module()
+    torch.manual_seed(0)
+    layer = fp8_strategy.Fp8Linear(256, 128, device="cuda")
+    x = torch.randn(4, 32, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    ref_layer = torch.nn.Linear(256, 128, device="cuda", dtype=torch.float32)
+    ref_layer.load_state_dict({k: v.float() for k, v in layer.state_dict().items()})
+    x_ref = x.detach().float().requires_grad_(True)
+    y_ref = ref_layer(x_ref)
+    grad = torch.randn_like(y_ref)
+    y_ref.backward(grad)
+    for step in range(3):  # delayed scaling: step 0 uses the initial scale 1, later ones history
+        layer.zero_grad()
+        x.grad = None
+        with fp8_strategy.fp8_autocast(recipe=recipe):
+            y = layer(x)
+        y.backward(grad.to(torch.bfloat16))
+        rel = lambda got, want: float((got.float() - want).norm() / want.norm())
+        assert rel(y, y_ref) < 0.08, f"step {step}: forward rel {rel(y, y_ref):.3g}"
+        assert rel(x.grad, x_ref.grad) < 0.15
+        assert rel(layer.weight.grad, ref_layer.weight.grad) < 0.15
+        assert rel(layer.bias.grad, ref_layer.bias.grad) < 0.02
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", [-1, 1])
+def test_gemm_empty_k_gives_bias(path):
+    _need_module()
+    a = torch.zeros(5, 0, dtype=E4M3, device="cuda")
+    b = torch.zeros(7, 0, dtype=E4M3, device="cuda")
+    s = torch.ones((), device="cuda")
+    bias = torch.randn(7, device="cuda").to(torch.bfloat16)
+    out = torch.ops.kernels.fp8_gemm(a, b, s, s, bias, path=path)
+    torch.testing.assert_close(out, bias.expand(5, 7), rtol=0, atol=0)

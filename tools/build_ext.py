@@ -1,0 +1,132 @@
+"""Build the production CUDA extension modules (csrc/) into kernels/extension/lib/.
+
+    python -m tools.build_ext                  # every module in csrc/CMakeLists.txt KERNEL_NAMES
+    python -m tools.build_ext --only attention # one module
+    python -m tools.build_ext --arch 90a       # override the architecture (default: the device's)
+
+Drives CMake with torch's CMake package (torch.utils.cmake_prefix_path) and pybind11 from
+torch's headers; sm_90a on Hopper. Without nvcc or a CUDA build of torch it prints why and
+exits 0, so CPU-only machines can run it harmlessly. A compile error exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "csrc"
+LIB_DIR = ROOT / "kernels" / "extension" / "lib"
+BUILD_DIR = ROOT / "build" / "csrc"
+
+
+def find_nvcc() -> str | None:
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").exists():
+            return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def device_arch(torch) -> str | None:
+    """'90a' on Hopper (the arch-specific features need the 'a' target), else e.g. '89'."""
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"{major}{minor}"
+    return arch + "a" if (major, minor) in ((9, 0), (10, 0)) else arch
+
+
+def skip(reason: str) -> int:
+    print(f"build_ext: skipped: {reason}")
+    return 0
+
+
+def cmake_configure(build_dir: Path, arch: str, nvcc: str, torch, manual: bool) -> subprocess.CompletedProcess:
+    import torch.utils.cpp_extension as cpp
+
+    args = [
+        "cmake", "-S", str(CSRC), "-B", str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
+        f"-DCMAKE_CUDA_COMPILER={nvcc}",
+        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+        f"-DPython_EXECUTABLE={sys.executable}",
+        f"-DKERNELS_OUTPUT_DIR={LIB_DIR}",
+    ]
+    if shutil.which("ninja"):
+        args += ["-G", "Ninja"]
+    if manual:
+        args += [
+            "-DKERNELS_TORCH_MANUAL=ON",
+            "-DKERNELS_TORCH_INCLUDE_DIRS=" + ";".join(cpp.include_paths()),
+            "-DKERNELS_TORCH_LIB_DIR=" + cpp.library_paths()[0],
+        ]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=None, help="module name (repeatable)")
+    parser.add_argument("--arch", default=os.environ.get("KERNELS_CUDA_ARCH"), help="e.g. 90a")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    parser.add_argument("--clean", action="store_true", help="remove the CMake build directory first")
+    args = parser.parse_args(argv)
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    if shutil.which("cmake") is None:
+        return skip("cmake not found")
+    try:
+        import torch
+    except ImportError:
+        return skip("torch is not installed")
+    if torch.version.cuda is None:
+        return skip(f"torch {torch.__version__} is a CPU-only build")
+    arch = args.arch or device_arch(torch)
+    if arch is None:
+        return skip("no CUDA device to pick the architecture from; pass --arch (e.g. 90a)")
+
+    start = time.time()
+    if args.clean and BUILD_DIR.parent.exists():
+        shutil.rmtree(BUILD_DIR.parent)
+    LIB_DIR.mkdir(parents=True, exist_ok=True)
+    build_dir = BUILD_DIR
+    configured = cmake_configure(build_dir, arch, nvcc, torch, manual=False)
+    if configured.returncode != 0:
+        # Torch's CMake package can trip over toolkit details (CUDA 13 layout, cuDNN);
+        # the explicit include/library paths from torch.utils.cpp_extension do not.
+        print("build_ext: find_package(Torch) failed, retrying with explicit torch paths:")
+        print("\n".join(configured.stderr.strip().splitlines()[-15:]))
+        build_dir = BUILD_DIR.with_name("csrc-manual")
+        configured = cmake_configure(build_dir, arch, nvcc, torch, manual=True)
+    if configured.returncode != 0:
+        print(configured.stdout[-4000:])
+        print(configured.stderr[-4000:], file=sys.stderr)
+        print("build_ext: CMake configure failed", file=sys.stderr)
+        return 1
+
+    cmd = ["cmake", "--build", str(build_dir), "-j", str(args.jobs)]
+    for name in args.only or []:
+        cmd += ["--target", name]
+    print(f"build_ext: building for sm_{arch} with {nvcc} ...", flush=True)
+    built = subprocess.run(cmd, cwd=ROOT)
+    if built.returncode != 0:
+        print("build_ext: build failed", file=sys.stderr)
+        return built.returncode
+    (LIB_DIR / "build_info.json").write_text(
+        json.dumps({"arch": arch, "torch": torch.__version__, "cuda": torch.version.cuda}, indent=1) + "\n"
+    )
+    modules = sorted(p.name for p in LIB_DIR.glob("*.so"))
+    print(f"build_ext: done in {time.time() - start:.0f}s: {', '.join(modules)} in {LIB_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The production attention suite: our CUDA kernels with their peers in the same run.
+
+Rows (DESIGN.md schema): paged decode B in {1, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128 at
+pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
+dense; B=1 contiguous decode latency; prefill D 128 4k (TFLOP/s, target >= 350) with torch
+SDPA and FA4; a ragged causal paged-prefill row. Each row is checked against the fp32
+reference before it is timed; a wrong answer is recorded as `wrong: ...`, never timed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TOL = 1e-2
+HQ, HKV, D = 32, 8, 128
+
+
+def _rel_err(out, ref) -> float:
+    out = out.float()
+    if torch.isnan(out).any():
+        return float("nan")
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
+
+
+def _paged(k, v, page_size, seed=0):
+    """Contiguous [B, Sk, H, D] -> permuted paged cache + page table (the reference stays contiguous)."""
+    b, sk = k.shape[:2]
+    pages = sk // page_size
+    perm = torch.randperm(b * pages, generator=torch.Generator().manual_seed(seed)).to(k.device)
+    k_cache = torch.empty(b * pages, page_size, *k.shape[2:], dtype=k.dtype, device=k.device)
+    v_cache = torch.empty_like(k_cache)
+    k_cache[perm] = k.reshape(b * pages, page_size, *k.shape[2:])
+    v_cache[perm] = v.reshape(b * pages, page_size, *v.shape[2:])
+    return k_cache, v_cache, perm.view(b, pages).to(torch.int32)
+
+
+def _row(kernel, problem, ms=None, flops=None, nbytes=None, err=None, status="ok"):
+    return {"kernel": kernel, "problem": problem, "ms": ms,
+            "tflops": flops / (ms["median"] * 1e-3) / 1e12 if ms and flops else None,
+            "gbps": nbytes / (ms["median"] * 1e-3) / 1e9 if ms and nbytes else None,
+            "rel_err": err, "status": status}
+
+
+def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
+    """Check fn() against ref, then time it; exceptions become `unsupported:` rows."""
+    try:
+        out = fn()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 (a peer that cannot run this shape is a row, not a crash)
+        return _row(kernel, problem, status=f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    err = _rel_err(out, ref)
+    if not err <= TOL:
+        return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
+    return _row(kernel, problem, ctx.time(fn), flops, nbytes, err)
+
+
+def _fa4():
+    try:
+        from flash_attn.cute import interface
+        return interface
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+def _sdpa(q, k, v, causal):
+    group = q.shape[2] // k.shape[2]
+    kr, vr = (t.transpose(1, 2).repeat_interleave(group, dim=1) for t in (k, v))
+    if causal and q.shape[1] != k.shape[1]:
+        raise ValueError("torch SDPA is_causal is top-left aligned; only Sq == Sk rows")
+    return torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kr, vr, is_causal=causal).transpose(1, 2)
+
+
+def run(ctx) -> list[dict]:
+    from kernels.extension.ops import attention as ops
+    from kernels.harness.problem import AttentionProblem
+    from kernels.harness.reference import reference_attention
+
+    fa4 = _fa4()
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
+
+    task = ctx.progress.add_task("attention", total=4)
+
+    # ---- paged decode, KV bandwidth ----------------------------------------------------------
+    for batch in (1, 16, 64):
+        sk = 4096
+        problem = AttentionProblem(batch=batch, seqlen_q=1, seqlen_k=sk, heads_q=HQ, heads_kv=HKV, head_dim=D)
+        q, k, v = rand(batch, 1, HQ, D), rand(batch, sk, HKV, D), rand(batch, sk, HKV, D)
+        ref = reference_attention(q, k, v)[0]
+        kv_bytes = 2 * k.numel() * k.element_size()
+        lens = torch.full((batch,), sk, dtype=torch.int32, device="cuda")
+        for page in (16, 64):
+            k_cache, v_cache, table = _paged(k, v, page)
+            pdict = {**problem.to_dict(), "page_size": page, "paged": True}
+            rows.append(_measure(ctx, "cuda-paged-decode", pdict, lambda: ops.paged_decode(
+                q, k_cache, v_cache, table, lens, check_seqlens=False), ref, nbytes=kv_bytes))
+            if fa4 is not None:
+                rows.append(_measure(ctx, "fa4-paged-decode", pdict, lambda: _first(fa4.flash_attn_varlen_func(
+                    q, k_cache, v_cache, seqused_k=lens, page_table=table)), ref, nbytes=kv_bytes))
+        dense = problem.to_dict()
+        rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref, nbytes=kv_bytes))
+        rows.append(_measure(ctx, "cuda-decode-split-scalar", dense, lambda: ops.decode(q, k, v, impl="scalar"),
+                             ref, nbytes=kv_bytes))
+        rows.append(_measure(ctx, "torch-sdpa", dense, lambda: _sdpa(q, k, v, False), ref, nbytes=kv_bytes))
+    ctx.progress.advance(task)
+
+    # ---- prefill, TFLOP/s ------------------------------------------------------------------------
+    for causal in (False, True):
+        problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=D,
+                                   causal=causal)
+        q, k, v = (rand(4, 4096, 16, D) for _ in range(3))
+        ref = reference_attention(q, k, v, causal=causal)[0]
+        pdict, flops = problem.to_dict(), problem.flops()
+        rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref, flops))
+        rows.append(_measure(ctx, "torch-sdpa", pdict, lambda: _sdpa(q, k, v, causal), ref, flops))
+        if fa4 is not None:
+            rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
+                                 ref, flops))
+        del ref
+    small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
+    q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
+    rows.append(_measure(ctx, "cuda-prefill-scalar", small.to_dict(), lambda: ops.prefill(q, k, v, impl="scalar"),
+                         reference_attention(q, k, v)[0], small.flops()))
+    ctx.progress.advance(task)
+
+    # ---- ragged paged prefill (causal, page 64) ------------------------------------------------------
+    lens_list = [4096, 3000, 2048, 1024, 512, 100]
+    sk, page = 4096, 64
+    k, v = rand(len(lens_list), sk, HKV, D), rand(len(lens_list), sk, HKV, D)
+    k_cache, v_cache, table = _paged(k, v, page)
+    q = rand(sum(lens_list), HQ, D)
+    cu = torch.tensor([0] + list(torch.tensor(lens_list).cumsum(0)), dtype=torch.int32, device="cuda")
+    lens = torch.tensor(lens_list, dtype=torch.int32, device="cuda")
+    refs, flops = [], 0
+    for b, n in enumerate(lens_list):
+        qb = q[cu[b]:cu[b + 1]].unsqueeze(0)
+        refs.append(reference_attention(qb, k[b:b + 1, :n], v[b:b + 1, :n], causal=True)[0][0])
+        flops += AttentionProblem(batch=1, seqlen_q=n, seqlen_k=n, heads_q=HQ, heads_kv=HKV, head_dim=D,
+                                  causal=True).flops()
+    ref = torch.cat(refs)
+    pdict = {"batch": len(lens_list), "seqlens": lens_list, "heads_q": HQ, "heads_kv": HKV, "head_dim": D,
+             "causal": True, "dtype": "bf16", "page_size": page, "paged": True, "ragged": True}
+    rows.append(_measure(ctx, "cuda-paged-prefill", pdict, lambda: ops.paged_prefill(
+        q, k_cache, v_cache, table, cu, lens, causal=True, check_seqlens=False), ref, flops))
+    if fa4 is not None:
+        rows.append(_measure(ctx, "fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
+            q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens, page_table=table,
+            causal=True)), ref, flops))
+    ctx.progress.advance(task)
+    return rows

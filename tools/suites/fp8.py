@@ -1,0 +1,157 @@
+"""The fp8 suite: the FP8 GEMM (planner's choice, plus persistent / per-tile variants on the
+square shapes) against torch._scaled_mm (cuBLASLt) on the same operands, and quantize against
+a torch implementation.
+
+GEMM problems: 4096^3 and 8192^3, then LLM linear shapes: M in {1, 16, 128, 2048, 8192},
+N, K in {4096, 11008, 14336}. The square shapes add the persistent / per-tile / mma.sync
+variants and the fast-accumulation ones (ours with block_n=256, torch._scaled_mm with
+use_fast_accum=True); every other row accumulates in fp32.
+E4M3 x E4M3, per-tensor scales, bf16 out. Each row is checked
+against a float32 reference of the same fp8 operands (rel_err: relative Frobenius) before it
+is timed; inputs rotate when one set fits in L2.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+SQUARE = (4096, 8192)
+LLM_M = (1, 16, 128, 2048, 8192)
+LLM_NK = (4096, 11008, 14336)
+QUANTIZE_SHAPES = ((8192, 8192), (16384, 4096))
+TOLERANCE = 1e-2
+
+
+def gemm_problems():
+    problems = [(n, n, n) for n in SQUARE]
+    problems += [(m, n, k) for m, n, k in itertools.product(LLM_M, LLM_NK, LLM_NK)]
+    return problems
+
+
+def _row(kernel, problem, ms, tflops=None, gbps=None, rel_err=None, status="ok", **extra):
+    return {"kernel": kernel, "problem": problem, "ms": ms, "tflops": tflops, "gbps": gbps,
+            "rel_err": rel_err, "status": status, **extra}
+
+
+def _rel(out, ref) -> float:
+    return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _gemm_rows(ctx, m, n, k) -> list[dict]:
+    from kernels.extension.ops import fp8 as fp8_ops
+    from kernels.harness.timing import rotation_count
+
+    problem = {"m": m, "n": n, "k": k, "a": "e4m3", "b": "e4m3", "out": "bf16"}
+    flops = 2.0 * m * n * k
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    sets = rotation_count(m * k + n * k + 2 * m * n)
+
+    def operands():
+        a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        return a, b
+
+    arg_sets = [operands() for _ in range(sets)]
+    scale_a = torch.tensor(0.5, device="cuda")
+    scale_b = torch.tensor(0.25, device="cuda")
+    a0, b0 = arg_sets[0]
+    ref = (a0.float() @ b0.float().t()) * 0.125
+
+    variants = [("fp8_gemm", {})]
+    if m == n == k:
+        variants += [("fp8_gemm-persistent", {"persistent": 1}),
+                     ("fp8_gemm-per-tile", {"persistent": 0}),
+                     ("fp8_gemm-mma_sync", {"path": 1}),
+                     ("fp8_gemm-bn256-fast_accum", {"path": 0, "block_n": 256})]
+    rows = []
+    for name, kwargs in variants:
+        if not fp8_ops.is_available():
+            rows.append(_row(name, problem, None, status="unsupported: fp8 module not built"))
+            break
+        plan = fp8_ops.gemm_plan(m, n, k, kwargs.get("path", -1), kwargs.get("block_n", 0),
+                                 kwargs.get("persistent", -1))
+        if kwargs.get("path") == 0 and torch.cuda.get_device_capability() != (9, 0):
+            continue  # the WGMMA path is sm_90a only
+
+        def ours(a, b, kwargs=kwargs):
+            return torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, **kwargs)
+
+        rel = _rel(ours(a0, b0), ref)
+        if not rel <= TOLERANCE:
+            rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}", plan=plan))
+            continue
+        ms = ctx.time(ours, arg_sets)
+        rows.append(_row(name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12, rel_err=rel, plan=plan))
+
+    peers = [("torch._scaled_mm", False)]
+    if m == n == k:
+        peers.append(("torch._scaled_mm-fast_accum", True))
+    for peer_name, fast in peers:
+        def scaled_mm(a, b, fast=fast):
+            return torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
+                                    use_fast_accum=fast)
+
+        try:
+            rel = _rel(scaled_mm(a0, b0), ref)
+        except (RuntimeError, ValueError) as exc:
+            rows.append(_row(peer_name, problem, None, status=f"unsupported: {str(exc).splitlines()[0]}"))
+            continue
+        ms = ctx.time(scaled_mm, arg_sets)
+        rows.append(_row(peer_name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12,
+                         rel_err=rel, status="ok" if rel <= TOLERANCE else f"wrong: rel_err {rel:.3g}"))
+    return rows
+
+
+def _quantize_rows(ctx, rows_, cols) -> list[dict]:
+    from kernels.extension.ops import fp8 as fp8_ops
+
+    problem = {"shape": [rows_, cols], "in": "bf16", "out": "e4m3"}
+    x = torch.randn(rows_, cols, device="cuda").to(torch.bfloat16)
+    scale = torch.tensor(448.0, device="cuda") / x.float().abs().amax()
+    ref = (x.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    out_rows = []
+    for transpose in (False, True):
+        name = "fp8_quantize" + ("+transpose" if transpose else "")
+        nbytes = x.numel() * (2 + 1 + (1 if transpose else 0))
+        if not fp8_ops.is_available():
+            out_rows.append(_row(name, problem, None, status="unsupported: fp8 module not built"))
+            continue
+
+        def ours(transpose=transpose):
+            return torch.ops.kernels.fp8_quantize(x, scale, torch.float8_e4m3fn, True, transpose)
+
+        out, out_t, amax = ours()
+        exact = torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
+        exact = exact and (not transpose or torch.equal(out_t.view(torch.uint8), ref.t().contiguous().view(torch.uint8)))
+        exact = exact and float(amax) == float(x.float().abs().amax())
+        ms = ctx.time(ours) if exact else None
+        out_rows.append(_row(name, problem, ms, gbps=nbytes / (ms["median"] * 1e-3) / 1e9 if ms else None,
+                             rel_err=0.0 if exact else None,
+                             status="ok" if exact else "wrong: differs from torch's rounding"))
+
+    def torch_quantize():
+        amax = x.abs().amax().float()
+        return (x.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn), amax
+
+    ms = ctx.time(torch_quantize)
+    out_rows.append(_row("torch-quantize", problem, ms,
+                         gbps=x.numel() * 3 / (ms["median"] * 1e-3) / 1e9, rel_err=0.0))
+    return out_rows
+
+
+def run(ctx) -> list[dict]:
+    todo = gemm_problems()
+    rows = []
+    task = ctx.progress.add_task("fp8", total=len(todo) + len(QUANTIZE_SHAPES))
+    for shape in QUANTIZE_SHAPES:
+        ctx.progress.update(task, description=f"quantize {shape}")
+        rows += _quantize_rows(ctx, *shape)
+        ctx.progress.advance(task)
+    for m, n, k in todo:
+        ctx.progress.update(task, description=f"gemm {m}x{n}x{k}")
+        rows += _gemm_rows(ctx, m, n, k)
+        torch.cuda.empty_cache()
+        ctx.progress.advance(task)
+    return rows
