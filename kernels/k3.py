@@ -48,12 +48,22 @@ How it works (thread ``t`` of warps 0-7 owns row ``r = t // 4`` of the tile and 
     reads over all 32 banks. The tensor map applies the same swizzle when it writes.
 
 Cost
-    Still FP32 scalar math, so the ceiling is K2's: the FP32 pipe (~60 TFLOP/s on H200). What
-    TMA removes is the copy work of the compute threads (address math, LDG/STS, tail
-    predicates) and the two CTA barriers around each copy, and it overlaps the next tile's
-    load with the current tile's math. K2 spends most of its time in the FFMA / LDS loops of
-    2b and 2e, so expect a modest gain, largest where K2 stalls on loads (short KV loops,
-    D = 64). One extra warp per CTA (288 threads).
+    Still FP32 scalar math. TMA removes the copy work of the compute threads (address math,
+    LDG/STS, tail predicates) and the two CTA barriers around each copy, and overlaps the next
+    tile's load with the current tile's math; it costs one extra warp per CTA (288 threads) and
+    twice K2's shared memory (two stages each of K and V: 97 KiB at D = 128).
+
+    Measured on the H200 (results/h200/ladder.json, the tables of the K3 page): K3 is slower
+    than K2 at every seqlen, against the prediction. The copies were not K2's bottleneck.
+    Step 2b feeds each thread's 8 FFMAs with two 16-byte shared-memory reads (one q chunk, one
+    k chunk): 32 bytes per 8 multiply-adds, where the SM's shared memory delivers 128 bytes per
+    clock against 128 FFMA lanes, so the loop is capped near a quarter of the FP32 rate
+    (~17 TFLOP/s), which is where K2 sits. K3 keeps that loop and adds shared-memory traffic
+    and work around it: the TMA engine writes the next tiles into the same shared memory
+    while the compute warps read, the swizzled addresses take extra integer instructions
+    (compare the SASS totals in the compiler's view), and each tile waits on mbarriers.
+    Which of these costs the difference has not been profiled (no ncu run yet). What TMA buys shows
+    up once the math leaves the FP32 pipe: in K4 the same producer keeps the tensor cores fed.
 
 Constraints
     head_dim 64 or 128; bf16 or fp16; any Sq, Sk >= 1, batch, heads (Hq % Hkv == 0);

@@ -98,8 +98,9 @@ def cell(row: dict | None, value: str = "tflops") -> str:
 
 
 def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
-          label=attention_label) -> tuple[list[str], list[list[str]]]:
+          label=None) -> tuple[list[str], list[list[str]]]:
     """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order."""
+    label = label or problem_label
     rows = select(doc, kernels, where)
     kernel_order = list(kernels) if kernels else list(dict.fromkeys(r["kernel"] for r in rows))
     kernel_order = [k for k in kernel_order if any(r["kernel"] == k for r in rows)]
@@ -226,11 +227,14 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
 
 
 def problem_label(problem: dict) -> str:
-    """``attention_label`` for attention problems; ``key value`` pairs for any other suite's rows."""
-    try:
-        return attention_label(problem)
-    except (TypeError, ValueError):
-        return " ".join(f"{k} {'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in problem.items())
+    """``attention_label`` for attention problems (extra keys such as ``page_size`` appended);
+    ``key value`` pairs for any other suite's rows."""
+    fields = set(AttentionProblem.__dataclass_fields__)
+    if fields - {"scale"} <= set(problem):
+        base = attention_label({k: v for k, v in problem.items() if k in fields})
+        extras = [f"{k.replace('_', ' ')} {v}" for k, v in problem.items() if k not in fields and v is not True]
+        return " ".join([base, *extras])
+    return " ".join(f"{k} {'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in problem.items())
 
 
 def console(stderr: bool = False):
@@ -304,12 +308,12 @@ def main(argv=None) -> int:
         return 0
     doc = load(args.suite)
     out = console()
-    for head_dim in sorted({r["problem"].get("head_dim") for r in doc["rows"]}, key=str):
-        for causal in (False, True):
-            headers, rows = pivot(doc, where={"head_dim": head_dim, "causal": causal}, value=args.value)
-            if rows:
-                out.print(rich_table(headers, rows, title=f"{args.suite}: head_dim {head_dim}"
-                                     f"{', causal' if causal else ''} ({args.value})"))
+    groups = {(r["problem"].get("head_dim"), r["problem"].get("causal")) for r in doc["rows"]}
+    for head_dim, causal in sorted(groups, key=str):
+        headers, rows = pivot(doc, where={"head_dim": head_dim, "causal": causal}, value=args.value)
+        if rows:
+            title = args.suite + (f": head_dim {head_dim}" if head_dim else "") + (", causal" if causal else "")
+            out.print(rich_table(headers, rows, title=f"{title} ({args.value})"))
     out.print(provenance(doc["meta"]))
     return 0
 
