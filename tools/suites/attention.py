@@ -46,20 +46,38 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
     try:
         out = fn()
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 (a peer that cannot run this shape is a row, not a crash)
-        return _row(kernel, problem, status=f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    except Exception as exc:  # noqa: BLE001 (a row, not a crash: the other rows still get measured)
+        # A peer that cannot run a shape is unsupported; our own kernel raising is a failure.
+        verdict = "unsupported" if kernel.startswith(PEER_PREFIXES) else "wrong"
+        return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     err = _rel_err(out, ref)
     if not err <= TOL:
         return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
     return _row(kernel, problem, ctx.time(fn), flops, nbytes, err)
 
 
+PEER_PREFIXES = ("fa4", "torch")
+
+
+class _Unavailable:
+    """Stands in for a peer that cannot be imported: every call raises, so its rows say why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            raise ImportError(self.reason)
+
+        return call
+
+
 def _fa4():
     try:
         from flash_attn.cute import interface
         return interface
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception as exc:  # noqa: BLE001 (ImportError, or a CUDA-less import failure)
+        return _Unavailable(f"flash_attn.cute not importable ({type(exc).__name__})")
 
 
 def _first(x):
@@ -101,9 +119,8 @@ def run(ctx) -> list[dict]:
             pdict = {**problem.to_dict(), "page_size": page, "paged": True}
             rows.append(_measure(ctx, "cuda-paged-decode", pdict, lambda: ops.paged_decode(
                 q, k_cache, v_cache, table, lens, check_seqlens=False), ref, nbytes=kv_bytes))
-            if fa4 is not None:
-                rows.append(_measure(ctx, "fa4-paged-decode", pdict, lambda: _first(fa4.flash_attn_varlen_func(
-                    q, k_cache, v_cache, seqused_k=lens, page_table=table)), ref, nbytes=kv_bytes))
+            rows.append(_measure(ctx, "fa4-paged-decode", pdict, lambda: _first(fa4.flash_attn_varlen_func(
+                q, k_cache, v_cache, seqused_k=lens, page_table=table)), ref, nbytes=kv_bytes))
         dense = problem.to_dict()
         rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref, nbytes=kv_bytes))
         rows.append(_measure(ctx, "cuda-decode-split-scalar", dense, lambda: ops.decode(q, k, v, impl="scalar"),
@@ -120,9 +137,8 @@ def run(ctx) -> list[dict]:
         pdict, flops = problem.to_dict(), problem.flops()
         rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref, flops))
         rows.append(_measure(ctx, "torch-sdpa", pdict, lambda: _sdpa(q, k, v, causal), ref, flops))
-        if fa4 is not None:
-            rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
-                                 ref, flops))
+        rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
+                             ref, flops))
         del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
     q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
@@ -149,9 +165,8 @@ def run(ctx) -> list[dict]:
              "causal": True, "dtype": "bf16", "page_size": page, "paged": True, "ragged": True}
     rows.append(_measure(ctx, "cuda-paged-prefill", pdict, lambda: ops.paged_prefill(
         q, k_cache, v_cache, table, cu, lens, causal=True, check_seqlens=False), ref, flops))
-    if fa4 is not None:
-        rows.append(_measure(ctx, "fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
-            q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens, page_table=table,
-            causal=True)), ref, flops))
+    rows.append(_measure(ctx, "fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
+        q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens, page_table=table,
+        causal=True)), ref, flops))
     ctx.progress.advance(task)
     return rows
