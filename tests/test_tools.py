@@ -60,3 +60,16 @@ def test_opcode_mix_parses_predicated_instructions():
         /*0030*/               @P1 LDG.E.128 R8, desc[UR4][R2.64] ;
     """
     assert inspect.opcode_mix(sass) == {"FFMA": 1, "SHFL": 1, "LDG": 1}
+
+
+def test_recorded_compile_reports_match_the_code():
+    """The docs show results/inspect.json; it must describe the rungs as they are now."""
+    from kernels.harness import AttentionProblem
+
+    for recorded in inspect.load_recorded()["reports"]:
+        problem = AttentionProblem.from_dict(recorded["problem"])
+        if problem.head_dim != 128 or problem.causal:
+            continue
+        live = inspect.inspect(recorded["kernel"], problem)
+        assert (live["registers"], live["sass_mix"]) == (recorded["registers"], recorded["sass_mix"]), \
+            f"{recorded['kernel']}: results/inspect.json is stale: run python -m tools.inspect --record"
