@@ -12,7 +12,7 @@ import importlib
 import json
 import pkgutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tools import report
 
@@ -36,7 +36,6 @@ class Context:
     progress: object
     kernels: list[str] | None = None
     seqlens: list[int] | None = None
-    extra: dict = field(default_factory=dict)
 
     def time(self, fn, arg_sets=((),)):
         from kernels.harness.timing import time_cuda
