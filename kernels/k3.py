@@ -54,16 +54,15 @@ Cost
     twice K2's shared memory (two stages each of K and V: 97 KiB at D = 128).
 
     Measured on the H200 (results/h200/ladder.json, the tables of the K3 page): K3 is slower
-    than K2 at every seqlen, against the prediction. The copies were not K2's bottleneck.
-    Step 2b feeds each thread's 8 FFMAs with two 16-byte shared-memory reads (one q chunk, one
-    k chunk): 32 bytes per 8 multiply-adds, where the SM's shared memory delivers 128 bytes per
-    clock against 128 FFMA lanes, so the loop is capped near a quarter of the FP32 rate
-    (~17 TFLOP/s), which is where K2 sits. K3 keeps that loop and adds shared-memory traffic
-    and work around it: the TMA engine writes the next tiles into the same shared memory
-    while the compute warps read, the swizzled addresses take extra integer instructions
-    (compare the SASS totals in the compiler's view), and each tile waits on mbarriers.
-    Which of these costs the difference has not been profiled (no ncu run yet). What TMA buys shows
-    up once the math leaves the FP32 pipe: in K4 the same producer keeps the tensor cores fed.
+    than K2 at every seqlen, not the modest gain expected. The copies were not K2's bottleneck: both
+    rungs spend their time in the same two inner loops (2b and 2e), where FFMA is only about a
+    third of the instructions; the rest are 16-byte shared-memory reads (one per eight FFMA),
+    bf16 -> fp32 conversions and address arithmetic. K3 keeps those loops and adds to them:
+    the swizzled addresses take extra integer instructions (compare the SASS totals in the
+    compiler's view), the TMA engine writes the next tiles into the same shared memory while
+    the compute warps read, and each tile waits on mbarriers. Whether issue slots or
+    shared-memory wavefronts bind first has not been profiled (no ncu run yet). What TMA buys
+    shows up once the math leaves the FP32 pipe: in K4 the same producer feeds the tensor cores.
 
 Constraints
     head_dim 64 or 128; bf16 or fp16; any Sq, Sk >= 1, batch, heads (Hq % Hkv == 0);

@@ -46,10 +46,10 @@ How it works (two consumer warpgroups, warps 0-7, own 64 query rows each; warp 8
 
 Cost
     Tensor cores do the 4 D FLOPs per (query, key) pair, so the ceiling moves from the FP32
-    pipe (~60 TFLOP/s) to the bf16 tensor core (~700 TFLOP/s measured with cuBLAS). Within a
-    warpgroup the two GEMMs and the softmax run back to back (softmax waits for S, the PV
-    GEMM waits for P), and the softmax is not cheap: 64 x Bc exponentials at 16 per clock per
-    SM (MUFU) take about as long as one of the two GEMMs (64 x Bc x D x 2 FLOPs at ~4096 per
+    pipe (~67 TFLOP/s by the datasheet) to the bf16 tensor cores (see the cuBLAS GEMM ceiling
+    measured with every table). Within a warpgroup the two GEMMs and the softmax run back to
+    back (softmax waits for S, the PV GEMM waits for P), and the softmax is not cheap: 64 x Bc
+    exponentials at 16 per clock per SM (MUFU) take about as long as one of the two GEMMs (64 x Bc x D x 2 FLOPs at ~4096 per
     clock). The tensor cores stay busy only while the two warpgroups are out of phase, one in
     its softmax while the other runs its GEMMs; nothing enforces that (no ping-pong barrier),
     there is no overlap of softmax and GEMMs inside a warpgroup, and no register

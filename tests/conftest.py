@@ -4,7 +4,6 @@ import pytest
 
 # Compiles on CPU-only machines target Hopper.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-import tools.inspect  # noqa: E402,F401  (sets the DSL's dump directory before any compile)
 
 
 def cuda_available() -> bool:

@@ -24,9 +24,6 @@ from pathlib import Path
 from kernels.harness.problem import AttentionProblem
 
 ROOT = Path(__file__).resolve().parent.parent
-# --keep-ptx/--keep-cubin also write files; keep them out of the working tree.
-os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(Path(tempfile.gettempdir()) / "cute-dsl-dump"))
-Path(os.environ["CUTE_DSL_DUMP_DIR"]).mkdir(parents=True, exist_ok=True)
 RECORD_PATH = ROOT / "results" / "inspect.json"
 ARCH = "sm_90a"
 

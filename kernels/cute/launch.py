@@ -17,8 +17,10 @@ whether the LSE output is written. The softmax scale is a runtime ``Float32`` ar
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import cutlass
@@ -38,7 +40,9 @@ CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 
 INSPECT_ARCH = "sm_90a"
 # --gpu-arch pins the target without a GPU (same effect as CUTE_DSL_ARCH=sm_90a).
-INSPECT_OPTIONS = f"--gpu-arch {INSPECT_ARCH} --keep-ptx --keep-cubin"
+# --keep-ptx/--keep-cubin also write files: into a temporary folder, never the working tree.
+INSPECT_DUMP_DIR = Path(tempfile.gettempdir()) / "cute-dsl-dump"
+INSPECT_OPTIONS = f"--gpu-arch {INSPECT_ARCH} --keep-ptx --keep-cubin --dump-dir {INSPECT_DUMP_DIR}"
 
 
 # ---- input validation --------------------------------------------------------------------
@@ -194,6 +198,7 @@ def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
 def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProblem, *, has_lse: bool = False):
     """Compile for sm_90a on a machine without a GPU; the result has ``__ptx__``/``__cubin__``."""
     key = CompileKey(rung, problem.head_dim, problem.causal, problem.dtype, has_lse, INSPECT_ARCH)
+    INSPECT_DUMP_DIR.mkdir(parents=True, exist_ok=True)
     return compile_fmha(kernel_cls, key, INSPECT_OPTIONS)
 
 
