@@ -49,8 +49,8 @@ Cost
     pipe (~67 TFLOP/s by the datasheet) to the bf16 tensor cores (see the cuBLAS GEMM ceiling
     measured with every table). Within a warpgroup the two GEMMs and the softmax run back to
     back (softmax waits for S, the PV GEMM waits for P), and the softmax is not cheap: 64 x Bc
-    exponentials at 16 per clock per SM (MUFU) take about as long as one of the two GEMMs (64 x Bc x D x 2 FLOPs at ~4096 per
-    clock). The tensor cores stay busy only while the two warpgroups are out of phase, one in
+    exponentials at 16 per clock per SM (MUFU) take about as long as one of the two GEMMs
+    (64 x Bc x D x 2 FLOPs at ~4096 per clock). The tensor cores stay busy only while the two warpgroups are out of phase, one in
     its softmax while the other runs its GEMMs; nothing enforces that (no ping-pong barrier),
     there is no overlap of softmax and GEMMs inside a warpgroup, and no register
     reallocation (``setmaxnreg``): those are K5's. Registers: ptxas caps this 288-thread CTA
