@@ -45,19 +45,19 @@ How it works (two consumer warpgroups, warps 0-7, own 64 query rows each; warp 8
        past ``Sq``, so nothing spills into the next head or batch. LSE: quad lane 0 of each row.
 
 Cost
-    Tensor cores do the 4 D FLOPs per (query, key) pair, so the ceiling moves from the FP32
-    pipe (~67 TFLOP/s by the datasheet) to the bf16 tensor cores (see the cuBLAS GEMM ceiling
+    Tensor cores do the 4 D FLOPs per (query, key) pair, so the ceiling moves from the FP32 pipe
+    (~67 TFLOP/s by the datasheet) to the bf16 tensor cores (see the cuBLAS GEMM ceiling
     measured with every table). Within a warpgroup the two GEMMs and the softmax run back to
     back (softmax waits for S, the PV GEMM waits for P), and the softmax is not cheap: 64 x Bc
-    exponentials at 16 per clock per SM (MUFU) take about as long as one of the two GEMMs
-    (64 x Bc x D x 2 FLOPs at ~4096 per clock). The tensor cores stay busy only while the two warpgroups are out of phase, one in
-    its softmax while the other runs its GEMMs; nothing enforces that (no ping-pong barrier),
-    there is no overlap of softmax and GEMMs inside a warpgroup, and no register
-    reallocation (``setmaxnreg``): those are K5's. Registers: ptxas caps this 288-thread CTA
-    at 168 registers per thread (as for 384 threads: it budgets whole warpgroups). That fits
-    D <= 128 (O 64 + S 64 + P 32 registers plus addresses; the d128 variants use all 168
-    without spilling) but not D = 256, which runs one consumer warpgroup (160 threads, up to
-    255 registers) on 64-key tiles.
+    exponentials at 16 per clock per SM (MUFU) take about as long as one of the two GEMMs (64 x
+    Bc x D x 2 FLOPs at ~4096 per clock). The tensor cores stay busy only while the two
+    warpgroups are out of phase, one in its softmax while the other runs its GEMMs; nothing
+    enforces that (no ping-pong barrier), there is no overlap of softmax and GEMMs inside a
+    warpgroup, and no register reallocation (``setmaxnreg``): those are K5's. Registers: ptxas
+    caps this 288-thread CTA at 168 registers per thread (as for 384 threads: it budgets whole
+    warpgroups). That fits D <= 128 (O 64 + S 64 + P 32 registers plus addresses; the d128
+    variants use all 168 without spilling) but not D = 256, which runs one consumer warpgroup
+    (160 threads, up to 255 registers) on 64-key tiles.
 
 Constraints
     head_dim 64, 128 or 256; bf16 or fp16; any Sq, Sk >= 1, batch, heads (Hq % Hkv == 0);
