@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "../kernels/common/cuda_utils.cuh"
+#include "test_utils.h"
 
 namespace attn_test {
+
+using kernels_test::to_device;
 
 inline std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed) {
     std::mt19937 rng(seed);
@@ -87,13 +90,6 @@ float time_ms(Fn fn, int iters = 20) {
     return t[iters / 2];
 }
 
-template <class T>
-T* to_device(const std::vector<T>& h) {
-    T* d = nullptr;
-    KERNELS_CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    KERNELS_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
 
 // Runs one case; an exception (launch error, unsupported shape) counts as that case's FAIL
 // with its reason, and the remaining cases still run.

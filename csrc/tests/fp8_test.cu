@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/cuda_utils.cuh"
+#include "test_utils.h"
 
 #include "fp8/gemm.cuh"
 #include "fp8/quantize.cuh"
@@ -23,13 +24,6 @@ namespace {
 
 using fp8::Format;
 
-template <typename T>
-T* upload(const std::vector<T>& host) {
-  T* dev = nullptr;
-  KERNELS_CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(T) + 256));
-  KERNELS_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return dev;
-}
 
 template <typename T>
 std::vector<T> download(const T* dev, size_t n) {
@@ -67,9 +61,9 @@ bool test_quantize(int64_t rows, int64_t cols, Format f, bool transpose) {
     amax_ref = std::max(amax_ref, std::fabs(__bfloat162float(v)));
   }
   const float scale = f == Format::kE4M3 ? 448.f / amax_ref * 2.f : 57344.f / amax_ref * 2.f;  // forces saturation
-  __nv_bfloat16* dx = upload(x);
-  float* dscale = upload(std::vector<float>{scale});
-  float* damax = upload(std::vector<float>{0.f});
+  __nv_bfloat16* dx = kernels_test::to_device(x);
+  float* dscale = kernels_test::to_device(std::vector<float>{scale});
+  float* damax = kernels_test::to_device(std::vector<float>{0.f});
   uint8_t *dout = nullptr, *dout_t = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&dout, rows * cols + 16));
   KERNELS_CUDA_CHECK(cudaMalloc(&dout_t, rows * cols + 16));
@@ -137,8 +131,8 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
   for (auto& v : g.col_scale) v = 0.5f + std::uniform_real_distribution<float>()(rng);
   for (auto& v : g.bias) v = __float2bfloat16(normal(rng));
   fp8::GemmParams& p = g.p;
-  p.a = upload(g.a);
-  p.b = upload(g.b);
+  p.a = kernels_test::to_device(g.a);
+  p.b = kernels_test::to_device(g.b);
   p.m = gc.m;
   p.n = gc.n;
   p.k = gc.k;
@@ -147,12 +141,12 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
   p.ldd = gc.n;
   p.a_format = gc.fa;
   p.b_format = gc.fb;
-  p.scale_a = upload(std::vector<float>{g.scale_a});
-  p.scale_b = upload(std::vector<float>{g.scale_b});
+  p.scale_a = kernels_test::to_device(std::vector<float>{g.scale_a});
+  p.scale_b = kernels_test::to_device(std::vector<float>{g.scale_b});
   if (gc.extras) {
-    p.row_scale = upload(g.row_scale);
-    p.col_scale = upload(g.col_scale);
-    p.bias = upload(g.bias);
+    p.row_scale = kernels_test::to_device(g.row_scale);
+    p.col_scale = kernels_test::to_device(g.col_scale);
+    p.bias = kernels_test::to_device(g.bias);
   }
   __nv_bfloat16* d = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&d, gc.m * gc.n * 2 + 16));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/cuda_utils.cuh"
+#include "test_utils.h"
 
 #include "rotary/rotary_kernel.cuh"
 
@@ -26,13 +27,6 @@ struct Case {
   bool inplace, use_positions, per_token_table;
 };
 
-template <typename T>
-T* to_device(const std::vector<T>& host) {
-  T* dev = nullptr;
-  KERNELS_CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(T) + 16));
-  KERNELS_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return dev;
-}
 
 // Rotates one head (double precision) the way rotary_params.h defines it.
 void reference_head(const float* x, float* y, const float* c, const float* s, int d, int r,
@@ -67,15 +61,15 @@ bool run_case(const Case& tc, int num_sms) {
   std::vector<int64_t> positions(tokens);
   for (auto& p : positions) p = std::uniform_int_distribution<int>(0, max_pos - 1)(rng);
 
-  __nv_bfloat16 *dq = to_device(q), *dk = to_device(k);
+  __nv_bfloat16 *dq = kernels_test::to_device(q), *dk = kernels_test::to_device(k);
   __nv_bfloat16 *dq_out = dq, *dk_out = dk;
   if (!tc.inplace) {
     std::vector<__nv_bfloat16> poison(std::max(q.size(), k.size()), __float2bfloat16(NAN));
-    dq_out = to_device(std::vector<__nv_bfloat16>(poison.begin(), poison.begin() + q.size()));
-    dk_out = to_device(std::vector<__nv_bfloat16>(poison.begin(), poison.begin() + k.size()));
+    dq_out = kernels_test::to_device(std::vector<__nv_bfloat16>(poison.begin(), poison.begin() + q.size()));
+    dk_out = kernels_test::to_device(std::vector<__nv_bfloat16>(poison.begin(), poison.begin() + k.size()));
   }
-  float *dcos = to_device(cos), *dsin = to_device(sin);
-  int64_t* dpos = to_device(positions);
+  float *dcos = kernels_test::to_device(cos), *dsin = kernels_test::to_device(sin);
+  int64_t* dpos = kernels_test::to_device(positions);
 
   rotary::RotaryParams p;
   const auto view = [&](void* ptr, int heads) {
