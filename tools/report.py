@@ -48,13 +48,7 @@ def validate(doc: dict, where: str = "results") -> dict:
 
 def load(suite: str, gpu: str = "h200") -> dict:
     path = results_path(suite, gpu)
-    if not path.exists():
-        raise ResultsError(f"{path.relative_to(ROOT)}: not found (run python -m tools.bench --suite {suite} on the GPU)")
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path.relative_to(ROOT)}: not valid JSON ({exc})") from exc
-    return validate(doc, str(path.relative_to(ROOT)))
+    return load_file(path, str(path.relative_to(ROOT)))
 
 
 def available(gpu: str = "h200") -> list[str]:
@@ -132,7 +126,8 @@ def rich_table(headers: list[str], rows: list[list[str]], title: str | None = No
 
 # ---- summaries and figures for the docs site and the notebooks -------------------------------
 def load_file(path: Path, where: str | None = None) -> dict:
-    """``load`` for an explicit file: the docs build can read another results root."""
+    """Read and validate one results file (``load`` names it by suite; the docs build can
+    point here at another results root)."""
     path = Path(path)
     where = where or str(path)
     if not path.exists():
