@@ -1,5 +1,6 @@
 // Decode entry points (torch-free translation unit): dispatch + split heuristic.
 #include <algorithm>
+#include <utility>
 
 #include "attn_api.h"
 #include "decode_kernel.cuh"
@@ -28,15 +29,34 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 }
 
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
-                      int head_dim, int num_sms) {
-    const int block_n = DISPATCH_HEAD_DIM(head_dim, [&] { return DecodeTraits<kHeadDim>::kBlockN; });
+                      int head_dim, int num_sms, bool paged) {
+    const auto [block_n, ctas_per_sm] = DISPATCH_HEAD_DIM(head_dim, [&] {
+        return std::pair{DecodeTraits<kHeadDim>::kBlockN, DecodeTraits<kHeadDim>::kCtasPerSm};
+    });
     const int row_tiles = ceil_div(std::max(seqlen_q, 1) * group, 16);
     const int ctas = std::max(1, batch * heads_kv * row_tiles);
-    // Enough CTAs for two resident per SM, but at least two KV tiles per split so the
-    // cp.async ring has something to overlap.
-    const int wanted = ceil_div(2 * std::max(num_sms, 1), ctas);
-    const int by_length = std::max(1, ceil_div(std::max(max_seqlen_k, 1), block_n) / 2);
-    return std::clamp(std::min(wanted, by_length), 1, kMaxDecodeSplits);
+    const int sms = std::max(num_sms, 1);
+    // Cost model in KV-tile times, fitted to H200 sweeps (B 1 / 16 / 64, Sk 4096, 32 / 8
+    // heads, D 128, splits 1..32). An SM runs n = ceil(ctas * s / sms) CTAs, each streaming
+    // tiles / s tiles plus a fixed start (Q load, first-tile latency, merge: about 2 tiles).
+    // One contiguous-KV CTA alone streams about its SM's share of the copy bandwidth (3.84
+    // TB/s unsplit at B 16); a paged one only about half of it (2.1 TB/s: the page-table
+    // lookups lengthen its loop), so paged KV wants two CTAs per SM. Any split adds the
+    // partial rows and the combine launch (about 4 tiles). At least two tiles per split.
+    const int tiles = ceil_div(std::max(max_seqlen_k, 1), block_n);
+    const int max_splits = std::min(kMaxDecodeSplits, std::max(1, tiles / 2));
+    constexpr double kCtaStartTiles = 2.0, kCombineTiles = 4.0;
+    const double cta_rate = paged ? 0.5 : 1.0;
+    const auto cost = [&](int s) {
+        const int n = ceil_div(ctas * s, sms);
+        const double sm_rate = std::min(1.0, std::min(n, ctas_per_sm) * cta_rate);
+        return n * (static_cast<double>(tiles) / s + kCtaStartTiles) / sm_rate + (s > 1 ? kCombineTiles : 0.0);
+    };
+    int best = 1;
+    for (int s = 2; s <= max_splits; ++s) {
+        if (cost(s) < cost(best)) best = s;
+    }
+    return best;
 }
 
 int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q, int head_dim) {

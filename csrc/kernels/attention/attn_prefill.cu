@@ -14,17 +14,17 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
     if (p.batch == 0) return;
     DISPATCH_HEAD_DIM(p.head_dim, [&] {
         if (impl == AttnImpl::kTensorCore) {
-            paged ? launch_prefill<kHeadDim, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
-                  : launch_prefill<kHeadDim, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
+            paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
+                  : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
         } else {
-            paged ? launch_prefill<kHeadDim, AttnImpl::kScalar, PackedQ, PagedKV>(p, stream)
-                  : launch_prefill<kHeadDim, AttnImpl::kScalar, DenseQ, ContiguousKV>(p, stream);
+            paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, PackedQ, PagedKV>(p, stream)
+                  : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, DenseQ, ContiguousKV>(p, stream);
         }
     });
 }
 
 int prefill_block_m(int head_dim) {
-    return DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<kHeadDim>::kBlockM; });
+    return DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
 }
 
 std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group,

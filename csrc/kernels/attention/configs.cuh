@@ -37,30 +37,95 @@ struct DecodeTraits : DecodeConfig<kD> {
     // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
     static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;
     static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+    // CTAs one SM holds at once: shared memory is the limit (228 KB per SM on sm_90, 1 KB of
+    // it reserved per CTA); registers (128 threads) and warps allow more.
+    static constexpr int kCtasPerSm = (228 * 1024) / (kSmemBytes + 1024);
+    static_assert(kCtasPerSm >= 1, "decode tile does not fit in shared memory");
 };
 
 // Prefill: one CTA = kBlockM packed rows of one kv head, all of its keys; warps own
 // 16 * kMT rows each (two m tiles where registers allow: every K/V fragment then feeds two
-// MMAs, which halves shared-memory traffic per FLOP). D=128 with kBlockN = 64 needs 255
-// registers and spills 40-56 bytes (ptxas, nvcc 13.0, sm_90a); kBlockN = 32 fits in 240.
+// MMAs, which halves shared-memory traffic per FLOP). The kernel and its launcher are
+// templated on one PrefillTiles; PrefillConfig<kD> is what run_prefill uses.
+//
+// Options (kFlags bits), each a schedule or register choice that leaves the math unchanged:
+//   kPrefillSplitKV      K and V in separate cp.async groups and rings (FA2's schedule): wait
+//                        for K before Q K^T and for V only before P V; V of tile i + S - 1 is
+//                        issued at the top of iteration i, K of tile i + S after every warp has
+//                        finished Q K_i^T. kStages = 1 is FA2's single-buffered K and V.
+//   kPrefillPackP        P -> bf16 A fragments for the whole tile before P V, so the fp32
+//                        scores die before the V loop instead of one 16-key slice at a time.
+//   kPrefillLongestFirst causal dense Q: one linear grid with the q tile as the slowest index,
+//                        last (longest) tiles first, so the short tiles fill the final wave.
+//   kPrefillTwoCtas      __launch_bounds__ minimum of 2 CTAs per SM (caps registers at
+//                        32768 / kThreads).
+//   kPrefillLazyRescale  a row's running max moves only when it grows by more than 2^8 (exp2
+//                        units), and O is rescaled only when some row of the warp moved
+//                        (PrefillSoftmax in prefill_kernel.cuh): fewer FMULs, and the rescale
+//                        leaves the P V schedule, which lowers register pressure.
+enum : unsigned {
+    kPrefillSplitKV = 1u,
+    kPrefillPackP = 2u,
+    kPrefillLongestFirst = 4u,
+    kPrefillTwoCtas = 8u,
+    kPrefillLazyRescale = 16u,
+};
+
+template <int kD_, int kWarps_, int kMT_, int kBlockN_, int kStages_, unsigned kFlags_ = 0u>
+struct PrefillTiles {
+    static constexpr int kD = kD_, kWarps = kWarps_, kMT = kMT_, kBlockN = kBlockN_, kStages = kStages_;
+    static constexpr unsigned kFlags = kFlags_;
+    static constexpr bool kSplitKV = (kFlags & kPrefillSplitKV) != 0;
+    static constexpr bool kPackP = (kFlags & kPrefillPackP) != 0;
+    static constexpr bool kLongestFirst = (kFlags & kPrefillLongestFirst) != 0;
+    static constexpr int kMinBlocks = (kFlags & kPrefillTwoCtas) != 0 ? 2 : 1;
+    static constexpr bool kLazyRescale = (kFlags & kPrefillLazyRescale) != 0;
+    static_assert(kStages >= 1 && (kSplitKV || kStages >= 2), "a joint K/V ring needs two stages");
+};
+
+// D=128: FA2's 128 x 64 tile with single-buffered, separately waited K and V; it fits in 254
+// registers without spills only with the lazy rescale (with the eager one, kBlockN = 64 spills
+// 4-60 bytes; ptxas, nvcc 13.0, sm_90a). H200, b4 s4096 h16 (`attn_test bench`): 345 TFLOP/s
+// against 309 for the former 128 x 32 double-buffered tile; longest-first adds 10% causal.
 template <int kD>
 struct PrefillConfig;
 template <>
-struct PrefillConfig<64> {
-    static constexpr int kWarps = 4, kMT = 2, kBlockN = 64, kStages = 2;
-};
+struct PrefillConfig<64> : PrefillTiles<64, 4, 2, 64, 2> {};
 template <>
-struct PrefillConfig<128> {
-    static constexpr int kWarps = 4, kMT = 2, kBlockN = 32, kStages = 2;
-};
+struct PrefillConfig<128>
+    : PrefillTiles<128, 4, 2, 64, 1, kPrefillLazyRescale | kPrefillSplitKV | kPrefillLongestFirst> {};
 template <>
-struct PrefillConfig<256> {
-    static constexpr int kWarps = 8, kMT = 1, kBlockN = 32, kStages = 2;
+struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
+
+// Named alternatives, measured against PrefillConfig<kD> by `attn_test bench`
+// (csrc/tests/attn_test.cu). D=128 kBlockN = 64 fits in 255 registers without spills only with
+// the lazy rescale (ptxas, nvcc 13.0, sm_90a).
+template <int kD>
+struct PrefillVariants {
+    static constexpr unsigned kLazy = kPrefillLazyRescale;
+    using Default = PrefillConfig<kD>;
+    // The former D=128 default: 128 x 32, joint K/V double buffer; plus longest-first / lazy rescale.
+    using N32 = PrefillTiles<kD, 4, 2, 32, 2>;
+    using N32LF = PrefillTiles<kD, 4, 2, 32, 2, kPrefillLongestFirst>;
+    using N32Lazy = PrefillTiles<kD, 4, 2, 32, 2, kLazy>;
+    // FA2's tile: 128 x 64, 4 warps of 32 rows.
+    using N64 = PrefillTiles<kD, 4, 2, 64, 2, kLazy>;
+    using N64PackP = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillPackP>;
+    // ... with K and V waited for separately (double-buffered rings).
+    using N64Split = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV>;
+    // ... FA2's single-buffered K and V (half the K/V shared memory).
+    using N64Split1 = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV>;
+    // ... plus the longest causal q tiles first.
+    using N64SplitLF = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
+    // 8 warps of 32 rows (kBlockM = 256): half the K/V traffic per FLOP, one CTA per SM.
+    using W8N64 = PrefillTiles<kD, 8, 2, 64, 2, kLazy | kPrefillSplitKV>;
+    // 8 warps of 16 rows: few registers, two CTAs (16 warps) per SM, twice the ldmatrix per MMA.
+    using W8M1N64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillTwoCtas>;
 };
 
-template <int kD>
-struct PrefillTraits : PrefillConfig<kD> {
-    using Cfg = PrefillConfig<kD>;
+template <class Cfg>
+struct PrefillTraits : Cfg {
+    static constexpr int kD = Cfg::kD;
     static constexpr int kThreads = Cfg::kWarps * 32;
     static constexpr int kBlockM = Cfg::kWarps * 16 * Cfg::kMT;
     static constexpr int kTileElems = Cfg::kBlockN * smem_stride<kD>();

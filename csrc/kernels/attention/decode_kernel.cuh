@@ -20,6 +20,8 @@
 
 namespace kernels::attention {
 
+constexpr int kCombineThreads = 128;
+
 template <int kD, AttnImpl kImpl, class KV>
 __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
@@ -60,11 +62,16 @@ __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
         const int head = hkv * p.group + packed % p.group;
         return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
     });
+    // Row lookups run one tile ahead of the copies: `ahead` holds the page ids of the next
+    // tile to load, fetched an iteration early, so the page-table latency overlaps compute.
+    using Rows = KvTileRows<T::kBlockN, kD, T::kThreads, KV>;
+    Rows ahead;
+    ahead.fetch(p, b, tile_begin * T::kBlockN, kv_len);
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st) {
         if (st < n_tiles) {
-            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems,
-                                                          p, b, hkv, (tile_begin + st) * T::kBlockN, kv_len);
+            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, ahead, kv_len);
+            ahead.fetch(p, b, (tile_begin + st + 1) * T::kBlockN, kv_len);
         }
         cp_async_commit();
     }
@@ -86,8 +93,8 @@ __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
         const int next = i + T::kStages - 1;
         if (next < n_tiles) {
             const int st = next % T::kStages;
-            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems,
-                                                          p, b, hkv, (tile_begin + next) * T::kBlockN, kv_len);
+            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, ahead, kv_len);
+            if (next + 1 < n_tiles) ahead.fetch(p, b, (tile_begin + next + 1) * T::kBlockN, kv_len);
         }
         cp_async_commit();
 
@@ -163,45 +170,65 @@ __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
     }
 }
 
-// One warp per (batch, head, query) row: out = sum_s exp(lse_s - lse_max) * o_s / sum_s exp(...).
+// One CTA per (batch, head, query) row. Split s carries weight exp(lse_s - max lse); the
+// threads form kGroups groups of kD / 4 lanes (a float4 of the row each) that take every
+// kGroups-th split, so many splits' partial rows are in flight at once (latency, not
+// bandwidth, bounds this kernel: a few KB per row), then the groups add up in shared memory.
 template <int kD>
-__global__ void __launch_bounds__(128) attn_decode_combine_kernel(const __grid_constant__ AttnParams p) {
-    constexpr int kPerLane = kD / 32;
-    const int lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(const __grid_constant__ AttnParams p) {
+    constexpr int kLanesPerRow = kD / 4;
+    constexpr int kGroups = kCombineThreads / kLanesPerRow;
+    __shared__ float s_lse[kMaxDecodeSplits];
+    __shared__ float4 s_acc[kGroups][kLanesPerRow];
     const int64_t rows_total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= rows_total) return;
+    const int64_t row = blockIdx.x;
     const int qp = static_cast<int>(row % p.seqlen_q);
     const int head = static_cast<int>((row / p.seqlen_q) % p.heads_q);
     const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+    const int n = p.num_splits;
 
+    for (int s = threadIdx.x; s < n; s += kCombineThreads) s_lse[s] = p.lse_partial[s * rows_total + row];
+    __syncthreads();
     float mx = -INFINITY;
     bool poisoned = false;
-    for (int s = lane; s < p.num_splits; s += 32) {
-        const float x = p.lse_partial[s * rows_total + row];
-        poisoned |= isnan(x);
-        mx = fmaxf(mx, x);
+    for (int s = 0; s < n; ++s) {
+        poisoned |= isnan(s_lse[s]);
+        mx = fmaxf(mx, s_lse[s]);
     }
-    mx = warp_reduce_max(mx);
-    poisoned = __any_sync(0xffffffffu, poisoned);
+    const bool empty = poisoned || mx == -INFINITY;
 
-    float acc[kPerLane];
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) acc[e] = 0.f;
-    float sum = 0.f;
-    if (!poisoned && mx != -INFINITY) {
-        for (int s = 0; s < p.num_splits; ++s) {
-            const float w = __expf(p.lse_partial[s * rows_total + row] - mx);
-            sum += w;
-            const float* part = p.o_partial + (s * rows_total + row) * kD;
-#pragma unroll
-            for (int e = 0; e < kPerLane; ++e) acc[e] = fmaf(w, part[lane + 32 * e], acc[e]);
+    const int group = threadIdx.x / kLanesPerRow, lane = threadIdx.x % kLanesPerRow;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!empty) {
+#pragma unroll 4
+        for (int s = group; s < n; s += kGroups) {
+            const float w = __expf(s_lse[s] - mx);
+            const float4 part = reinterpret_cast<const float4*>(p.o_partial + (s * rows_total + row) * kD)[lane];
+            acc.x = fmaf(w, part.x, acc.x);
+            acc.y = fmaf(w, part.y, acc.y);
+            acc.z = fmaf(w, part.z, acc.z);
+            acc.w = fmaf(w, part.w, acc.w);
         }
     }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+    s_acc[group][lane] = acc;
+    __syncthreads();
+    if (threadIdx.x >= kLanesPerRow) return;
+    float sum = 0.f;
+    if (!empty) {
+        for (int s = 0; s < n; ++s) sum += __expf(s_lse[s] - mx);
+    }
 #pragma unroll
-    for (int e = 0; e < kPerLane; ++e) o[lane + 32 * e] = __float2bfloat16(poisoned ? NAN : acc[e] * inv);
+    for (int g = 1; g < kGroups; ++g) {
+        acc.x += s_acc[g][lane].x;
+        acc.y += s_acc[g][lane].y;
+        acc.z += s_acc[g][lane].z;
+        acc.w += s_acc[g][lane].w;
+    }
+    const float inv = poisoned ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
+    bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(o + 4 * lane);
+    o2[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    o2[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
     if (lane == 0 && p.lse != nullptr) {
         p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] =
             poisoned ? NAN : (sum > 0.f ? mx + __logf(sum) : -INFINITY);
@@ -265,7 +292,8 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
     check_launch("attn_decode_kernel");
     if (p.num_splits > 1) {
         const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-        attn_decode_combine_kernel<kD><<<static_cast<unsigned>(ceil_div<int64_t>(rows, 4)), 128, 0, stream>>>(p);
+        if (rows > 0x7fffffff) throw std::invalid_argument("decode: batch * heads_q * seqlen_q exceeds 2^31 - 1");
+        attn_decode_combine_kernel<kD><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
         check_launch("attn_decode_combine_kernel");
     }
 }

@@ -16,15 +16,21 @@ struct KvRow {
     int64_t v;
 };
 
+// Every source locates a key in two steps so that a kernel can issue the (possibly global)
+// lookup one tile ahead of the copy that needs it: locate(p, b, pos) gives a Handle (no
+// arithmetic on the result), row(p, b, pos, handle) the element offsets.
 struct ContiguousKV {
     static constexpr bool kPaged = false;
+    using Handle = int;  // the batch entry is the "block"
     __device__ static int kv_len(const AttnParams& p, int /*b*/) { return p.seqlen_k; }
     // Lengths are shapes on the host, so they cannot be out of range.
     __device__ static bool kv_len_ok(const AttnParams&, int) { return true; }
-    __device__ static KvRow row(const AttnParams& p, int b, int pos) {
-        return {b * p.k_block_stride + pos * p.k_token_stride,
-                b * p.v_block_stride + pos * p.v_token_stride};
+    __device__ static Handle locate(const AttnParams&, int b, int /*pos*/) { return b; }
+    __device__ static KvRow row(const AttnParams& p, int /*b*/, int pos, Handle block) {
+        return {block * p.k_block_stride + pos * p.k_token_stride,
+                block * p.v_block_stride + pos * p.v_token_stride};
     }
+    __device__ static KvRow row(const AttnParams& p, int b, int pos) { return row(p, b, pos, locate(p, b, pos)); }
 };
 
 // Paged cache [num_pages, page_size, Hkv, D]: key `pos` of batch b lives in page
@@ -38,12 +44,23 @@ struct PagedKV {
         const int len = p.seqlens_k[b];
         return len >= 0 && static_cast<int64_t>(len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
     }
-    __device__ static KvRow row(const AttnParams& p, int b, int pos) {
-        const int page = p.page_table[b * p.page_table_batch_stride + pos / p.page_size];
-        const int slot = pos % p.page_size;
-        return {page * p.k_block_stride + slot * p.k_token_stride,
-                page * p.v_block_stride + slot * p.v_token_stride};
+    // The page id (a global load the kernel issues a tile early) and the slot in the page.
+    struct Handle {
+        int page;
+        int slot;
+    };
+    __device__ static Handle locate(const AttnParams& p, int b, int pos) {
+        // Address math is on the critical path of a decode CTA (one thread walks 8 rows per
+        // tile): a power-of-two page size (the usual case) takes a shift, not a division.
+        const int ps = p.page_size;
+        const int index = (ps & (ps - 1)) == 0 ? pos >> (__ffs(ps) - 1) : pos / ps;
+        return {p.page_table[b * p.page_table_batch_stride + index], pos - index * ps};
     }
+    __device__ static KvRow row(const AttnParams& p, int /*b*/, int /*pos*/, Handle h) {
+        return {h.page * p.k_block_stride + h.slot * p.k_token_stride,
+                h.page * p.v_block_stride + h.slot * p.v_token_stride};
+    }
+    __device__ static KvRow row(const AttnParams& p, int b, int pos) { return row(p, b, pos, locate(p, b, pos)); }
 };
 
 struct QTile {

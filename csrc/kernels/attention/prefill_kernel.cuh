@@ -1,15 +1,16 @@
-// Split-Q prefill (FlashAttention-2 style): the kernel body, templated on head_dim, math
-// (tensor-core or scalar), Q schedule (dense or packed ragged) and KV source (contiguous or
-// paged), and its launcher. No torch.
+// Split-Q prefill (FlashAttention-2 style): the kernel body, templated on a tile
+// configuration (PrefillTiles, configs.cuh), math (tensor-core or scalar), Q schedule (dense
+// or packed ragged) and KV source (contiguous or paged), and its launcher. No torch.
 //
-// Work decomposition: grid = (q tiles, Hkv, B) dense, or (scheduled tiles, Hkv) packed.
+// Work decomposition: grid = (q tiles, Hkv, B) dense, or (scheduled tiles, Hkv) packed, or
+// one linear longest-first grid for causal dense Q when the configuration asks for it.
 // A CTA owns kBlockM packed rows (query, head in group) of one kv head: the group's query
 // heads share every K/V tile, so K/V stream once per group.
-//   1. Q rows -> smem; K/V tiles double-buffered with cp.async (tile j + 1 loads while
-//      tile j is computed).
+//   1. Q rows -> smem; K/V tiles through a kStages-deep cp.async ring (joint K+V groups, or
+//      separate K and V groups so Q K^T only waits for K and P V only for V).
 //   2. Warp w owns 16 * kMT rows: S = Q K^T (ldmatrix + mma.sync m16n8k16), masks only on
 //      tiles that need them (tail, causal diagonal, boolean mask), online softmax,
-//      O += P V with P taken straight from the S accumulators.
+//      O += P V with P taken from the S accumulators.
 //   3. O / rowsum -> bf16 output, LSE; a row that sees no key writes zeros and -inf.
 #pragma once
 
@@ -18,15 +19,157 @@
 
 namespace kernels::attention {
 
-template <int kD, AttnImpl kImpl, class QS, class KV>
-__global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
+// ---- prefill-only building blocks --------------------------------------------------------
+
+// Rows [key_start, key_start + kRows) of K (kValues = false) or V of kv head hkv into one
+// padded smem tile; keys >= kv_len are zero-filled. One thread per 16-byte column chunk.
+template <int kRows, int kD, int kThreads, class KV, bool kValues>
+__device__ __forceinline__ void load_k_or_v_tile(bf16* dst, const AttnParams& p, int b, int hkv, int key_start,
+                                                 int kv_len) {
+    constexpr int kChunks = kD / 8;
+    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    // A compile-time trip count: the loop unrolls without a per-row bounds branch.
+    static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
+    const int chunk = threadIdx.x % kChunks;
+    const bf16* base = static_cast<const bf16*>(kValues ? p.v : p.k) +
+                       hkv * (kValues ? p.v_head_stride : p.k_head_stride) + chunk * 8;
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+        const int r = static_cast<int>(threadIdx.x) / kChunks + pass * kRowsPerPass;
+        const int pos = key_start + r;
+        const bool valid = pos < kv_len;
+        const KvRow off = valid ? KV::row(p, b, pos) : KvRow{0, 0};
+        cp_async_16(smem_addr(dst + r * smem_stride<kD>() + chunk * 8), base + (kValues ? off.v : off.k), valid);
+    }
+}
+
+// P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
+// of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
+template <int kMT, int kNT>
+__device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int kc = 0; kc < kNT / 2; ++kc) {
+            pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+            pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+            pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+            pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+        }
+}
+
+// acc_o += P @ V with P already packed (same V^T ldmatrix.trans fragments as TensorCoreMath::pv).
+template <int kMT, int kNT, int kD>
+__device__ __forceinline__ void pv_packed(float (&acc_o)[kMT][kD / 8][4], const uint32_t (&pa)[kMT][kNT / 2][4],
+                                          const bf16* sV) {
+    constexpr int S = smem_stride<kD>();
+    const int lane = threadIdx.x % 32;
+    const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc)
+#pragma unroll
+        for (int dp = 0; dp < kD / 16; ++dp) {
+            uint32_t bv[4];
+            ldmatrix_x4_trans(bv, smem_addr(v_lane + kc * 16 * S + dp * 16));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                mma_16816(acc_o[mt][2 * dp], pa[mt][kc], bv[0], bv[1]);
+                mma_16816(acc_o[mt][2 * dp + 1], pa[mt][kc], bv[2], bv[3]);
+            }
+        }
+}
+
+// The online softmax with an optional lazy rescale (kLazy): a row's running max only moves
+// when the tile's max exceeds it by more than 2^8 in exp2 units, and O is rescaled only when
+// some row of the warp moved (a warp-uniform branch). With a stale max P <= 256, exact in
+// fp32 sums and as precise in bf16; the final O / rowsum and the LSE use the same max, so
+// the result is the same attention. Saves kMT * kD / 2 FMULs per tile and keeps the rescale
+// out of the P V schedule. kLazy = false is OnlineSoftmax::update.
+template <int kMT, int kNT, int kDT, bool kLazy>
+struct PrefillSoftmax : OnlineSoftmax<kMT, kNT, kDT> {
+    using Base = OnlineSoftmax<kMT, kNT, kDT>;
+    static constexpr float kRescaleThreshold = 8.f;
+
+    __device__ void update(float (&s)[kMT][kNT][4], float (&o)[kMT][kDT][4], float scale_log2) {
+        if constexpr (!kLazy) {
+            Base::update(s, o, scale_log2);
+        } else {
+            float correction[kMT][2];
+            bool moved = false;
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float old = this->row_max[mt][h];
+                    // -inf + threshold stays -inf: a row's first finite score always moves it.
+                    const bool grow = mx * scale_log2 > old * scale_log2 + kRescaleThreshold;
+                    correction[mt][h] = grow ? fast_exp2(old * scale_log2 - mx * scale_log2) : 1.f;
+                    if (grow) this->row_max[mt][h] = mx;
+                    moved |= grow;
+                    const float cur = this->row_max[mt][h];
+                    // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0.
+                    const float max_scaled = cur == -INFINITY ? 0.f : cur * scale_log2;
+                    float sum = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
+                            s[mt][nt][2 * h + c] = e;
+                            sum += e;
+                        }
+                    this->row_sum[mt][h] = this->row_sum[mt][h] * correction[mt][h] + sum;
+                }
+            if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                    for (int dt = 0; dt < kDT; ++dt) {
+                        o[mt][dt][0] *= correction[mt][0];
+                        o[mt][dt][1] *= correction[mt][0];
+                        o[mt][dt][2] *= correction[mt][1];
+                        o[mt][dt][3] *= correction[mt][1];
+                    }
+            }
+        }
+    }
+};
+
+// The (batch, q tile, kv head) of this CTA. Longest-first (causal dense Q only): blockIdx.x
+// walks kv head fastest, then batch, then q tiles from the last one down, so every CTA of
+// the first waves sees the most keys and the last wave holds the shortest tiles.
+template <class Cfg, class QS>
+__device__ __forceinline__ QTile prefill_tile(const AttnParams& p, int& hkv) {
+    if constexpr (Cfg::kLongestFirst && !QS::kPacked) {
+        if (p.causal) {
+            const int q_tiles = ceil_div(p.seqlen_q * p.group, PrefillTraits<Cfg>::kBlockM);
+            const int idx = blockIdx.x;
+            hkv = idx % p.heads_kv;
+            const int rest = idx / p.heads_kv;
+            return {rest % p.batch, q_tiles - 1 - rest / p.batch, 0, p.seqlen_q};
+        }
+    }
+    hkv = blockIdx.y;
+    return QS::tile(p);
+}
+
+template <class Cfg, AttnImpl kImpl, class QS, class KV>
+__global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
     attn_prefill_kernel(const __grid_constant__ AttnParams p) {
-    using T = PrefillTraits<kD>;
+    using T = PrefillTraits<Cfg>;
+    constexpr int kD = T::kD;
     constexpr int S = smem_stride<kD>();
     constexpr int kMT = T::kMT;
     constexpr int kNT = T::kBlockN / 8;
     constexpr int kDT = kD / 8;
     constexpr int kWarpRows = 16 * kMT;
+    constexpr bool kPackP = Cfg::kPackP && kImpl == AttnImpl::kTensorCore;
     using Math = WarpMath<kImpl, kMT, kNT, kD>;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -34,13 +177,16 @@ __global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
     bf16* sK = sQ + T::kBlockM * S;
     bf16* sV = sK + T::kStages * T::kTileElems;
 
-    const QTile qt = QS::tile(p);
+    int hkv;
+    const QTile qt = prefill_tile<Cfg, QS>(p, hkv);
     const int b = qt.batch;
-    const int hkv = blockIdx.y;
     const int rows_total = qt.q_len * p.group;
     const int row0 = qt.tile * T::kBlockM;
     if (row0 >= rows_total) return;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // Broadcast from lane 0 so the compiler knows the warp index (and everything derived from
+    // it below) is warp-uniform and can keep it in uniform registers, off the 255 budget.
+    const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
+    const int lane = threadIdx.x % 32;
 
     const bool kv_ok = KV::kv_len_ok(p, b);
     const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
@@ -48,9 +194,24 @@ __global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
     const int last_qpos = (min(row0 + T::kBlockM, rows_total) - 1) / p.group;
     const int visible = p.causal ? max(0, min(kv_len, last_qpos + causal_offset + 1)) : kv_len;
     const int n_tiles = ceil_div(visible, T::kBlockN);
-    // Keys beyond this one can be hidden from some row of this warp by the causal diagonal.
-    const int warp_first_qpos = (row0 + warp * kWarpRows) / p.group;
-    const int warp_last_unmasked_key = warp_first_qpos + causal_offset;
+    // Tiles from this one on need masking in this warp: the kv_len tail, or keys past the
+    // causal diagonal of the warp's first row (tile i is clear while i * kBlockN + kBlockN - 1
+    // <= that row's last visible key).
+    int first_masked_tile = kv_len / T::kBlockN;
+    if (p.causal) {
+        const int warp_last_unmasked_key = (row0 + warp * kWarpRows) / p.group + causal_offset;
+        const int clear_tiles = warp_last_unmasked_key + 1 < T::kBlockN ? 0 : (warp_last_unmasked_key + 1) / T::kBlockN;
+        first_masked_tile = min(first_masked_tile, clear_tiles);
+    }
+
+    auto load_k = [&](int tile) {
+        load_k_or_v_tile<T::kBlockN, kD, T::kThreads, KV, false>(sK + (tile % T::kStages) * T::kTileElems, p, b, hkv,
+                                                                 tile * T::kBlockN, kv_len);
+    };
+    auto load_v = [&](int tile) {
+        load_k_or_v_tile<T::kBlockN, kD, T::kThreads, KV, true>(sV + (tile % T::kStages) * T::kTileElems, p, b, hkv,
+                                                                tile * T::kBlockN, kv_len);
+    };
 
     // ---- prologue ---------------------------------------------------------------------------
     const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride + qt.q_start * p.q_token_stride;
@@ -60,17 +221,28 @@ __global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
         const int head = hkv * p.group + packed % p.group;
         return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
     });
-#pragma unroll
-    for (int st = 0; st < T::kStages - 1; ++st) {
-        if (st < n_tiles) {
-            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems,
-                                                          p, b, hkv, st * T::kBlockN, kv_len);
+    if constexpr (Cfg::kSplitKV) {
+        // Commit order is K0, V0, K1, V1, ... (one group each, empty past the last tile), so
+        // K_i and V_i are each waited for with 2 * kStages - 2 younger groups in flight.
+        for (int j = 0; j < T::kStages; ++j) {
+            if (j < n_tiles) load_k(j);
+            cp_async_commit();
+            if (j + 1 < T::kStages) {
+                if (j < n_tiles) load_v(j);
+                cp_async_commit();
+            }
         }
-        cp_async_commit();
+    } else {
+#pragma unroll
+        for (int st = 0; st < T::kStages - 1; ++st) {
+            if (st < n_tiles) {
+                load_k(st);
+                load_v(st);
+            }
+            cp_async_commit();
+        }
     }
 
-    int qpos[kMT][2];
-    fragment_qpos<kMT>(qpos, row0 + warp * kWarpRows, rows_total, p.group);
     float acc_o[kMT][kDT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -78,33 +250,54 @@ __global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
         for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
-    OnlineSoftmax<kMT, kNT, kDT> softmax;
+    PrefillSoftmax<kMT, kNT, kDT, Cfg::kLazyRescale> softmax;
     softmax.init();
     const bf16* sQ_warp = sQ + warp * kWarpRows * S;
 
     // ---- main loop -------------------------------------------------------------------------
     for (int i = 0; i < n_tiles; ++i) {
-        cp_async_wait<T::kStages - 2>();
-        __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
-        const int next = i + T::kStages - 1;
-        if (next < n_tiles) {
-            const int st = next % T::kStages;
-            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems,
-                                                          p, b, hkv, next * T::kBlockN, kv_len);
+        if constexpr (Cfg::kSplitKV) {
+            cp_async_wait<2 * T::kStages - 2>();
+            __syncthreads();  // K_i landed for every thread; every warp is done with P V_{i-1}
+            if (i + T::kStages - 1 < n_tiles) load_v(i + T::kStages - 1);
+            cp_async_commit();
+        } else {
+            cp_async_wait<T::kStages - 2>();
+            __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
+            const int next = i + T::kStages - 1;
+            if (next < n_tiles) {
+                load_k(next);
+                load_v(next);
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
 
         const int st = i % T::kStages;
         const int key0 = i * T::kBlockN;
         float acc_s[kMT][kNT][4];
         // S = Q @ K^T
         Math::qk(acc_s, sQ_warp, sK + st * T::kTileElems);
-        const bool needs_mask = p.mask != nullptr || key0 + T::kBlockN > kv_len ||
-                                (p.causal && key0 + T::kBlockN - 1 > warp_last_unmasked_key);
-        if (needs_mask) apply_mask<kMT, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
+        if (i >= first_masked_tile || p.mask != nullptr) {
+            // Row positions are recomputed here rather than kept live across the loop.
+            int qpos[kMT][2];
+            fragment_qpos<kMT>(qpos, row0 + warp * kWarpRows, rows_total, p.group);
+            apply_mask<kMT, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
+        }
+        if constexpr (Cfg::kSplitKV) {
+            cp_async_wait<2 * T::kStages - 2>();
+            __syncthreads();  // V_i landed for every thread; every warp is done with Q K_i^T
+            if (i + T::kStages < n_tiles) load_k(i + T::kStages);
+            cp_async_commit();
+        }
         softmax.update(acc_s, acc_o, p.scale_log2);
         // O += P @ V
-        Math::pv(acc_o, acc_s, sV + st * T::kTileElems);
+        if constexpr (kPackP) {
+            uint32_t pa[kMT][kNT / 2][4];
+            pack_p_fragments<kMT, kNT>(pa, acc_s);
+            pv_packed<kMT, kNT, kD>(acc_o, pa, sV + st * T::kTileElems);
+        } else {
+            Math::pv(acc_o, acc_s, sV + st * T::kTileElems);
+        }
     }
     cp_async_wait<0>();
 
@@ -135,17 +328,22 @@ __global__ void __launch_bounds__(PrefillTraits<kD>::kThreads)
         }
 }
 
-template <int kD, AttnImpl kImpl, class QS, class KV>
+template <class Cfg, AttnImpl kImpl, class QS, class KV>
 void launch_prefill(const AttnParams& p, cudaStream_t stream) {
-    using T = PrefillTraits<kD>;
-    auto kernel = attn_prefill_kernel<kD, kImpl, QS, KV>;
+    using T = PrefillTraits<Cfg>;
+    auto kernel = attn_prefill_kernel<Cfg, kImpl, QS, KV>;
     static SmemOptIn opt_in;
     opt_in.ensure(kernel, T::kSmemBytes);
     const int64_t q_tiles = QS::kPacked ? p.num_q_tiles
                                         : ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kBlockM);
     if (q_tiles > 0x7fffffff) throw std::invalid_argument("prefill: too many query tiles for one launch");
-    const dim3 grid(static_cast<unsigned>(q_tiles), p.heads_kv, QS::kPacked ? 1 : p.batch);
-    if (grid.x == 0) return;
+    dim3 grid(static_cast<unsigned>(q_tiles), p.heads_kv, QS::kPacked ? 1 : p.batch);
+    if (Cfg::kLongestFirst && !QS::kPacked && p.causal) {
+        const int64_t ctas = q_tiles * p.heads_kv * p.batch;
+        if (ctas > 0x7fffffff) throw std::invalid_argument("prefill: too many CTAs for one launch");
+        grid = dim3(static_cast<unsigned>(ctas), 1, 1);
+    }
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
     check_grid(grid, "attn_prefill_kernel");
     kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
     check_launch("attn_prefill_kernel");

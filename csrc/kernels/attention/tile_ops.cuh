@@ -51,25 +51,56 @@ __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr,
     }
 }
 
-// K and V rows [key_start, key_start + kRows) of kv head hkv; keys >= kv_len are zero-filled.
+// The key rows one thread copies in a [kRows][kD] K/V tile, with their source handles (a
+// page id for paged KV). fetch() only issues the lookups; load_kv_tile() consumes them, so a
+// kernel that fetches tile j + 1 while tile j is in flight hides the page-table latency.
 template <int kRows, int kD, int kThreads, class KV>
-__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b,
-                                             int hkv, int key_start, int kv_len) {
-    constexpr int kChunks = kD / 8;
+struct KvTileRows {
+    static constexpr int kChunks = kD / 8;
     static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int chunk = threadIdx.x % kChunks;
+    static constexpr int kRowsPerPass = kThreads / kChunks;
+    static constexpr int kPerThread = ceil_div(kRows, kRowsPerPass);
+    int key_start;
+    typename KV::Handle handle[kPerThread];
+
+    __device__ __forceinline__ void fetch(const AttnParams& p, int b, int first_key, int kv_len) {
+        key_start = first_key;
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int pos = first_key + static_cast<int>(threadIdx.x) / kChunks + j * kRowsPerPass;
+            handle[j] = pos < kv_len ? KV::locate(p, b, pos) : typename KV::Handle{};
+        }
+    }
+};
+
+// K and V rows [rows.key_start, + kRows) of kv head hkv; keys >= kv_len are zero-filled.
+template <int kRows, int kD, int kThreads, class KV>
+__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
+                                             const KvTileRows<kRows, kD, kThreads, KV>& rows, int kv_len) {
+    using Rows = KvTileRows<kRows, kD, kThreads, KV>;
+    const int chunk = threadIdx.x % Rows::kChunks;
     const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
     const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
 #pragma unroll
-    for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
-        const int pos = key_start + r;
+    for (int j = 0; j < Rows::kPerThread; ++j) {
+        const int r = static_cast<int>(threadIdx.x) / Rows::kChunks + j * Rows::kRowsPerPass;
+        if (kRows % Rows::kRowsPerPass != 0 && r >= kRows) break;
+        const int pos = rows.key_start + r;
         const bool valid = pos < kv_len;
-        const KvRow off = valid ? KV::row(p, b, pos) : KvRow{0, 0};
+        const KvRow off = valid ? KV::row(p, b, pos, rows.handle[j]) : KvRow{0, 0};
         const int s = r * smem_stride<kD>() + chunk * 8;
         cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
         cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
     }
+}
+
+// The same, looking the rows up on the spot (the lookup latency is exposed).
+template <int kRows, int kD, int kThreads, class KV>
+__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b,
+                                             int hkv, int key_start, int kv_len) {
+    KvTileRows<kRows, kD, kThreads, KV> rows;
+    rows.fetch(p, b, key_start, kv_len);
+    load_kv_tile<kRows, kD, kThreads, KV>(sK, sV, p, b, hkv, rows, kv_len);
 }
 
 // ---- warp-level math on C fragments -----------------------------------------------------

@@ -57,8 +57,9 @@ def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, c
                                    check_seqlens=check_seqlens, debug=debug)
 
 
-def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim) -> int:
-    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim)
+def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, *, paged=False) -> int:
+    """The split count decode (or paged_decode, with paged=True) picks for this shape on this GPU."""
+    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, paged=paged)
 
 
 def decode_workspace_size(num_splits, batch, heads_q, seqlen_q, head_dim) -> int:
