@@ -1,16 +1,22 @@
 // Standalone test of the FP8 quantize and GEMM launchers (no torch), against CPU references.
-//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/fp8_test.cu -o build/fp8_test && build/fp8_test
-// Prints one line per case and, for 4096^3, both GEMM paths checked against each other and
-// timed with CUDA events. Exit status 0 when every case passes.
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I csrc/kernels \
+//        csrc/tests/fp8_test.cu -o /tmp/fp8_test && timeout 300 /tmp/fp8_test
+// Prints one line per correctness case (every planner variant: block_n, accumulation mode,
+// promotion interval, 2-block clusters, persistence, with M / N / K tails and odd tile counts
+// in the cluster dimension), then times every GEMM variant at 4096^3 and 8192^3 (CUDA events,
+// warm-up, median of reps; each checked against the mma.sync path) and prints a compact table.
+// Exit status 0 when every case passes. `fp8_test --no-timing` skips the large problems.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/cuda_utils.cuh"
@@ -106,7 +112,21 @@ struct GemmCase {
   int path;      // fp8::gemm::Path
   int block_n;   // 0 = planner
   bool extras;   // row / col scales and bias
+  // PlanRequest fields beyond path / block_n (-1 / 0 = planner)
+  int accum = -1, promote_every = 0, cluster = -1, persistent = -1;
+  int sms = 0;   // SM count the planner sees (0: the device's); small values force persistent wrap
 };
+
+fp8::gemm::PlanRequest request_of(const GemmCase& gc) {
+  fp8::gemm::PlanRequest req;
+  req.force_path = gc.path;
+  req.force_block_n = gc.block_n;
+  req.persistent = gc.persistent;
+  req.accum = gc.accum;
+  req.promote_every = gc.promote_every;
+  req.cluster = gc.cluster;
+  return req;
+}
 
 struct DeviceGemm {
   fp8::GemmParams p;
@@ -122,8 +142,19 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
   DeviceGemm g;
   g.a.resize(gc.m * gc.k);
   g.b.resize(gc.n * gc.k);
-  for (auto& v : g.a) v = encode(normal(rng), gc.fa);
-  for (auto& v : g.b) v = encode(normal(rng), gc.fb);
+  // normal samples through a table: 8192^3 operands (2 x 64 MB) fill in well under a second
+  std::vector<uint8_t> table_a(1 << 16), table_b(1 << 16);
+  for (auto& v : table_a) v = encode(normal(rng), gc.fa);
+  for (auto& v : table_b) v = encode(normal(rng), gc.fb);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return uint32_t(x >> 32) & 0xFFFF;
+  };
+  for (auto& v : g.a) v = table_a[next()];
+  for (auto& v : g.b) v = table_b[next()];
   g.row_scale.resize(gc.m);
   g.col_scale.resize(gc.n);
   g.bias.resize(gc.n);
@@ -162,18 +193,46 @@ void free_gemm(DeviceGemm& g) {
     if (ptr) cudaFree(const_cast<void*>(ptr));
 }
 
+fp8::Status run_plan(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int sms = 0) {
+  const auto plan = fp8::gemm::plan_gemm(p.m, p.n, p.k, sms > 0 ? sms : g_sms, g_cc_major, g_cc_minor, req);
+  return fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, 0);
+}
+
 fp8::Status run_gemm(const fp8::GemmParams& p, int path, int block_n, int persistent = -1) {
   fp8::gemm::PlanRequest req;
   req.force_path = path;
   req.force_block_n = block_n;
   req.persistent = persistent;
-  const auto plan = fp8::gemm::plan_gemm(p.m, p.n, p.k, g_sms, g_cc_major, g_cc_minor, req);
-  return fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, 0);
+  return run_plan(p, req);
+}
+
+// The plan's accumulation / cluster choices, for labels and tolerances.
+fp8::gemm::GemmPlan plan_of(const GemmCase& gc) {
+  return fp8::gemm::plan_gemm(gc.m, gc.n, gc.k, gc.sms > 0 ? gc.sms : g_sms, g_cc_major, g_cc_minor,
+                              request_of(gc));
+}
+
+std::string plan_label(const fp8::gemm::GemmPlan& plan) {
+  if (plan.path == fp8::gemm::Path::kMmaSync) return "mma_sync";
+  std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
+  if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += "2";
+  if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);
+  s += plan.persistent ? " pers" : " tile";
+  if (plan.group_m != fp8::gemm::PlannerDefaults::kGroupM) s += " g" + std::to_string(plan.group_m);
+  return s;
+}
+
+// Accumulation error bound per plan (see test_gemm).
+double accumulation_u(const fp8::gemm::GemmPlan& plan) {
+  if (plan.path == fp8::gemm::Path::kMmaSync) return 1e-5;
+  if (plan.accum == fp8::gemm::AccumMode::kFast) return std::ldexp(1.0, -11);
+  return plan.promote_every == 2 ? std::ldexp(1.0, -12) : std::ldexp(1.0, -13);
 }
 
 bool test_gemm(const GemmCase& gc) {
   DeviceGemm g = make_gemm(gc, uint32_t(gc.m * 131 + gc.n * 7 + gc.k));
-  const fp8::Status s = run_gemm(g.p, gc.path, gc.block_n);
+  const fp8::gemm::GemmPlan plan = plan_of(gc);
+  const fp8::Status s = run_plan(g.p, request_of(gc), gc.sms);
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
   bool ok = s == fp8::Status::kOk;
   const auto d = download(static_cast<__nv_bfloat16*>(g.p.d), gc.m * gc.n);
@@ -184,11 +243,11 @@ bool test_gemm(const GemmCase& gc) {
   // u * sum_k |a_k b_k| (scaled). mma.sync accumulates in fp32: u = 1e-5. FP8 WGMMAs add
   // inside each 128-deep k-block with a reduced-precision accumulator (about 14 bits) even
   // when the kernel promotes every block to fp32 registers: the H200 showed up to 3.7e-5 of
-  // sum |ab| (2026-11-30, K = 128, a single block), so u = 2^-13. Without promotion (BN = 256,
-  // like cuBLASLt's use_fast_accum) the error grows with K: up to 2.8e-4 seen, u = 2^-11.
-  const bool wgmma = gc.path == int(fp8::gemm::Path::kWgmma);
-  const bool fast_accum = wgmma && gc.block_n == 256;
-  const double u = fast_accum ? std::ldexp(1.0, -11) : wgmma ? std::ldexp(1.0, -13) : 1e-5;
+  // sum |ab| (2026-11-30, K = 128, a single block), so u = 2^-13; promoting every 2 k-blocks
+  // at most doubles the in-WGMMA adds per promotion, u = 2^-12. Without promotion (kFast, like
+  // cuBLASLt's use_fast_accum) the error grows with K: up to 2.8e-4 seen, u = 2^-11.
+  const bool fast_accum = plan.path == fp8::gemm::Path::kWgmma && plan.accum == fp8::gemm::AccumMode::kFast;
+  const double u = accumulation_u(plan);
   double max_rel = 0.0, worst_u = 0.0;
   for (int64_t i = 0; i < gc.m && ok; ++i)
     for (int64_t j = 0; j < gc.n; ++j) {
@@ -210,12 +269,49 @@ bool test_gemm(const GemmCase& gc) {
         break;
       }
     }
-  std::printf("%s gemm %-8s %s x %s M=%-5lld N=%-5lld K=%-5lld bn=%-3d extras=%d status=%s acc_err/sum|ab|=%.1e%s\n",
-              ok ? "PASS" : "FAIL", fp8::gemm::path_name(fp8::gemm::Path(gc.path)),
-              fp8::format_name(gc.fa), fp8::format_name(gc.fb), (long long)gc.m, (long long)gc.n,
-              (long long)gc.k, gc.block_n, gc.extras, fp8::status_string(s), std::max(worst_u, 0.0),
-              fast_accum ? " (fast accum)" : "");
+  std::printf("%s gemm %-26s %s x %s M=%-5lld N=%-5lld K=%-5lld extras=%d grid=%-4d status=%s acc_err/sum|ab|=%.1e%s\n",
+              ok ? "PASS" : "FAIL", plan_label(plan).c_str(), fp8::format_name(gc.fa), fp8::format_name(gc.fb),
+              (long long)gc.m, (long long)gc.n, (long long)gc.k, gc.extras, plan.grid, fp8::status_string(s),
+              std::max(worst_u, 0.0), fast_accum ? " (fast accum)" : "");
+  std::fflush(stdout);  // a hang shows as the case after the last printed line
   free_gemm(g);
+  return ok;
+}
+
+// Host check of the tile scheduler: over all units and cluster ranks, every in-range tile
+// comes up exactly once, and the out-of-range ones only where a cluster dimension is odd.
+bool test_scheduler() {
+  bool ok = true;
+  for (int tiles_m : {1, 2, 3, 7, 32})
+    for (int tiles_n : {1, 2, 5, 33})
+      for (int group_m : {1, 4, 8, 16})
+        for (int cm : {1, 2})
+          for (int cn : {1, 2}) {
+            fp8::gemm::TileScheduler sched;
+            sched.tiles_m = tiles_m;
+            sched.tiles_n = tiles_n;
+            sched.group_m = group_m;
+            sched.cluster_m = cm;
+            sched.cluster_n = cn;
+            std::vector<int> seen(tiles_m * tiles_n, 0);
+            int phantoms = 0;
+            for (int unit = 0; unit < sched.num_units(); ++unit)
+              for (int rank = 0; rank < sched.cluster_size(); ++rank) {
+                int mb, nb;
+                sched.tile_coord(unit, rank, mb, nb);
+                if (sched.tile_in_range(mb, nb)) {
+                  ++seen[mb * tiles_n + nb];
+                } else {
+                  ++phantoms;
+                  ok = ok && mb < tiles_m + cm - 1 && nb < tiles_n + cn - 1;
+                }
+              }
+            for (int v : seen) ok = ok && v == 1;
+            const int padded = (tiles_m + cm - 1) / cm * cm * ((tiles_n + cn - 1) / cn * cn);
+            ok = ok && phantoms == padded - tiles_m * tiles_n;
+          }
+  std::printf("%s tile scheduler covers every tile once (clusters 1 / 2 / 2 x 2, odd tile counts)\n",
+              ok ? "PASS" : "FAIL");
   return ok;
 }
 
@@ -225,8 +321,87 @@ bool expect_status(const char* what, fp8::Status got, fp8::Status want) {
   return ok;
 }
 
-// Both paths on one large problem: they must agree, and each gets a CUDA-event timing.
-bool cross_check_large(int64_t n) {
+// ---- large problems: every variant checked against mma.sync and timed -------------------------
+
+struct TimedVariant {
+  int path, block_n, accum, promote_every, cluster, persistent, group_m;
+};
+
+// The variants the timing table covers (-1 / 0 = planner), the planner's default first.
+std::vector<TimedVariant> timed_variants() {
+  using fp8::gemm::AccumMode;
+  using fp8::gemm::ClusterMode;
+  const int promote = int(AccumMode::kPromote), pingpong = int(AccumMode::kPromotePingPong),
+            fast = int(AccumMode::kFast);
+  const int none = int(ClusterMode::kNone), pair_m = int(ClusterMode::kPairM), pair_n = int(ClusterMode::kPairN),
+            quad = int(ClusterMode::kQuad);
+  return {
+      {-1, 0, -1, 0, -1, -1, 0},               // planner default
+      {0, 128, promote, 1, none, 0, 0},        // the measured baseline (910 / 958)
+      {0, 128, promote, 1, none, 1, 0},
+      {0, 128, promote, 2, none, 1, 0},
+      {0, 128, pingpong, 0, none, 1, 0},
+      {0, 128, promote, 1, pair_m, 0, 0},
+      {0, 128, promote, 1, pair_m, 1, 0},
+      {0, 128, promote, 1, pair_n, 1, 0},
+      {0, 128, promote, 2, pair_m, 1, 0},
+      {0, 128, pingpong, 0, pair_m, 0, 0},
+      {0, 128, pingpong, 0, pair_m, 1, 0},
+      {0, 128, pingpong, 0, pair_n, 1, 0},
+      {0, 128, promote, 1, quad, 1, 0},
+      {0, 128, promote, 2, quad, 1, 0},
+      {0, 128, pingpong, 0, quad, 0, 0},
+      {0, 128, pingpong, 0, quad, 1, 0},
+      {0, 128, pingpong, 0, pair_m, 1, 4},
+      {0, 128, pingpong, 0, pair_m, 1, 16},
+      {0, 128, fast, 0, none, 1, 0},
+      {0, 128, fast, 0, pair_m, 1, 0},
+      {0, 256, fast, 0, none, 0, 0},
+      {0, 256, fast, 0, none, 1, 0},
+      {0, 256, fast, 0, pair_m, 0, 0},
+      {0, 256, fast, 0, pair_m, 1, 0},
+      {0, 256, fast, 0, pair_n, 1, 0},
+      {0, 256, fast, 0, pair_m, 1, 16},
+      {0, 256, fast, 0, quad, 1, 0},
+      {0, 128, fast, 0, quad, 1, 0},
+      {0, 64, promote, 1, none, -1, 0},
+      {1, 0, -1, 0, -1, -1, 0},                // mma.sync reference path
+  };
+}
+
+fp8::gemm::PlanRequest request_of(const TimedVariant& v) {
+  fp8::gemm::PlanRequest req;
+  req.force_path = v.path;
+  req.force_block_n = v.block_n;
+  req.accum = v.accum;
+  req.promote_every = v.promote_every;
+  req.cluster = v.cluster;
+  req.persistent = v.persistent;
+  req.group_m = v.group_m;
+  return req;
+}
+
+// Median of `reps` launches, each between its own pair of events, after `warmup` launches.
+float median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) run_plan(p, req);
+  std::vector<cudaEvent_t> events(2 * reps);
+  for (auto& e : events) KERNELS_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < reps; ++r) {
+    KERNELS_CUDA_CHECK(cudaEventRecord(events[2 * r]));
+    run_plan(p, req);
+    KERNELS_CUDA_CHECK(cudaEventRecord(events[2 * r + 1]));
+  }
+  KERNELS_CUDA_CHECK(cudaEventSynchronize(events.back()));
+  std::vector<float> ms(reps);
+  for (int r = 0; r < reps; ++r) KERNELS_CUDA_CHECK(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]));
+  for (auto& e : events) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+// Every variant on one n^3 problem: checked against the mma.sync path (relative Frobenius
+// error; promoted variants are fp32-accurate, fast accumulation drifts more), then timed.
+bool time_large(int64_t n, std::vector<std::string>& labels, std::vector<double>& tflops) {
   GemmCase gc{n, n, n, Format::kE4M3, Format::kE4M3, 0, 0, false};
   DeviceGemm g = make_gemm(gc, 3);
   __nv_bfloat16* d_ref = nullptr;
@@ -235,20 +410,19 @@ bool cross_check_large(int64_t n) {
   p_ref.d = d_ref;
   bool ok = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0) == fp8::Status::kOk;
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  KERNELS_CUDA_CHECK(cudaEventCreate(&start));
-  KERNELS_CUDA_CHECK(cudaEventCreate(&stop));
-  struct Variant { const char* name; int path, block_n, persistent; };
-  const Variant variants[] = {{"wgmma auto", 0, 0, -1}, {"wgmma bn256 persistent", 0, 256, 1},
-                              {"wgmma bn256 per-tile", 0, 256, 0}, {"wgmma bn128 persistent", 0, 128, 1},
-                              {"wgmma bn128 per-tile", 0, 128, 0}, {"wgmma bn64", 0, 64, -1},
-                              {"mma_sync", 1, 0, -1}};
   const auto ref = download(d_ref, n * n);
-  for (const Variant& v : variants) {
+  std::vector<__nv_bfloat16> got(n * n);
+  const auto variants = timed_variants();
+  labels.clear();
+  tflops.clear();
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    const fp8::gemm::PlanRequest req = request_of(variants[vi]);
+    const auto plan = fp8::gemm::plan_gemm(n, n, n, g_sms, g_cc_major, g_cc_minor, req);
+    const std::string label = (vi == 0 ? "default: " : "") + plan_label(plan);
     KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, n * n * 2));
-    const fp8::Status s = run_gemm(g.p, v.path, v.block_n, v.persistent);
+    const fp8::Status s = run_plan(g.p, req);
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto got = download(static_cast<__nv_bfloat16*>(g.p.d), n * n);
+    KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, n * n * 2, cudaMemcpyDeviceToHost));
     double num = 0.0, den = 0.0;
     for (int64_t i = 0; i < n * n; ++i) {
       const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
@@ -256,19 +430,15 @@ bool cross_check_large(int64_t n) {
       den += r * r;
     }
     const double rel = std::sqrt(num / den);
-    // both fp32-accurate: only rare bf16 rounding flips differ; fast accumulation drifts more
-    const bool fast_accum = v.path == int(fp8::gemm::Path::kWgmma) && v.block_n == 256;
+    const bool fast_accum = plan.path == fp8::gemm::Path::kWgmma && plan.accum == fp8::gemm::AccumMode::kFast;
     const bool good = s == fp8::Status::kOk && rel < (fast_accum ? 1e-2 : 1e-3);
-    const int reps = 20;
-    KERNELS_CUDA_CHECK(cudaEventRecord(start));
-    for (int r = 0; r < reps; ++r) run_gemm(g.p, v.path, v.block_n, v.persistent);
-    KERNELS_CUDA_CHECK(cudaEventRecord(stop));
-    KERNELS_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    KERNELS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    ms /= reps;
-    std::printf("%s gemm %lld^3 %-24s rel_err_vs_mma_sync=%.2e  %.3f ms  %.0f TFLOP/s\n",
-                good ? "PASS" : "FAIL", (long long)n, v.name, rel, ms, 2.0 * n * n * n / (ms * 1e-3) / 1e12);
+    const float ms = good ? median_ms(g.p, req, 3, n >= 8192 ? 10 : 20) : 0.f;
+    const double tf = good ? 2.0 * n * n * n / (ms * 1e-3) / 1e12 : 0.0;
+    std::printf("%s time %lld^3 %-34s grid=%-4d rel_err_vs_mma_sync=%.2e %8.3f ms %6.0f TFLOP/s\n",
+                good ? "PASS" : "FAIL", (long long)n, label.c_str(), plan.grid, rel, ms, tf);
+    std::fflush(stdout);
+    labels.push_back(label);
+    tflops.push_back(tf);
     ok = ok && good;
   }
   cudaFree(d_ref);
@@ -278,13 +448,14 @@ bool cross_check_large(int64_t n) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   int device = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&device));
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, device));
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&g_cc_major, cudaDevAttrComputeCapabilityMajor, device));
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&g_cc_minor, cudaDevAttrComputeCapabilityMinor, device));
   int failures = 0;
+  failures += !test_scheduler();
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     failures += !test_quantize(128, 256, f, true);
     failures += !test_quantize(77, 45, f, true);   // scalar path, tails
@@ -305,6 +476,48 @@ int main() {
     cases.push_back({300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 0, false});  // > stages k-blocks, persistent wrap
     if (path == 0) cases.push_back({300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 256, false});
   }
+  if (hopper) {
+    // every sm_90a variant beyond the planner's default, on tails and odd cluster tile counts:
+    // 257 x 131 (3 x 2 tiles at bn128, 3 x 1 at bn256: a phantom partner along N),
+    // 300 x 520 (3 x 5 tiles: odd along M and N), M = 1 (one tile: phantom partner along M),
+    // K = 400 / 2064 (K tails; more k-blocks than stages), and a persistent grid forced to wrap
+    // (the planner sees 4 SMs: 4 blocks, i.e. 2 pairs or 1 quad, stride over the units).
+    using fp8::gemm::AccumMode;
+    using fp8::gemm::ClusterMode;
+    struct Variant { int block_n, accum, promote_every, cluster; };
+    const Variant variants[] = {
+        {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kFast), 0, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
+        {128, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
+        {128, int(AccumMode::kPromote), 2, int(ClusterMode::kPairM)},
+        {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kPairM)},
+        {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kPairN)},
+        {128, int(AccumMode::kFast), 0, int(ClusterMode::kPairM)},
+        {256, int(AccumMode::kFast), 0, int(ClusterMode::kPairM)},
+        {256, int(AccumMode::kFast), 0, int(ClusterMode::kPairN)},
+        {64, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
+        {128, int(AccumMode::kPromote), 1, int(ClusterMode::kQuad)},
+        {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kQuad)},
+        {256, int(AccumMode::kFast), 0, int(ClusterMode::kQuad)},
+    };
+    for (const Variant& v : variants) {
+      const auto with = [&v](GemmCase gc, int persistent, int sms) {
+        gc.accum = v.accum;
+        gc.promote_every = v.promote_every;
+        gc.cluster = v.cluster;
+        gc.persistent = persistent;
+        gc.sms = sms;
+        return gc;
+      };
+      cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, 0, 0));
+      cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
+      cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, 1, 4));
+      cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, -1, 0));
+      cases.push_back(with({129, 333, 1040, Format::kE4M3, Format::kE5M2, 0, v.block_n, false}, 1, 0));
+    }
+  }
   for (const GemmCase& gc : cases) failures += !test_gemm(gc);
 
   {
@@ -319,9 +532,23 @@ int main() {
     bad = g.p;
     bad.a = static_cast<const uint8_t*>(g.p.a) + 8;
     failures += !expect_status("misaligned A", run_gemm(bad, -1, 0), fp8::Status::kMisaligned);
+    fp8::gemm::PlanRequest unsupported;
+    unsupported.force_path = int(fp8::gemm::Path::kWgmma);
+    unsupported.force_block_n = 256;
+    unsupported.accum = int(fp8::gemm::AccumMode::kPromote);
+    failures += !expect_status("promoted bn256", run_plan(g.p, unsupported), fp8::Status::kUnsupportedPlan);
     free_gemm(g);
   }
-  if (hopper) failures += !cross_check_large(4096);
+  const bool timing = !(argc > 1 && std::strcmp(argv[1], "--no-timing") == 0);
+  if (hopper && timing) {
+    std::vector<std::string> labels;
+    std::vector<double> t4096, t8192;
+    failures += !time_large(4096, labels, t4096);
+    failures += !time_large(8192, labels, t8192);
+    std::printf("\n%-36s %8s %8s   (TFLOP/s, median)\n", "variant", "4096^3", "8192^3");
+    for (size_t i = 0; i < labels.size(); ++i)
+      std::printf("%-36s %8.0f %8.0f\n", labels[i].c_str(), t4096[i], t8192[i]);
+  }
   std::printf("fp8_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;
 }

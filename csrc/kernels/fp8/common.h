@@ -74,6 +74,7 @@ enum class Status {
   kDriverEntryPoint,    // cuTensorMapEncodeTiled not obtainable from the driver
   kTensorMapFailed,
   kLaunchFailed,
+  kUnsupportedPlan,     // a forced (block_n, accumulation, cluster, ...) combination with no kernel
 };
 
 inline const char* status_string(Status s) {
@@ -87,6 +88,9 @@ inline const char* status_string(Status s) {
     case Status::kDriverEntryPoint: return "cuTensorMapEncodeTiled is not available from the driver";
     case Status::kTensorMapFailed: return "cuTensorMapEncodeTiled rejected the tensor map";
     case Status::kLaunchFailed: return "kernel launch failed";
+    case Status::kUnsupportedPlan:
+      return "unsupported GEMM plan: promoted accumulation needs block_n 64 or 128 (ping-pong and "
+             "fast at 128 only), promote_every 1 or 2, cluster 0-3";
   }
   return "unknown";
 }

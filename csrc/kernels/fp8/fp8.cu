@@ -83,22 +83,35 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
   TORCH_CHECK(s == fp8::Status::kOk, "fp8 quantize: ", fp8::status_string(s));
 }
 
-fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent) {
+fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
+                               int64_t promote_every, int64_t cluster, int64_t group_m) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
   TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256,
                     "block_n must be 0 (auto), 64, 128 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
+  TORCH_CHECK_VALUE(accum >= -1 && accum <= 2,
+                    "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong) or 2 (fast)");
+  TORCH_CHECK_VALUE(promote_every >= 0 && promote_every <= 2, "promote_every must be 0 (auto), 1 or 2");
+  TORCH_CHECK_VALUE(cluster >= -1 && cluster <= 3,
+                    "cluster must be -1 (auto), 0 (none), 1 (pair along M), 2 (pair along N) or 3 (2 x 2)");
+  TORCH_CHECK_VALUE(group_m >= 0 && group_m <= 1024, "group_m must be 0 (auto) or 1..1024");
   fp8::gemm::PlanRequest req;
   req.force_path = int(path);
   req.force_block_n = int(block_n);
   req.persistent = int(persistent);
+  req.accum = int(accum);
+  req.promote_every = int(promote_every);
+  req.cluster = int(cluster);
+  req.group_m = int(group_m);
   return req;
 }
 
-pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent) {
+pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent,
+                    int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m) {
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   const auto pl = fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
-                                       request(path, block_n, persistent));
+                                       request(path, block_n, persistent, accum, promote_every, cluster, group_m));
+  const bool wgmma = pl.path == fp8::gemm::Path::kWgmma;
   pybind11::dict d;
   d["path"] = fp8::gemm::path_name(pl.path);
   d["block_m"] = pl.block_m;
@@ -106,15 +119,21 @@ pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block
   d["tiles"] = pl.tiles;
   d["grid"] = pl.grid;
   d["persistent"] = pl.persistent;
-  // WGMMA with BN = 256 keeps the hardware accumulator only (no fp32 promotion)
-  d["fast_accum"] = pl.path == fp8::gemm::Path::kWgmma && pl.block_n == 256;
+  d["accum"] = wgmma ? fp8::gemm::accum_name(pl.accum) : "fp32";
+  d["promote_every"] = pl.promote_every;
+  d["cluster"] = fp8::gemm::cluster_name(pl.cluster);
+  d["group_m"] = pl.group_m;
+  d["supported"] = fp8::gemm::plan_supported(pl);
+  // the WGMMA accumulator only, no fp32 promotion (block_n = 256 or accum = fast)
+  d["fast_accum"] = wgmma && pl.accum == fp8::gemm::AccumMode::kFast;
   return d;
 }
 
 void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
           const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path,
-          int64_t block_n, int64_t persistent) {
+          int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster,
+          int64_t group_m) {
   TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor");
   check_on(b, a, "b");
   check_on(out, a, "out");
@@ -154,12 +173,13 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   const auto pl = fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
-                                       request(path, block_n, persistent));
+                                       request(path, block_n, persistent, accum, promote_every, cluster, group_m));
   const fp8::Status s = fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream());
   switch (s) {
     case fp8::Status::kOk: return;
     case fp8::Status::kUnsupportedK:
     case fp8::Status::kMisaligned:
+    case fp8::Status::kUnsupportedPlan:
       TORCH_CHECK_VALUE(false, "fp8 gemm: ", fp8::status_string(s), " (M=", p.m, ", N=", p.n, ", K=", p.k, ")");
     case fp8::Status::kUnsupportedFormats:
       TORCH_CHECK_TYPE(false, "fp8 gemm: ", fp8::status_string(s), " ", fp8::format_name(p.a_format), " x ",
@@ -182,11 +202,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "max(amax, max|x|) (atomic; zero it first). x bf16 [rows, cols]; scale f32 scalar.");
   m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"),
         py::arg("bias"), py::arg("row_scale"), py::arg("col_scale"), py::arg("out"),
-        py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1,
+        py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
+        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0,
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
-        "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent "
-        "override the planner (-1/0/-1 = auto).");
+        "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
+        "promote_every/cluster/group_m override the planner (-1/0/-1/-1/0/-1/0 = auto); accum 0 "
+        "promote, 1 promote ping-pong, 2 fast; cluster 0 none, 1 pair along M, 2 pair along N, 3 2 x 2.");
   m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
-        py::arg("block_n") = 0, py::arg("persistent") = -1,
+        py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
+        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0,
         "The planner's choice for this problem on the current device (path, tile, grid).");
 }

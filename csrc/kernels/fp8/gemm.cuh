@@ -7,10 +7,13 @@
 // sm_90a kernel (Path::kWgmma), 3 warpgroups:
 //   warpgroup 0  producer: drops to 40 registers (setmaxnreg), one thread issues TMA loads
 //   warpgroups 1-2 consumers: raise to 232 registers, 64 rows each, WGMMA m64nBNk32, epilogue;
-//   BN <= 128 promotes each k-block's partial sum to fp32 registers (fp32-accurate like
-//   mma.sync), BN = 256 accumulates in the WGMMA accumulator only (cuBLAS "fast accumulation")
+//   the accumulation mode (AccumMode, policy.cuh) promotes partial sums into fp32 registers
+//   (BN <= 128; per k-block, per 2 k-blocks, or ping-ponged between two partials) or keeps the
+//   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256)
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
+// Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
+// What the planner picks when a request leaves it open: PlannerDefaults below.
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
 //
 // Constraints (checked, Status on failure): K % 16 == 0; A, B 16-byte aligned with row
@@ -37,17 +40,21 @@ namespace fp8::gemm {
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched) {
+                     const GemmParams p, const TileScheduler sched, const int promote_every) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
   typename Mainloop::Storage storage{reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
-  if (threadIdx.x == 0) Mainloop::init_barriers(storage);
-  __syncthreads();
+  const ClusterRole role = ClusterRole::make(sched.cluster_m, sched.cluster_n);
+  if (threadIdx.x == 0) Mainloop::init_barriers(storage, role);
+  // partners' multicasts and remote arrivals may target our barriers right after this
+  if (role.size > 1) cluster_sync(); else __syncthreads();
 
   const int k_blocks = int(ceil_div<int64_t>(p.k, Policy::kBK));
   const int warpgroup = threadIdx.x / 128;
+  // all blocks of a cluster walk the same units in the same order, so their rings stay in step
+  const int first_unit = blockIdx.x / role.size, unit_stride = gridDim.x / role.size;
   PipelineState st;
   if (warpgroup == 0) {
     // ---- producer
@@ -55,10 +62,14 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&map_a);
       prefetch_tensor_map(&map_b);
-      for (int tile = blockIdx.x; tile < sched.num_tiles(); tile += gridDim.x) {
+      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
         int m_block, n_block;
-        sched.tile_coord(tile, m_block, n_block);
-        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, k_blocks, st);
+        sched.tile_coord(unit, role.rank, m_block, n_block);
+        // a tile past the matrix (odd tile count in a cluster dimension) loads the last real
+        // tile's rows instead: its partners still need its multicast halves and arrivals
+        m_block = min(m_block, sched.tiles_m - 1);
+        n_block = min(n_block, sched.tiles_n - 1);
+        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, k_blocks, st, role);
       }
     }
   } else {
@@ -67,13 +78,14 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     const int consumer = warpgroup - 1;
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    for (int tile = blockIdx.x; tile < sched.num_tiles(); tile += gridDim.x) {
+    for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
       int m_block, n_block;
-      sched.tile_coord(tile, m_block, n_block);
+      sched.tile_coord(unit, role.rank, m_block, n_block);
       float acc[Policy::kAccRegs];
 #pragma unroll
       for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-      Mainloop::consume_tile(storage, consumer, k_blocks, acc, st);
+      Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every);
+      if (!sched.tile_in_range(m_block, n_block)) continue;
 
       // ---- epilogue: WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
@@ -85,6 +97,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       }
     }
   }
+  // no block of a cluster may exit while a partner can still arrive on its barriers
+  if (role.size > 1) cluster_sync();
 #endif
 }
 
@@ -100,9 +114,9 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
   const int k_blocks = int(ceil_div<int64_t>(p.k, P::kBK));
   const Epilogue epi = Epilogue::make(p);
 
-  for (int tile = blockIdx.x; tile < sched.num_tiles(); tile += gridDim.x) {
+  for (int tile = blockIdx.x; tile < sched.num_units(); tile += gridDim.x) {
     int m_block, n_block;
-    sched.tile_coord(tile, m_block, n_block);
+    sched.tile_coord(tile, 0, m_block, n_block);
     const int64_t m0 = int64_t(m_block) * P::kBM, n0 = int64_t(n_block) * P::kBN;
     float acc[Mainloop::kMTiles][Mainloop::kNTiles][4] = {};
 
@@ -136,38 +150,76 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 
 // ---- host planning --------------------------------------------------------------------------
 
+// The planner's choices when a request leaves them open (sm_90a path): the one place to flip
+// after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
+struct PlannerDefaults {
+  // Promoted (fp32-accurate) accumulation for BN <= 128; kFast is only ever taken when asked
+  // for (or with block_n = 256), since it changes results, not just speed.
+  static constexpr AccumMode kAccum = AccumMode::kPromote;
+  static constexpr int kPromoteEvery = 1;                 // k-blocks per promotion (kPromote)
+  static constexpr ClusterMode kCluster = ClusterMode::kNone;
+  static constexpr int kGroupM = 8;                       // raster group height in tiles
+};
+
 struct GemmPlan {
   Path path = Path::kWgmma;
   int block_m = 128, block_n = 128;
-  int tiles = 0, grid = 0;
+  int tiles = 0, grid = 0;  // grid in blocks (a multiple of the cluster size)
   bool persistent = true;
+  AccumMode accum = PlannerDefaults::kAccum;
+  int promote_every = PlannerDefaults::kPromoteEvery;
+  ClusterMode cluster = ClusterMode::kNone;
+  int group_m = PlannerDefaults::kGroupM;
 };
 
 struct PlanRequest {
   int force_path = -1;     // -1 auto, else Path
   int force_block_n = 0;   // 0 auto, else 64 / 128 / 256 (WGMMA path)
-  int persistent = -1;     // -1 auto, 0 one block per tile, 1 grid = SM count
+  int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
+  int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
+  int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
+  int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
+  int group_m = 0;         // 0 auto, else raster group height in tiles
 };
+
+// The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
+inline bool has_kernel(int block_n, AccumMode accum) {
+  switch (block_n) {
+    case 64: return accum == AccumMode::kPromote;
+    case 128: return int(accum) >= 0 && int(accum) <= 2;
+    case 256: return accum == AccumMode::kFast;
+    default: return false;
+  }
+}
 
 inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
 
-// Tile shape from the problem and the SM count: among the promoted tiles BN = 128 / 64,
-// maximise (fraction of the last wave that is busy) x (tile arithmetic intensity
-// bm*bn/(bm+bn)). Large problems take 128; small M or N take 64 when that occupies more SMs.
-// BN = 256 (fast accumulation, no promotion: see Sm90Policy::kPromote) only when forced.
+// Tile shape from the problem and the SM count: among the candidate BN (128 / 64 promoted,
+// 256 / 128 / 64 with fast accumulation), maximise (fraction of the last wave that is busy) x
+// (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
+// take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
+// without one falls back to it). block_n = 256 implies fast accumulation unless the request
+// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan).
 inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
                           const PlanRequest& req = {}) {
   (void)k;
   GemmPlan plan;
   const bool hopper = cc_major == 9 && cc_minor == 0;
   plan.path = req.force_path >= 0 ? Path(req.force_path) : (hopper ? Path::kWgmma : Path::kMmaSync);
+  plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
+  int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
+    plan.accum = req.accum >= 0           ? AccumMode(req.accum)
+                 : req.force_block_n == 256 ? AccumMode::kFast
+                                            : PlannerDefaults::kAccum;
+    plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
     if (req.force_block_n > 0) {
       plan.block_n = req.force_block_n;
     } else {
       double best = -1.0;
-      for (int bn : {128, 64}) {
+      for (int bn : {256, 128, 64}) {
+        if (bn == 256 && plan.accum != AccumMode::kFast) continue;
         const int64_t tiles = tiles_for(m, n, plan.block_m, bn);
         const int64_t waves = ceil_div<int64_t>(tiles, num_sms);
         const double wave_fill = double(tiles) / double(waves * num_sms);
@@ -179,9 +231,25 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
         }
       }
     }
+    if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;  // BN 64
+    if (req.cluster >= 0) {
+      plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
+    } else {
+      // the default, minus any cluster dimension the problem has a single tile in
+      const ClusterMode c = PlannerDefaults::kCluster;
+      const bool along_m = cluster_m_of(c) > 1 && ceil_div<int64_t>(m, plan.block_m) >= 2;
+      const bool along_n = cluster_n_of(c) > 1 && ceil_div<int64_t>(n, plan.block_n) >= 2;
+      plan.cluster = along_m && along_n ? ClusterMode::kQuad
+                     : along_m          ? ClusterMode::kPairM
+                     : along_n          ? ClusterMode::kPairN
+                                        : ClusterMode::kNone;
+    }
+    if (int(plan.cluster) >= 0 && int(plan.cluster) <= 3)
+      cluster_size = cluster_m_of(plan.cluster) * cluster_n_of(plan.cluster);
   } else {
     plan.block_m = Sm89Policy::kBM;
     plan.block_n = Sm89Policy::kBN;
+    plan.cluster = ClusterMode::kNone;
   }
   plan.tiles = int(tiles_for(m, n, plan.block_m, plan.block_n));
   plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
@@ -189,7 +257,10 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     // two 256-thread blocks (40 KB shared each) fit an SM comfortably
     plan.grid = plan.persistent ? (plan.tiles < 2 * num_sms ? plan.tiles : 2 * num_sms) : plan.tiles;
   } else {
-    plan.grid = plan.persistent ? (plan.tiles < num_sms ? plan.tiles : num_sms) : plan.tiles;
+    const int64_t units = ceil_div<int64_t>(m, plan.block_m * cluster_m_of(plan.cluster)) *
+                          ceil_div<int64_t>(n, plan.block_n * cluster_n_of(plan.cluster));
+    const int64_t resident = num_sms / cluster_size;
+    plan.grid = int((plan.persistent ? (units < resident ? units : resident) : units) * cluster_size);
   }
   if (plan.grid < 1) plan.grid = 1;
   return plan;
@@ -204,24 +275,94 @@ inline Status check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
   return Status::kOk;
 }
 
-template <int kBlockN, Format FA, Format FB>
+// A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
+inline bool plan_supported(const GemmPlan& plan) {
+  if (plan.path != Path::kWgmma) return true;
+  if (plan.promote_every != 1 && plan.promote_every != 2) return false;
+  if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
+  return has_kernel(plan.block_n, plan.accum);
+}
+
+inline cudaLaunchAttribute cluster_attribute(int size) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = size;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+// Co-resident clusters of `size` blocks of this kernel on the current device (cached per
+// kernel, size and device); a persistent cluster grid larger than that would leave clusters
+// for a second wave. 0 when the query fails (the caller keeps its grid).
+template <class Policy, Format FA, Format FB>
+int max_active_clusters(int size) {
+  static int cached[64][2] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int& slot = cached[device][size == 4 ? 1 : 0];
+  if (slot == 0) {
+    cudaLaunchAttribute attr = cluster_attribute(size);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(size, 1, 1);
+    config.blockDim = dim3(Policy::kThreads, 1, 1);
+    config.dynamicSmemBytes = Policy::kSmemBytes;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_sm90_kernel<Policy, FA, FB>, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    slot = clusters;
+  }
+  return slot;
+}
+
+template <int kBlockN, AccumMode kAccum, Format FA, Format FB>
 Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
-  using Policy = Sm90Policy<kBlockN>;
+  using Policy = Sm90Policy<kBlockN, kAccum>;
+  TileScheduler sched;
+  sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
+  sched.tiles_n = int(ceil_div<int64_t>(p.n, Policy::kBN));
+  sched.group_m = plan.group_m;
+  sched.cluster_m = cluster_m_of(plan.cluster);
+  sched.cluster_n = cluster_n_of(plan.cluster);
+  // a shared operand is loaded in halves, one per block sharing it
   CUtensorMap map_a, map_b;
-  Status s = make_kmajor_map(&map_a, p.a, p.m, p.k, p.lda, Policy::kBM, Policy::kBK);
+  Status s = make_kmajor_map(&map_a, p.a, p.m, p.k, p.lda, Policy::kBM / sched.cluster_n, Policy::kBK);
   if (s != Status::kOk) return s;
-  s = make_kmajor_map(&map_b, p.b, p.n, p.k, p.ldb, Policy::kBN, Policy::kBK);
+  s = make_kmajor_map(&map_b, p.b, p.n, p.k, p.ldb, Policy::kBN / sched.cluster_m, Policy::kBK);
   if (s != Status::kOk) return s;
   auto kernel = gemm_sm90_kernel<Policy, FA, FB>;
   // per device and process; setting it again is cheap and keeps multi-GPU hosts correct
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes) !=
       cudaSuccess)
     return Status::kLaunchFailed;
-  TileScheduler sched;
-  sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
-  sched.tiles_n = int(ceil_div<int64_t>(p.n, Policy::kBN));
-  kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched);
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  const int promote_every = plan.promote_every;
+  const int size = sched.cluster_size();
+  if (size == 1) {
+    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every);
+    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  }
+  int grid = plan.grid;
+  if (plan.persistent) {
+    const int clusters = max_active_clusters<Policy, FA, FB>(size);
+    if (clusters > 0 && grid > size * clusters) grid = size * clusters;
+  }
+  cudaLaunchAttribute attr = cluster_attribute(size);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid, 1, 1);
+  config.blockDim = dim3(Policy::kThreads, 1, 1);
+  config.dynamicSmemBytes = Policy::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::kLaunchFailed;
+  }
+  return Status::kOk;
 }
 
 template <Format FA, Format FB>
@@ -229,6 +370,7 @@ Status launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Sm89Policy::kBM));
   sched.tiles_n = int(ceil_div<int64_t>(p.n, Sm89Policy::kBN));
+  sched.group_m = plan.group_m;
   gemm_sm89_kernel<FA, FB><<<plan.grid, Sm89Policy::kThreads, 0, stream>>>(p, sched);
   return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
 }
@@ -236,11 +378,19 @@ Status launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
 template <Format FA, Format FB>
 Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
+  // only the pairs plan_supported() admits
   switch (plan.block_n) {
-    case 256: return launch_sm90<256, FA, FB>(p, plan, stream);
-    case 128: return launch_sm90<128, FA, FB>(p, plan, stream);
-    case 64: return launch_sm90<64, FA, FB>(p, plan, stream);
-    default: return Status::kUnsupportedFormats;
+    case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, stream);
+    case 128:
+      switch (plan.accum) {
+        case AccumMode::kPromote: return launch_sm90<128, AccumMode::kPromote, FA, FB>(p, plan, stream);
+        case AccumMode::kPromotePingPong:
+          return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, stream);
+        case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
+      }
+      return Status::kUnsupportedPlan;
+    case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
+    default: return Status::kUnsupportedPlan;
   }
 }
 
@@ -251,10 +401,14 @@ inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_majo
   const Status s = check_gemm(p, cc_major, cc_minor);
   if (s != Status::kOk) return s;
   if (plan.path == Path::kWgmma && !(cc_major == 9 && cc_minor == 0)) return Status::kUnsupportedArch;
+  if (!plan_supported(plan)) return Status::kUnsupportedPlan;
   if (p.m == 0 || p.n == 0) return Status::kOk;
   if (p.k == 0 && plan.path == Path::kWgmma) {
     // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
-    GemmPlan fallback = plan_gemm(p.m, p.n, p.k, plan.grid, cc_major, cc_minor, {int(Path::kMmaSync), 0, 0});
+    PlanRequest req;
+    req.force_path = int(Path::kMmaSync);
+    req.persistent = 0;
+    const GemmPlan fallback = plan_gemm(p.m, p.n, p.k, plan.grid, cc_major, cc_minor, req);
     return launch_gemm(p, fallback, cc_major, cc_minor, stream);
   }
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3)

@@ -5,9 +5,9 @@
 //   full[s]  : the producer arms it with the stage's byte count; TMA completes it.
 //   empty[s] : one arrival per consumer warpgroup once its WGMMAs reading stage s retired.
 // Phases alternate 0/1 each time the ring wraps; the producer starts one phase ahead so its
-// first pass over the ring does not wait. Consumers either promote each k-block's partial sum
-// into fp32 registers (BN <= 128, see Sm90Policy::kPromote) or, for BN = 256, keep one WGMMA
-// group in flight on a single hardware accumulator (fast accumulation).
+// first pass over the ring does not wait. Consumers promote partial sums into fp32 registers
+// or keep one hardware accumulator (see AccumMode in policy.cuh). With 2-block clusters the
+// shared operand is multicast and empty[s] gathers the consumers of both blocks.
 //
 // Sm89Mainloop: cp.async double buffering into padded shared rows, mma.sync m16n8k32.
 #pragma once
@@ -39,9 +39,39 @@ struct PipelineState {
 
 // ---- sm_90a: TMA producer, WGMMA consumers -----------------------------------------------
 
+// Where this block sits in its cluster of cluster_m x cluster_n blocks (each 1 or 2; rank =
+// rank_m + cluster_m * rank_n). Blocks with the same rank_m share the A tile (same m_block),
+// blocks with the same rank_n share the B tile; each loads its half of a shared tile and
+// multicasts it to the blocks sharing it.
+struct ClusterRole {
+  int size = 1, cluster_m = 1, cluster_n = 1;
+  uint32_t rank = 0, rank_m = 0, rank_n = 0;
+
+  __device__ __forceinline__ static ClusterRole make(int cluster_m, int cluster_n) {
+    ClusterRole r;
+    r.cluster_m = cluster_m;
+    r.cluster_n = cluster_n;
+    r.size = cluster_m * cluster_n;
+    r.rank = r.size > 1 ? cluster_ctarank() : 0;
+    r.rank_m = r.rank % cluster_m;
+    r.rank_n = r.rank / cluster_m;
+    return r;
+  }
+  __device__ __forceinline__ bool share_a() const { return cluster_n > 1; }
+  __device__ __forceinline__ bool share_b() const { return cluster_m > 1; }
+  // the blocks that receive this block's A half (same rank_m) and B half (same rank_n)
+  __device__ __forceinline__ uint16_t a_mask() const { return uint16_t((1u | (1u << cluster_m)) << rank_m); }
+  __device__ __forceinline__ uint16_t b_mask() const { return uint16_t(0x3u << (cluster_m * rank_n)); }
+  // Blocks whose producers write into this block's ring: itself, its A partner, its B partner.
+  __device__ __forceinline__ int writers() const { return cluster_m + cluster_n - 1; }
+};
+
 template <class Policy, Format FA, Format FB>
 struct Sm90Mainloop {
+  static constexpr int kAccRegs = Policy::kAccRegs;
+
   // Shared storage carved from a 1024-aligned base: stages of [A tile | B tile], then barriers.
+  // The offsets are the same in every block of a cluster, which multicast relies on.
   struct Storage {
     uint8_t* base;
     __device__ __forceinline__ uint8_t* a(int stage) const { return base + stage * Policy::kStageBytes; }
@@ -54,41 +84,84 @@ struct Sm90Mainloop {
     __device__ __forceinline__ uint64_t* empty(int stage) const { return full(Policy::kStages) + stage; }
   };
 
-  __device__ __forceinline__ static void init_barriers(const Storage& s) {
+  // empty[s] collects one arrival per consumer warpgroup of every block this block's producer
+  // writes into (itself and its A / B partners): with multicast, stage s may be refilled only
+  // once all of its readers are done with it.
+  __device__ __forceinline__ static void init_barriers(const Storage& s, const ClusterRole& role) {
     for (int stage = 0; stage < Policy::kStages; ++stage) {
       mbarrier_init(s.full(stage), 1);
-      mbarrier_init(s.empty(stage), Policy::kConsumers);
+      mbarrier_init(s.empty(stage), Policy::kConsumers * role.writers());
     }
     fence_barrier_init();
   }
 
-  // One elected thread: stream the k-blocks of one output tile into the ring.
+  // One elected thread: stream the k-blocks of one output tile into the ring. Every block
+  // arms its own full[s] with the whole stage (its own loads plus its partners' multicast
+  // halves); a multicast half may land before the arming, which mbarrier transaction counts
+  // allow. It cannot land early by a whole phase: its sender first waited for this block's
+  // consumers to free the stage (they arrive on the sender's empty[s] too).
   __device__ __forceinline__ static void produce_tile(const Storage& s, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, int m_block,
-                                                      int n_block, int k_blocks, PipelineState& st) {
+                                                      int n_block, int k_blocks, PipelineState& st,
+                                                      const ClusterRole& role) {
+    constexpr int kHalfA = Policy::kBM / 2, kHalfB = Policy::kBN / 2;
     for (int kb = 0; kb < k_blocks; ++kb) {
       mbarrier_wait(s.empty(st.stage), st.phase ^ 1u);
-      mbarrier_arrive_expect_tx(s.full(st.stage), Policy::kStageBytes);
+      uint64_t* full = s.full(st.stage);
+      mbarrier_arrive_expect_tx(full, Policy::kStageBytes);
+      const int k = kb * Policy::kBK;
       // TMA counts the whole box, zero-filled out-of-bounds parts included.
-      tma_load_2d(s.a(st.stage), map_a, s.full(st.stage), kb * Policy::kBK, m_block * Policy::kBM);
-      tma_load_2d(s.b(st.stage), map_b, s.full(st.stage), kb * Policy::kBK, n_block * Policy::kBN);
+      if (role.share_a()) {
+        tma_load_2d_multicast(s.a(st.stage) + role.rank_n * kHalfA * Policy::kBK, map_a, full, k,
+                              m_block * Policy::kBM + int(role.rank_n) * kHalfA, role.a_mask());
+      } else {
+        tma_load_2d(s.a(st.stage), map_a, full, k, m_block * Policy::kBM);
+      }
+      if (role.share_b()) {
+        tma_load_2d_multicast(s.b(st.stage) + role.rank_m * kHalfB * Policy::kBK, map_b, full, k,
+                              n_block * Policy::kBN + int(role.rank_m) * kHalfB, role.b_mask());
+      } else {
+        tma_load_2d(s.b(st.stage), map_b, full, k, n_block * Policy::kBN);
+      }
       st.template advance<Policy::kStages>();
     }
   }
 
+  // The warpgroup's leader frees a stage in every block that writes into it (see writers()).
+  __device__ __forceinline__ static void release(const Storage& s, int stage, const ClusterRole& role) {
+    if (threadIdx.x % 128 != 0) return;
+    if (role.size == 1) {
+      mbarrier_arrive(s.empty(stage));
+      return;
+    }
+    mbarrier_arrive_cluster(s.empty(stage), role.rank);
+    if (role.share_a()) mbarrier_arrive_cluster(s.empty(stage), role.rank_m + role.cluster_m * (1 - role.rank_n));
+    if (role.share_b()) mbarrier_arrive_cluster(s.empty(stage), (1 - role.rank_m) + role.cluster_m * role.rank_n);
+  }
+
+  // Pins the accumulator registers at this point of the instruction stream, so the compiler
+  // neither reads them before a wgmma wait nor moves their writes past a wgmma issue.
+  __device__ __forceinline__ static void fence_operand(float (&d)[kAccRegs]) {
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  }
+
   // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks.
   __device__ __forceinline__ static void consume_tile(const Storage& s, int consumer, int k_blocks,
-                                                      float (&acc)[Policy::kAccRegs], PipelineState& st) {
-    if constexpr (Policy::kPromote) {
-      consume_tile_promoted(s, consumer, k_blocks, acc, st);
+                                                      float (&acc)[kAccRegs], PipelineState& st,
+                                                      const ClusterRole& role, int promote_every) {
+    if constexpr (Policy::kAccum == AccumMode::kPromote) {
+      consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every);
+    } else if constexpr (Policy::kAccum == AccumMode::kPromotePingPong) {
+      consume_tile_pingpong(s, consumer, k_blocks, acc, st, role);
     } else {
-      consume_tile_fast(s, consumer, k_blocks, acc, st);
+      consume_tile_fast(s, consumer, k_blocks, acc, st, role);
     }
   }
 
   // The four k32 WGMMAs of one stage into d; the first overwrites d when fresh is true.
   __device__ __forceinline__ static void mma_stage(const Storage& s, int consumer, int stage,
-                                                   float (&d)[Policy::kAccRegs], bool fresh) {
+                                                   float (&d)[kAccRegs], bool fresh) {
     const uint32_t a_addr = smem_addr(s.a(stage)) + consumer * 64 * Policy::kBK;
     const uint32_t b_addr = smem_addr(s.b(stage));
 #pragma unroll
@@ -99,47 +172,110 @@ struct Sm90Mainloop {
     }
   }
 
-  // Promoted: per k-block, partial = A_kb @ B_kb^T (fresh), wait for it, free the stage, then
-  // acc += partial in fp32. The wait serialises this warpgroup; the other consumer warpgroup
-  // and the producer's prefetch keep the tensor cores fed meanwhile.
+  // Waits for the stage, then issues its WGMMAs into d as one commit group.
+  __device__ __forceinline__ static void issue_stage(const Storage& s, int consumer, const PipelineState& st,
+                                                     float (&d)[kAccRegs], bool fresh) {
+    mbarrier_wait(s.full(st.stage), st.phase);
+    fence_operand(d);
+    wgmma_fence();
+    mma_stage(s, consumer, st.stage, d, fresh);
+    wgmma_commit();
+  }
+
+  __device__ __forceinline__ static void promote(float (&acc)[kAccRegs], float (&partial)[kAccRegs]) {
+    fence_operand(partial);
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] += partial[i];
+  }
+
+  // Promoted: per interval of promote_every (1 or 2) k-blocks, partial = sum of the interval's
+  // A_kb @ B_kb^T (fresh at its first k-block), one wait at its end, free its stages, then
+  // acc += partial in fp32. The wait drains this warpgroup's WGMMAs; the other consumer
+  // warpgroup and the producer's prefetch keep the tensor cores fed meanwhile.
   __device__ __forceinline__ static void consume_tile_promoted(const Storage& s, int consumer, int k_blocks,
-                                                               float (&acc)[Policy::kAccRegs],
-                                                               PipelineState& st) {
-    const bool leader = threadIdx.x % 128 == 0;
-    float partial[Policy::kAccRegs];  // overwritten by each k-block's first WGMMA (scale-d 0)
+                                                               float (&acc)[kAccRegs], PipelineState& st,
+                                                               const ClusterRole& role, int promote_every) {
+    float partial[kAccRegs];  // overwritten by each interval's first WGMMA (scale-d 0)
 #pragma unroll
-    for (int i = 0; i < Policy::kAccRegs; ++i) partial[i] = 0.f;
+    for (int i = 0; i < kAccRegs; ++i) partial[i] = 0.f;
+    int held_stage = -1;  // with interval 2: the interval's first stage, freed at its end
     for (int kb = 0; kb < k_blocks; ++kb) {
-      mbarrier_wait(s.full(st.stage), st.phase);
-      wgmma_fence();  // partial was last read by the FADDs below
-      mma_stage(s, consumer, st.stage, partial, true);
-      wgmma_commit();
-      wgmma_wait<0>();
-      if (leader) mbarrier_arrive(s.empty(st.stage));
-#pragma unroll
-      for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] += partial[i];
+      const bool first = promote_every == 1 || kb % 2 == 0;
+      const bool last = promote_every == 1 || kb % 2 == 1 || kb + 1 == k_blocks;
+      issue_stage(s, consumer, st, partial, first);
+      if (last) {
+        wgmma_wait<0>();
+        if (held_stage >= 0) release(s, held_stage, role);
+        release(s, st.stage, role);
+        held_stage = -1;
+        promote(acc, partial);
+      } else {
+        held_stage = st.stage;
+      }
       st.template advance<Policy::kStages>();
+    }
+  }
+
+  // Ping-pong: k-block kb accumulates into partial[kb % 2]. Issue kb + 1 into the other
+  // partial, wait until only it is in flight, free kb's stage and promote kb's partial.
+  __device__ __forceinline__ static void consume_tile_pingpong(const Storage& s, int consumer, int k_blocks,
+                                                               float (&acc)[kAccRegs], PipelineState& st,
+                                                               const ClusterRole& role) {
+    float even[kAccRegs], odd[kAccRegs];
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) even[i] = odd[i] = 0.f;
+    PipelineState in_flight = st;  // the oldest k-block not yet promoted
+    const auto retire = [&](float (&partial)[kAccRegs]) {
+      release(s, in_flight.stage, role);
+      in_flight.template advance<Policy::kStages>();
+      promote(acc, partial);
+    };
+    if (k_blocks == 0) return;
+    issue_stage(s, consumer, st, even, true);
+    st.template advance<Policy::kStages>();
+    // Two k-blocks per iteration keep the partial arrays' indices compile-time constants and
+    // the loop body free of branches, so ptxas can track which group each wait retires (it
+    // serialises every WGMMA otherwise). Invariant at the top: even(kb) is in flight.
+    int kb = 0;
+    for (; kb + 2 < k_blocks; kb += 2) {
+      issue_stage(s, consumer, st, odd, true);
+      st.template advance<Policy::kStages>();
+      wgmma_wait<1>();
+      retire(even);
+      issue_stage(s, consumer, st, even, true);
+      st.template advance<Policy::kStages>();
+      wgmma_wait<1>();
+      retire(odd);
+    }
+    if (kb + 1 < k_blocks) {
+      issue_stage(s, consumer, st, odd, true);
+      st.template advance<Policy::kStages>();
+      wgmma_wait<1>();
+      retire(even);
+      wgmma_wait<0>();
+      retire(odd);
+    } else {
+      wgmma_wait<0>();
+      retire(even);
     }
   }
 
   // Fast accumulation: one hardware accumulator across all k-blocks, one WGMMA group in flight
   // (after issuing k-block kb, wait for kb-1 and free its stage).
   __device__ __forceinline__ static void consume_tile_fast(const Storage& s, int consumer, int k_blocks,
-                                                           float (&acc)[Policy::kAccRegs], PipelineState& st) {
-    const bool leader = threadIdx.x % 128 == 0;
+                                                           float (&acc)[kAccRegs], PipelineState& st,
+                                                           const ClusterRole& role) {
     int previous_stage = -1;
     for (int kb = 0; kb < k_blocks; ++kb) {
-      mbarrier_wait(s.full(st.stage), st.phase);
-      wgmma_fence();
-      mma_stage(s, consumer, st.stage, acc, false);
-      wgmma_commit();
+      issue_stage(s, consumer, st, acc, false);
       wgmma_wait<1>();
-      if (previous_stage >= 0 && leader) mbarrier_arrive(s.empty(previous_stage));
+      if (previous_stage >= 0) release(s, previous_stage, role);
       previous_stage = st.stage;
       st.template advance<Policy::kStages>();
     }
     wgmma_wait<0>();
-    if (previous_stage >= 0 && leader) mbarrier_arrive(s.empty(previous_stage));
+    fence_operand(acc);
+    if (previous_stage >= 0) release(s, previous_stage, role);
   }
 };
 

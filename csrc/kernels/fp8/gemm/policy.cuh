@@ -9,9 +9,47 @@ namespace fp8::gemm {
 // Largest dynamic shared memory a Hopper block may opt into (227 KiB).
 constexpr int kSm90SmemLimit = 232448;
 
+// How the consumer warpgroups accumulate (sm_90a path). FP8 WGMMA adds into its accumulator
+// with reduced precision (about 2^-14 of the running sum per add, truncated), so long K drifts
+// from an fp32 dot product unless partial sums are promoted into fp32 registers:
+//   kPromote          per promotion interval (1 or 2 k-blocks of 128, a run-time choice), a
+//                     fresh partial accumulator, wait for it, add it to the fp32 total with
+//                     FADDs (DeepGEMM's scheme; cuBLASLt's default, use_fast_accum=False).
+//                     Interval 1 is the most accurate; interval 2 drains the WGMMA queue half
+//                     as often and at most doubles the in-WGMMA error (8 instead of 4 k32 adds).
+//   kPromotePingPong  two partial accumulators: k-block kb+1 is issued into the other one
+//                     before waiting for kb, so this warpgroup never drains its WGMMA queue;
+//                     accuracy as kPromote with interval 1. 3 x 64 accumulator registers at BN 128.
+//   kFast             one hardware accumulator over all of K, one WGMMA group in flight
+//                     (cuBLASLt's use_fast_accum=True); the only mode for BN = 256.
+enum class AccumMode : int { kPromote = 0, kPromotePingPong = 1, kFast = 2 };
+
+inline const char* accum_name(AccumMode a) {
+  return a == AccumMode::kPromote ? "promote" : a == AccumMode::kPromotePingPong ? "pingpong" : "fast";
+}
+
+// Thread-block clusters (sm_90a path): blocks of a cluster that share an operand tile per
+// k-block each load a half of it and multicast it to the others, cutting L2 reads.
+//   kPairM  2 x 1: two tiles adjacent in M, same N: B (the N tile) is shared.
+//   kPairN  1 x 2: two tiles adjacent in N, same M: A (the M tile) is shared.
+//   kQuad   2 x 2: A shared along N and B along M; each block reads half of each tile.
+enum class ClusterMode : int { kNone = 0, kPairM = 1, kPairN = 2, kQuad = 3 };
+
+inline const char* cluster_name(ClusterMode c) {
+  switch (c) {
+    case ClusterMode::kNone: return "none";
+    case ClusterMode::kPairM: return "pair_m";
+    case ClusterMode::kPairN: return "pair_n";
+    case ClusterMode::kQuad: return "quad";
+  }
+  return "?";
+}
+inline int cluster_m_of(ClusterMode c) { return c == ClusterMode::kPairM || c == ClusterMode::kQuad ? 2 : 1; }
+inline int cluster_n_of(ClusterMode c) { return c == ClusterMode::kPairN || c == ClusterMode::kQuad ? 2 : 1; }
+
 // sm_90a: TMA + WGMMA, one producer warpgroup and kConsumers math warpgroups of 64 rows each.
 // BK = 128 fp8 = 128 bytes: one 128-byte swizzle row per tile row, four k32 WGMMAs per stage.
-template <int kBlockN>
+template <int kBlockN, AccumMode kAccumMode>
 struct Sm90Policy {
   static constexpr int kBM = 128;
   static constexpr int kBN = kBlockN;
@@ -32,14 +70,11 @@ struct Sm90Policy {
   static constexpr int kConsumerRegs = 232;
   // Accumulator registers per consumer thread: m64 x kBN f32 over 128 threads.
   static constexpr int kAccRegs = 64 * kBN / 128;
-  // FP8 WGMMA adds into its accumulator with reduced precision (about 2^-14 of the running
-  // sum per add, truncated), so long K drifts from an fp32 dot product. Promotion: each k-block's
-  // four WGMMAs start a fresh partial accumulator that is then added to the fp32 total with
-  // ordinary FADDs (DeepGEMM's scheme; cuBLASLt's default, i.e. use_fast_accum=False). It
-  // doubles the accumulator registers, which fits for BN <= 128 (2 x 64 of 232); BN = 256 keeps
-  // the single hardware accumulator ("fast accumulation", cuBLASLt's use_fast_accum=True) and
-  // is only used when a caller asks for it.
-  static constexpr bool kPromote = kBN <= 128;
+  static constexpr AccumMode kAccum = kAccumMode;
+  // Promotion doubles (ping-pong: triples) the accumulator registers: 2 x 64 or 3 x 64 of 232
+  // fit for BN <= 128; BN = 256 keeps the single hardware accumulator.
+  static constexpr bool kPromote = kAccum != AccumMode::kFast;
+  static_assert(!kPromote || kBN <= 128, "promotion needs BN <= 128 (registers)");
   static_assert(kBN == 64 || kBN == 128 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
