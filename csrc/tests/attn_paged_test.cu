@@ -1,5 +1,7 @@
 // Standalone test of paged decode and ragged paged prefill (random page tables, several page
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
+// `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
+// over split counts on the benchmark shapes (each output checked against the default's).
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
 //        csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "../kernels/attention/attn_api.h"
+#include "../kernels/attention/decode_kernel.cuh"
 #include "attn_test_common.h"
 
 using namespace kernels::attention;
@@ -109,8 +112,145 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
     return ok;
 }
 
-int main() {
+// ---- bench: decode tile configurations x split counts ------------------------------------------
+
+__global__ void fill_random_bf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = __float2bfloat16(float(h & 0xffff) / 65536.f * 2.f - 1.f);
+    }
+}
+
+struct DecodeVariant {
+    const char* name;
+    std::string tiles;
+    int ctas_per_sm;
+    void (*launch)(const AttnParams&, cudaStream_t);
+};
+
+template <class Cfg>
+void launch_decode_variant(const AttnParams& p, cudaStream_t stream) {
+    p.page_table == nullptr ? launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV>(p, stream)
+                            : launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV>(p, stream);
+}
+
+template <class Cfg>
+DecodeVariant make_decode_variant(const char* name) {
+    using T = DecodeTraits<Cfg>;
+    return {name,
+            "w" + std::to_string(Cfg::kWarps) + " n" + std::to_string(T::kBlockN) + " s" + std::to_string(Cfg::kStages),
+            T::kCtasPerSm, &launch_decode_variant<Cfg>};
+}
+
+static int bench_decode() {
+    using V = DecodeVariants<128>;
+    const DecodeVariant variants[] = {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
+                                      make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W8S2>("w8s2"),
+                                      make_decode_variant<V::W8S3>("w8s3"),       make_decode_variant<V::W4K32S2>("w4k32s2")};
+    constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
+    int dev = 0, sms = 0;
+    KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
+    KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int failures = 0;
+    std::printf("decode variants, q [B, 1, %d, %d], %d / %d heads, Sk %d: KV TB/s (best split)\n", hq, d, hq, hkv, sk);
+    std::printf("  %-9s %-12s %3s", "variant", "tiles", "cps");
+    for (int b : {16, 64})
+        for (int page : {0, 16, 64}) std::printf("   B%-2d %-7s", b, page ? ("page" + std::to_string(page)).c_str() : "contig");
+    std::printf("\n");
+    std::vector<std::string> lines(std::size(variants));
+    for (size_t vi = 0; vi < std::size(variants); ++vi) {
+        char head[96];
+        std::snprintf(head, sizeof head, "  %-9s %-12s %3d", variants[vi].name, variants[vi].tiles.c_str(),
+                      variants[vi].ctas_per_sm);
+        lines[vi] = head;
+    }
+    for (int b : {16, 64}) {
+        const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
+        __nv_bfloat16 *dq, *dk, *dv, *dout, *dref;
+        KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
+        KERNELS_CUDA_CHECK(cudaMalloc(&dk, kv_elems * 2));
+        KERNELS_CUDA_CHECK(cudaMalloc(&dv, kv_elems * 2));
+        KERNELS_CUDA_CHECK(cudaMalloc(&dout, q_elems * 2));
+        KERNELS_CUDA_CHECK(cudaMalloc(&dref, q_elems * 2));
+        fill_random_bf16<<<1024, 256>>>(dq, q_elems, 1);
+        fill_random_bf16<<<1024, 256>>>(dk, kv_elems, 2);
+        fill_random_bf16<<<1024, 256>>>(dv, kv_elems, 3);
+        float* ws = nullptr;
+        KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
+        for (int page : {0, 16, 64}) {
+            AttnParams p;
+            p.q = dq; p.o = dout; p.k = dk; p.v = dv;
+            p.q_batch_stride = p.o_batch_stride = int64_t(hq) * d;
+            p.q_token_stride = p.o_token_stride = int64_t(hq) * d;
+            p.q_head_stride = p.o_head_stride = d;
+            p.k_token_stride = p.v_token_stride = int64_t(hkv) * d;
+            p.k_head_stride = p.v_head_stride = d;
+            p.batch = b; p.seqlen_q = 1; p.seqlen_k = sk; p.heads_q = hq; p.heads_kv = hkv; p.head_dim = d;
+            p.group = hq / hkv;
+            p.scale = float(1.0 / std::sqrt(double(d)));
+            p.scale_log2 = p.scale * 1.4426950408889634f;
+            p.o_partial = ws;
+            int* dtable = nullptr;
+            int* dlens = nullptr;
+            if (page == 0) {
+                p.k_block_stride = p.v_block_stride = int64_t(sk) * hkv * d;
+            } else {
+                const int pages = sk / page;
+                std::vector<int> table(size_t(b) * pages);
+                std::iota(table.begin(), table.end(), 0);
+                std::shuffle(table.begin(), table.end(), std::mt19937(page));
+                dtable = attn_test::to_device(table);
+                dlens = attn_test::to_device(std::vector<int>(b, sk));
+                p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
+                p.page_table = dtable; p.page_table_batch_stride = pages; p.seqlens_k = dlens;
+                p.page_size = page; p.max_pages = pages;
+            }
+            for (size_t vi = 0; vi < std::size(variants); ++vi) {
+                double best_tbps = 0;
+                int best_splits = 0;
+                for (int splits = 1; splits <= (b >= 64 ? 2 : kMaxSplits); ++splits) {
+                    p.num_splits = splits;
+                    p.lse_partial = ws + int64_t(splits) * b * hq * d;
+                    auto launch = [&] { variants[vi].launch(p, nullptr); };
+                    KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
+                    launch();
+                    KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+                    if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
+                    std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
+                    KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
+                    KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
+                    std::vector<float> ref_f(ref.begin(), ref.end());
+                    for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
+                    const double err = attn_test::rel_err(out, ref_f);
+                    if (!(err <= 1e-2)) {
+                        std::printf("  %s B%d page %d splits %d differs from default: rel_err %.2e  FAIL\n",
+                                    variants[vi].name, b, page, splits, err);
+                        ++failures;
+                        continue;
+                    }
+                    const double tbps = 2.0 * kv_elems * 2 / (attn_test::time_ms(launch) * 1e-3) / 1e12;
+                    if (tbps > best_tbps) best_tbps = tbps, best_splits = splits;
+                }
+                char cell[32];
+                std::snprintf(cell, sizeof cell, "   %5.2f (s%d)  ", best_tbps, best_splits);
+                lines[vi] += cell;
+            }
+            cudaFree(dtable);
+            cudaFree(dlens);
+        }
+        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dref); cudaFree(ws);
+    }
+    for (const auto& line : lines) std::printf("%s\n", line.c_str());
+    std::printf("attn_paged_test bench: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
+    if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
     int failures = 0;
     // An exception (launch error, unsupported shape) fails that case; the others still run.
     auto guarded = [](bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv,

@@ -17,13 +17,14 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
     }
     if (p.batch == 0 || p.seqlen_q == 0) return;
     DISPATCH_HEAD_DIM(p.head_dim, [&] {
+        using Cfg = DecodeConfig<kHeadDim>;
         const bool paged = p.page_table != nullptr;
         if (impl == AttnImpl::kTensorCore) {
-            paged ? launch_decode<kHeadDim, AttnImpl::kTensorCore, PagedKV>(p, stream)
-                  : launch_decode<kHeadDim, AttnImpl::kTensorCore, ContiguousKV>(p, stream);
+            paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV>(p, stream)
+                  : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV>(p, stream);
         } else {
-            paged ? launch_decode<kHeadDim, AttnImpl::kScalar, PagedKV>(p, stream)
-                  : launch_decode<kHeadDim, AttnImpl::kScalar, ContiguousKV>(p, stream);
+            paged ? launch_decode<Cfg, AttnImpl::kScalar, PagedKV>(p, stream)
+                  : launch_decode<Cfg, AttnImpl::kScalar, ContiguousKV>(p, stream);
         }
     });
 }
@@ -31,7 +32,8 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
                       int head_dim, int num_sms, bool paged) {
     const auto [block_n, ctas_per_sm] = DISPATCH_HEAD_DIM(head_dim, [&] {
-        return std::pair{DecodeTraits<kHeadDim>::kBlockN, DecodeTraits<kHeadDim>::kCtasPerSm};
+        using T = DecodeTraits<DecodeConfig<kHeadDim>>;
+        return std::pair{T::kBlockN, T::kCtasPerSm};
     });
     const int row_tiles = ceil_div(std::max(seqlen_q, 1) * group, 16);
     const int ctas = std::max(1, batch * heads_kv * row_tiles);

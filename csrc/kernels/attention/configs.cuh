@@ -10,35 +10,47 @@ namespace kernels::attention {
 // Decode: one CTA = 16 packed rows (query, head-in-group) of one kv head and one KV split.
 // Every warp takes kKeysPerWarp keys of each KV tile with its own softmax state; the warps
 // are merged in shared memory at the end (split-KV inside the CTA, splits across CTAs).
-template <int kD>
-struct DecodeConfig;
-template <>
-struct DecodeConfig<64> {
-    static constexpr int kWarps = 4, kKeysPerWarp = 32, kStages = 3;
-};
-template <>
-struct DecodeConfig<128> {
-    static constexpr int kWarps = 4, kKeysPerWarp = 16, kStages = 3;
-};
-template <>
-struct DecodeConfig<256> {
-    static constexpr int kWarps = 4, kKeysPerWarp = 16, kStages = 2;
+// The kernel and its launcher are templated on one DecodeTiles; DecodeConfig<kD> is what
+// run_decode uses, DecodeVariants<kD> what `attn_paged_test bench` compares it with.
+template <int kD_, int kWarps_, int kKeysPerWarp_, int kStages_>
+struct DecodeTiles {
+    static constexpr int kD = kD_, kWarps = kWarps_, kKeysPerWarp = kKeysPerWarp_, kStages = kStages_;
 };
 
 template <int kD>
-struct DecodeTraits : DecodeConfig<kD> {
-    using Cfg = DecodeConfig<kD>;
+struct DecodeConfig;
+template <>
+struct DecodeConfig<64> : DecodeTiles<64, 4, 32, 3> {};
+template <>
+struct DecodeConfig<128> : DecodeTiles<128, 4, 16, 3> {};
+template <>
+struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 2> {};
+
+template <int kD>
+struct DecodeVariants {
+    using Default = DecodeConfig<kD>;
+    using W4S2 = DecodeTiles<kD, 4, 16, 2>;   // smaller ring: three CTAs per SM at D 128
+    using W4S4 = DecodeTiles<kD, 4, 16, 4>;   // deeper ring, one CTA per SM
+    using W8S2 = DecodeTiles<kD, 8, 16, 2>;   // 128-key tiles, 8 warps
+    using W8S3 = DecodeTiles<kD, 8, 16, 3>;
+    using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
+};
+
+template <class Cfg>
+struct DecodeTraits : Cfg {
+    static constexpr int kD = Cfg::kD;
     static constexpr int kThreads = Cfg::kWarps * 32;
     static constexpr int kRows = 16;
     static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
     static constexpr int kTileElems = kBlockN * smem_stride<kD>();
-    static constexpr int kPipeBytes =
-        (kRows * smem_stride<kD>() + 2 * Cfg::kStages * kTileElems) * 2;
+    // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
+    static constexpr int kPageEntriesOffset = (kRows * smem_stride<kD>() + 2 * Cfg::kStages * kTileElems) * 2;
+    static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
     // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
     static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;
     static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
     // CTAs one SM holds at once: shared memory is the limit (228 KB per SM on sm_90, 1 KB of
-    // it reserved per CTA); registers (128 threads) and warps allow more.
+    // it reserved per CTA); registers and warps allow more.
     static constexpr int kCtasPerSm = (228 * 1024) / (kSmemBytes + 1024);
     static_assert(kCtasPerSm >= 1, "decode tile does not fit in shared memory");
 };

@@ -22,10 +22,11 @@ namespace kernels::attention {
 
 constexpr int kCombineThreads = 128;
 
-template <int kD, AttnImpl kImpl, class KV>
-__global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
+template <class Cfg, AttnImpl kImpl, class KV>
+__global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
-    using T = DecodeTraits<kD>;
+    using T = DecodeTraits<Cfg>;
+    constexpr int kD = T::kD;
     constexpr int S = smem_stride<kD>();
     constexpr int kNT = T::kKeysPerWarp / 8;
     constexpr int kDT = kD / 8;
@@ -62,17 +63,28 @@ __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
         const int head = hkv * p.group + packed % p.group;
         return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
     });
-    // Row lookups run one tile ahead of the copies: `ahead` holds the page ids of the next
-    // tile to load, fetched an iteration early, so the page-table latency overlaps compute.
+    // Paged KV: the page-table entries of a tile travel through shared memory kStages - 1
+    // tiles ahead of its K/V copies (commit group g carries tile g's K/V and tile
+    // g + kStages - 1's entries), so issuing a tile's copies never waits on a global load.
+    // The first kStages - 1 tiles look their pages up directly.
     using Rows = KvTileRows<T::kBlockN, kD, T::kThreads, KV>;
-    Rows ahead;
-    ahead.fetch(p, b, tile_begin * T::kBlockN, kv_len);
+    int* sEntries = reinterpret_cast<int*>(smem_raw + T::kPageEntriesOffset);  // [kStages][kBlockN]
+    const auto stage_entries = [&](int tile) {
+        if constexpr (KV::kPaged) {
+            if (tile < n_tiles) {
+                stage_page_entries<T::kBlockN, T::kThreads, KV>(sEntries + (tile % T::kStages) * T::kBlockN, p, b,
+                                                                (tile_begin + tile) * T::kBlockN, kv_len);
+            }
+        }
+    };
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st) {
         if (st < n_tiles) {
-            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, ahead, kv_len);
-            ahead.fetch(p, b, (tile_begin + st + 1) * T::kBlockN, kv_len);
+            Rows rows;
+            rows.fetch(p, b, (tile_begin + st) * T::kBlockN, kv_len);
+            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, rows, kv_len);
         }
+        stage_entries(st + T::kStages - 1);
         cp_async_commit();
     }
 
@@ -93,9 +105,16 @@ __global__ void __launch_bounds__(DecodeTraits<kD>::kThreads)
         const int next = i + T::kStages - 1;
         if (next < n_tiles) {
             const int st = next % T::kStages;
-            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, ahead, kv_len);
-            if (next + 1 < n_tiles) ahead.fetch(p, b, (tile_begin + next + 1) * T::kBlockN, kv_len);
+            Rows rows;
+            if constexpr (KV::kPaged) {
+                rows.fetch_staged(p, sEntries + st * T::kBlockN, (tile_begin + next) * T::kBlockN, kv_len);
+            } else {
+                rows.fetch(p, b, (tile_begin + next) * T::kBlockN, kv_len);
+            }
+            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, rows, kv_len);
         }
+        // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
+        stage_entries(next + T::kStages - 1);
         cp_async_commit();
 
         const int st = i % T::kStages;
@@ -274,10 +293,11 @@ inline void check_grid(const dim3& grid, const char* what) {
     }
 }
 
-template <int kD, AttnImpl kImpl, class KV>
+template <class Cfg, AttnImpl kImpl, class KV>
 void launch_decode(const AttnParams& p, cudaStream_t stream) {
-    using T = DecodeTraits<kD>;
-    auto kernel = attn_decode_kernel<kD, kImpl, KV>;
+    using T = DecodeTraits<Cfg>;
+    constexpr int kD = T::kD;
+    auto kernel = attn_decode_kernel<Cfg, kImpl, KV>;
     static SmemOptIn opt_in;
     opt_in.ensure(kernel, T::kSmemBytes);
     const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);

@@ -49,12 +49,23 @@ struct PagedKV {
         int page;
         int slot;
     };
-    __device__ static Handle locate(const AttnParams& p, int b, int pos) {
-        // Address math is on the critical path of a decode CTA (one thread walks 8 rows per
-        // tile): a power-of-two page size (the usual case) takes a shift, not a division.
+    // Index of key `pos`'s page in its batch's page-table row. Address math is on the critical
+    // path of a decode CTA: a power-of-two page size (the usual case) takes a shift.
+    __device__ static int page_index(const AttnParams& p, int pos) {
         const int ps = p.page_size;
-        const int index = (ps & (ps - 1)) == 0 ? pos >> (__ffs(ps) - 1) : pos / ps;
-        return {p.page_table[b * p.page_table_batch_stride + index], pos - index * ps};
+        return (ps & (ps - 1)) == 0 ? pos >> (__ffs(ps) - 1) : pos / ps;
+    }
+    __device__ static const int* page_row(const AttnParams& p, int b) {
+        return p.page_table + b * p.page_table_batch_stride;
+    }
+    __device__ static Handle locate(const AttnParams& p, int b, int pos) {
+        const int index = page_index(p, pos);
+        return {page_row(p, b)[index], pos - index * p.page_size};
+    }
+    // The same from a copy of the page-table entries first_index, first_index + 1, ...
+    __device__ static Handle locate(const AttnParams& p, const int* entries, int first_index, int pos) {
+        const int index = page_index(p, pos);
+        return {entries[index - first_index], pos - index * p.page_size};
     }
     __device__ static KvRow row(const AttnParams& p, int /*b*/, int /*pos*/, Handle h) {
         return {h.page * p.k_block_stride + h.slot * p.k_token_stride,

@@ -27,6 +27,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
                  "r"(src_bytes));
 }
 
+// 4-byte global -> shared copy (page-table entries), cached in L1.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }

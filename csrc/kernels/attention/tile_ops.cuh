@@ -71,7 +71,33 @@ struct KvTileRows {
             handle[j] = pos < kv_len ? KV::locate(p, b, pos) : typename KV::Handle{};
         }
     }
+
+    // Paged KV: the rows' pages from a shared-memory copy of the page-table entries of this
+    // tile (entries[0] is the entry of key first_key's page), so no global load is waited for.
+    __device__ __forceinline__ void fetch_staged(const AttnParams& p, const int* entries, int first_key,
+                                                 int kv_len) {
+        key_start = first_key;
+        const int first_index = KV::page_index(p, first_key);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int pos = first_key + static_cast<int>(threadIdx.x) / kChunks + j * kRowsPerPass;
+            handle[j] = pos < kv_len ? KV::locate(p, entries, first_index, pos) : typename KV::Handle{};
+        }
+    }
 };
+
+// Copies the page-table entries of keys [first_key, min(first_key + kKeys, kv_len)) into
+// `entries` (at most kKeys ints) with 4-byte cp.async in the caller's commit group.
+template <int kKeys, int kThreads, class KV>
+__device__ __forceinline__ void stage_page_entries(int* entries, const AttnParams& p, int b, int first_key,
+                                                   int kv_len) {
+    static_assert(KV::kPaged, "only paged KV has page-table entries");
+    if (first_key >= kv_len) return;
+    const int first = KV::page_index(p, first_key);
+    const int count = KV::page_index(p, min(first_key + kKeys, kv_len) - 1) - first + 1;
+    const int* src = KV::page_row(p, b) + first;
+    for (int t = threadIdx.x; t < count; t += kThreads) cp_async_4(smem_addr(entries + t), src + t);
+}
 
 // K and V rows [rows.key_start, + kRows) of kv head hkv; keys >= kv_len are zero-filled.
 template <int kRows, int kD, int kThreads, class KV>
