@@ -113,18 +113,21 @@ struct GemmCase {
   int block_n;   // 0 = planner
   bool extras;   // row / col scales and bias
   // PlanRequest fields beyond path / block_n (-1 / 0 = planner)
-  int accum = -1, promote_every = 0, cluster = -1, persistent = -1;
+  int accum = -1, promote_every = 0, cluster = -1, persistent = -1, group_m = 0;
   int sms = 0;   // SM count the planner sees (0: the device's); small values force persistent wrap
 };
 
-fp8::gemm::PlanRequest request_of(const GemmCase& gc) {
+// The planner request of a test case or a timed variant (both carry the same knobs).
+template <class Knobs>
+fp8::gemm::PlanRequest request_of(const Knobs& v) {
   fp8::gemm::PlanRequest req;
-  req.force_path = gc.path;
-  req.force_block_n = gc.block_n;
-  req.persistent = gc.persistent;
-  req.accum = gc.accum;
-  req.promote_every = gc.promote_every;
-  req.cluster = gc.cluster;
+  req.force_path = v.path;
+  req.force_block_n = v.block_n;
+  req.accum = v.accum;
+  req.promote_every = v.promote_every;
+  req.cluster = v.cluster;
+  req.persistent = v.persistent;
+  req.group_m = v.group_m;
   return req;
 }
 
@@ -367,18 +370,6 @@ std::vector<TimedVariant> timed_variants() {
       {0, 64, promote, 1, none, -1, 0},
       {1, 0, -1, 0, -1, -1, 0},                // mma.sync reference path
   };
-}
-
-fp8::gemm::PlanRequest request_of(const TimedVariant& v) {
-  fp8::gemm::PlanRequest req;
-  req.force_path = v.path;
-  req.force_block_n = v.block_n;
-  req.accum = v.accum;
-  req.promote_every = v.promote_every;
-  req.cluster = v.cluster;
-  req.persistent = v.persistent;
-  req.group_m = v.group_m;
-  return req;
 }
 
 // Median of `reps` launches, each between its own pair of events, after `warmup` launches.

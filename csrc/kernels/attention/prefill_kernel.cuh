@@ -101,29 +101,14 @@ struct PrefillSoftmax : OnlineSoftmax<kMT, kNT, kDT> {
             for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mx = Base::tile_row_max(s, mt, h, -INFINITY);
                     const float old = this->row_max[mt][h];
                     // -inf + threshold stays -inf: a row's first finite score always moves it.
                     const bool grow = mx * scale_log2 > old * scale_log2 + kRescaleThreshold;
                     correction[mt][h] = grow ? fast_exp2(old * scale_log2 - mx * scale_log2) : 1.f;
                     if (grow) this->row_max[mt][h] = mx;
                     moved |= grow;
-                    const float cur = this->row_max[mt][h];
-                    // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0.
-                    const float max_scaled = cur == -INFINITY ? 0.f : cur * scale_log2;
-                    float sum = 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                        for (int c = 0; c < 2; ++c) {
-                            const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
-                            s[mt][nt][2 * h + c] = e;
-                            sum += e;
-                        }
+                    const float sum = Base::exponentiate_row(s, mt, h, this->row_max[mt][h], scale_log2);
                     this->row_sum[mt][h] = this->row_sum[mt][h] * correction[mt][h] + sum;
                 }
             if (__any_sync(0xffffffffu, moved)) {

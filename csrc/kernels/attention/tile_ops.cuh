@@ -334,30 +334,42 @@ struct OnlineSoftmax {
             }
     }
 
+    // The max of `init` and fragment row (mt, h) of this tile's scores, over the row's quad.
+    __device__ __forceinline__ static float tile_row_max(const float (&s)[kMT][kNT][4], int mt, int h, float init) {
+        float mx = init;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    }
+
+    // Row (mt, h): s -> exp2(s * scale_log2 - scaled max) in place; returns this thread's sum.
+    // A row that has seen no key yet keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
+    __device__ __forceinline__ static float exponentiate_row(float (&s)[kMT][kNT][4], int mt, int h, float row_max,
+                                                             float scale_log2) {
+        const float max_scaled = row_max == -INFINITY ? 0.f : row_max * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
+                s[mt][nt][2 * h + c] = e;
+                sum += e;
+            }
+        return sum;
+    }
+
     // S -> P = exp(scale * (S - running max)) in place; rescales O and the running sums.
     __device__ void update(float (&s)[kMT][kNT][4], float (&o)[kMT][kDT][4], float scale_log2) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = row_max[mt][h];
-#pragma unroll
-                for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-                const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-                const float correction = fast_exp2(row_max[mt][h] * scale_log2 - max_scaled);
+                const float mx = tile_row_max(s, mt, h, row_max[mt][h]);
+                const float correction = fast_exp2(row_max[mt][h] * scale_log2 - (mx == -INFINITY ? 0.f : mx * scale_log2));
                 row_max[mt][h] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
-                        s[mt][nt][2 * h + c] = e;
-                        sum += e;
-                    }
+                const float sum = exponentiate_row(s, mt, h, mx, scale_log2);
                 row_sum[mt][h] = row_sum[mt][h] * correction + sum;
 #pragma unroll
                 for (int dt = 0; dt < kDT; ++dt) {
