@@ -89,3 +89,19 @@ def test_attention_kernels_are_in_the_report(compiled):
     names = "".join(r.stdout + r.stderr for _, r in compiled)
     for kernel in ("attn_decode_kernel", "attn_decode_combine_kernel", "attn_prefill_kernel"):
         assert kernel in names, f"{kernel} was not compiled by any torch-free unit"
+
+
+def test_decode_split_counts_match_the_measured_best():
+    """The decode split heuristic is host code: build and run csrc/tests/decode_splits_test.cu,
+    which checks it picks the split counts measured best on the H200 (no GPU needed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "decode_splits_test"
+        build = subprocess.run(
+            [NVCC, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(CSRC / "kernels"),
+             str(CSRC / "tests" / "decode_splits_test.cu"), str(CSRC / "kernels" / "attention" / "attn_decode.cu"),
+             "-o", str(exe)],
+            capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr[-3000:]
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0 failure(s)" in run.stdout
