@@ -65,14 +65,20 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// Arrive on the mbarrier at the same shared offset in block `cta` of this cluster (self
-// included): mapa turns the local address into that block's shared::cluster address.
+// Arrive on the mbarrier at the same shared offset in block `cta` of this cluster: mapa turns
+// the local address into that block's shared::cluster address.
+// Release at CTA scope (the PTX default, as CUTLASS's ClusterBarrier::arrive(cta_id)): the
+// arrival only has to follow this thread's wgmma.wait_group, after which the WGMMA reads of
+// the stage are done; no generic-proxy write has to reach the partner. `.release.cluster`
+// compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before every arrive: the
+// arriving warp waits for a GPU-scope fence per release, and its warpgroup's next WGMMA with
+// it (the H200 showed every cluster variant 2-3x slower than without a cluster).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");

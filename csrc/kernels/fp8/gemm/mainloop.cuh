@@ -6,8 +6,9 @@
 //   empty[s] : one arrival per consumer warpgroup once its WGMMAs reading stage s retired.
 // Phases alternate 0/1 each time the ring wraps; the producer starts one phase ahead so its
 // first pass over the ring does not wait. Consumers promote partial sums into fp32 registers
-// or keep one hardware accumulator (see AccumMode in policy.cuh). With 2-block clusters the
-// shared operand is multicast and empty[s] gathers the consumers of both blocks.
+// or keep one hardware accumulator (see AccumMode in policy.cuh). With clusters (2 or 2 x 2
+// blocks) the shared operands are multicast and empty[s] gathers the consumers of every block
+// this block's producer writes into; those remote arrivals are CTA-scope releases (load.cuh).
 //
 // Sm89Mainloop: cp.async double buffering into padded shared rows, mma.sync m16n8k32.
 #pragma once
@@ -64,6 +65,12 @@ struct ClusterRole {
   __device__ __forceinline__ uint16_t b_mask() const { return uint16_t(0x3u << (cluster_m * rank_n)); }
   // Blocks whose producers write into this block's ring: itself, its A partner, its B partner.
   __device__ __forceinline__ int writers() const { return cluster_m + cluster_n - 1; }
+  __device__ __forceinline__ uint32_t a_partner() const { return rank_m + cluster_m * (1 - rank_n); }
+  __device__ __forceinline__ uint32_t b_partner() const { return (1 - rank_m) + cluster_m * rank_n; }
+  // Writer index w in 1 .. writers() - 1 -> that partner's rank (the A partner first if A is shared).
+  __device__ __forceinline__ uint32_t partner(int w) const {
+    return w == 1 && share_a() ? a_partner() : b_partner();
+  }
 };
 
 template <class Policy, Format FA, Format FB>
@@ -127,16 +134,20 @@ struct Sm90Mainloop {
     }
   }
 
-  // The warpgroup's leader frees a stage in every block that writes into it (see writers()).
+  // Frees a stage in every block that writes into it (see writers()): lane w < writers() of
+  // the warpgroup's first warp arrives on writer w's empty[stage] (w = 0: this block), so the
+  // arrivals leave as one warp-wide instruction rather than a serial chain (DeepGEMM's
+  // lane_idx < kNumTMAMulticast; CUTLASS uses lanes of warp 0 too for clusters of up to 4).
+  // Called by the whole warpgroup after the wgmma.wait_group that retired the stage; every
+  // arrival follows that warp's wait, as the single-block arrival does.
   __device__ __forceinline__ static void release(const Storage& s, int stage, const ClusterRole& role) {
-    if (threadIdx.x % 128 != 0) return;
+    if (threadIdx.x % 128 >= 32) return;
+    const int lane = threadIdx.x % 32;
     if (role.size == 1) {
-      mbarrier_arrive(s.empty(stage));
-      return;
+      if (lane == 0) mbarrier_arrive(s.empty(stage));
+    } else if (lane < role.writers()) {
+      mbarrier_arrive_cluster(s.empty(stage), lane == 0 ? role.rank : role.partner(lane));
     }
-    mbarrier_arrive_cluster(s.empty(stage), role.rank);
-    if (role.share_a()) mbarrier_arrive_cluster(s.empty(stage), role.rank_m + role.cluster_m * (1 - role.rank_n));
-    if (role.share_b()) mbarrier_arrive_cluster(s.empty(stage), (1 - role.rank_m) + role.cluster_m * role.rank_n);
   }
 
   // Pins the accumulator registers at this point of the instruction stream, so the compiler
