@@ -265,18 +265,26 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 
 // ---- entry points ------------------------------------------------------------------------
 
-Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
-              const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
-              int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace) {
+// What every dense-q entry point (q [B, Sq, Hq, D]) sets up first: q's checks, heads, scale,
+// batch and query length, out (allocated when not given) and lse. Returns out.
+Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool causal, std::optional<double> scale,
+                    const std::optional<Tensor>& out, const std::optional<Tensor>& lse) {
     check_bf16(q, "q", 4);
-    attn::AttnParams p;
-    fill_common(p, q, q.size(2), k.size(2), q.size(3), causal, scale);
-    fill_contiguous_kv(p, q, k, v);
+    fill_common(p, q, q.size(2), heads_kv, q.size(3), causal, scale);
     p.batch = static_cast<int>(q.size(0));
     p.seqlen_q = static_cast<int>(q.size(1));
     Tensor o = make_or_check_out(out, q);
     fill_q_out(p, q, o, false);
     fill_lse(p, lse, q, false);
+    return o;
+}
+
+Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
+              const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
+              int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace) {
+    attn::AttnParams p;
+    Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
+    fill_contiguous_kv(p, q, k, v);
     fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
     // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
     // current for the split heuristic, the workspace and the stream.
@@ -290,14 +298,8 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                     const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                     const std::optional<Tensor>& lse, int64_t num_splits, const std::string& impl,
                     const std::optional<Tensor>& workspace, bool check_seqlens, bool debug) {
-    check_bf16(q, "q", 4);
     attn::AttnParams p;
-    fill_common(p, q, q.size(2), k_cache.size(2), q.size(3), causal, scale);
-    p.batch = static_cast<int>(q.size(0));
-    p.seqlen_q = static_cast<int>(q.size(1));
-    Tensor o = make_or_check_out(out, q);
-    fill_q_out(p, q, o, false);
-    fill_lse(p, lse, q, false);
+    Tensor o = fill_dense_q(p, q, k_cache.size(2), causal, scale, out, lse);
     fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
     const c10::cuda::CUDAGuard guard(q.device());
     fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
@@ -308,15 +310,9 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
 Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
                const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
                const std::string& impl) {
-    check_bf16(q, "q", 4);
     attn::AttnParams p;
-    fill_common(p, q, q.size(2), k.size(2), q.size(3), causal, scale);
+    Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
     fill_contiguous_kv(p, q, k, v);
-    p.batch = static_cast<int>(q.size(0));
-    p.seqlen_q = static_cast<int>(q.size(1));
-    Tensor o = make_or_check_out(out, q);
-    fill_q_out(p, q, o, false);
-    fill_lse(p, lse, q, false);
     fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
     const c10::cuda::CUDAGuard guard(q.device());
     attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
