@@ -179,21 +179,9 @@ class K3FMHA(K2FMHA):
         sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (Bc, D, stage)
         sS = storage.sS.get_tensor(sS_layout)  # (Br, Bc) fp32: P of the current tile
 
-        # Full/empty mbarrier rings. A stage is empty again once lane 0 of each of the 8
-        # compute warps has arrived; full once the TMA has written all of its bytes.
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        compute_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_compute_threads // 32)
-        pipeline_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_Q.data_ptr(), num_stages=1, producer_group=producer,
-            consumer_group=compute_warps, tx_count=self.q_bytes, defer_sync=True)
-        pipeline_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_K.data_ptr(), num_stages=self.num_stages,
-            producer_group=producer, consumer_group=compute_warps, tx_count=self.kv_bytes, defer_sync=True)
-        pipeline_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_V.data_ptr(), num_stages=self.num_stages,
-            producer_group=producer, consumer_group=compute_warps, tx_count=self.kv_bytes, defer_sync=True)
-        pipeline.pipeline_init_arrive()
-        pipeline.pipeline_init_wait()
+        # Full/empty mbarrier rings for Q, K and V (one producer thread, one arrival per compute warp).
+        pipeline_q, pipeline_k, pipeline_v = tma.make_qkv_pipelines(
+            storage, self.num_stages, self.num_compute_threads // 32, self.q_bytes, self.kv_bytes)
 
         n_block_max = kv_block_count(m_block, self.block_m, self.block_n, seqlen_q, seqlen_k, self.causal)
         if warp_idx == self.producer_warp:

@@ -16,6 +16,7 @@ barriers (full: data landed; empty: consumers are done with the slot).
 from __future__ import annotations
 
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
@@ -66,3 +67,28 @@ def partition(tma_atom, s_tiles: cute.Tensor, g_tiles: cute.Tensor):
     """``(rows, D, stage)`` smem and ``(rows, D, tile)`` gmem -> ``(TMA, stage)``, ``(TMA, tile)``."""
     return cpasync.tma_partition(tma_atom, 0, cute.make_layout(1),
                                  cute.group_modes(s_tiles, 0, 2), cute.group_modes(g_tiles, 0, 2))
+
+
+def make_qkv_pipelines(storage, num_stages: int, num_consumer_warps: int, q_bytes: int, kv_bytes: int):
+    """The Q ring (one stage) and the K and V rings (``num_stages`` each) of a TMA rung.
+
+    One producer (a thread) and one consumer group (an arrival per compute warp) for all three:
+    a stage is full once the TMA has written its ``tx_count`` bytes, empty again once lane 0 of
+    every compute warp has arrived. ``defer_sync=True`` skips each ring's own initialisation
+    sync; the single ``pipeline_init_arrive`` / ``pipeline_init_wait`` at the end makes all of
+    them visible before first use. ``storage`` holds the barriers (``mbar_Q``, ``mbar_K``,
+    ``mbar_V``)."""
+    producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+    compute_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
+
+    def ring(barriers, stages: int, tx_count: int):
+        return pipeline.PipelineTmaAsync.create(
+            barrier_storage=barriers.data_ptr(), num_stages=stages, producer_group=producer,
+            consumer_group=compute_warps, tx_count=tx_count, defer_sync=True)
+
+    pipeline_q = ring(storage.mbar_Q, 1, q_bytes)
+    pipeline_k = ring(storage.mbar_K, num_stages, kv_bytes)
+    pipeline_v = ring(storage.mbar_V, num_stages, kv_bytes)
+    pipeline.pipeline_init_arrive()
+    pipeline.pipeline_init_wait()
+    return pipeline_q, pipeline_k, pipeline_v
