@@ -153,6 +153,19 @@ void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t 
     p.causal = causal;
 }
 
+// K and V base pointers and (block, token, head) strides; a block is a batch entry
+// (contiguous [B, Sk, Hkv, D]) or a page (paged [num_pages, page_size, Hkv, D]).
+void set_kv_pointers(attn::AttnParams& p, const Tensor& k, const Tensor& v) {
+    p.k = k.data_ptr();
+    p.v = v.data_ptr();
+    p.k_block_stride = k.stride(0);
+    p.k_token_stride = k.stride(1);
+    p.k_head_stride = k.stride(2);
+    p.v_block_stride = v.stride(0);
+    p.v_token_stride = v.stride(1);
+    p.v_head_stride = v.stride(2);
+}
+
 void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {
     check_bf16(k, "k", 4);
     check_bf16(v, "v", 4);
@@ -162,14 +175,7 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
     TORCH_CHECK_VALUE(k.size(0) == q.size(0), "k batch (", k.size(0), ") must equal q batch (", q.size(0), ")");
     TORCH_CHECK_VALUE(k.size(3) == q.size(3), "k head_dim (", k.size(3), ") must equal q head_dim (", q.size(3), ")");
     TORCH_CHECK_VALUE(k.size(1) >= 1, "seqlen_k must be >= 1");
-    p.k = k.data_ptr();
-    p.v = v.data_ptr();
-    p.k_block_stride = k.stride(0);
-    p.k_token_stride = k.stride(1);
-    p.k_head_stride = k.stride(2);
-    p.v_block_stride = v.stride(0);
-    p.v_token_stride = v.stride(1);
-    p.v_head_stride = v.stride(2);
+    set_kv_pointers(p, k, v);
     p.seqlen_k = static_cast<int>(k.size(1));
 }
 
@@ -196,14 +202,7 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
                       ", max_pages], got ", page_table.sizes());
     TORCH_CHECK_VALUE(seqlens_k.size(0) == batch, "seqlens_k must have shape [batch = ", batch, "], got ",
                       seqlens_k.sizes());
-    p.k = k_cache.data_ptr();
-    p.v = v_cache.data_ptr();
-    p.k_block_stride = k_cache.stride(0);
-    p.k_token_stride = k_cache.stride(1);
-    p.k_head_stride = k_cache.stride(2);
-    p.v_block_stride = v_cache.stride(0);
-    p.v_token_stride = v_cache.stride(1);
-    p.v_head_stride = v_cache.stride(2);
+    set_kv_pointers(p, k_cache, v_cache);
     p.page_table = page_table.data_ptr<int>();
     p.page_table_batch_stride = page_table.stride(0);
     p.seqlens_k = seqlens_k.data_ptr<int>();
