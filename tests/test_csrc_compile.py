@@ -91,14 +91,15 @@ def test_attention_kernels_are_in_the_report(compiled):
         assert kernel in names, f"{kernel} was not compiled by any torch-free unit"
 
 
-def test_decode_split_counts_match_the_measured_best():
-    """The decode split heuristic is host code: build and run csrc/tests/decode_splits_test.cu,
-    which checks it picks the split counts measured best on the H200 (no GPU needed)."""
+def test_attention_host_math():
+    """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which
+    checks that the decode split heuristic picks the split counts measured best on the H200 and
+    that FastDivmod divides exactly (no GPU needed)."""
     with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "decode_splits_test"
+        exe = Path(tmp) / "attn_host_test"
         build = subprocess.run(
             [NVCC, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(CSRC / "kernels"),
-             str(CSRC / "tests" / "decode_splits_test.cu"), str(CSRC / "kernels" / "attention" / "attn_decode.cu"),
+             str(CSRC / "tests" / "attn_host_test.cu"), str(CSRC / "kernels" / "attention" / "attn_decode.cu"),
              "-o", str(exe)],
             capture_output=True, text=True)
         assert build.returncode == 0, build.stderr[-3000:]

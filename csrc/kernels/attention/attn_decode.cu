@@ -31,10 +31,11 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
                       int head_dim, int num_sms, bool paged) {
-    const auto [block_n, ctas_per_sm] = DISPATCH_HEAD_DIM(head_dim, [&] {
+    const std::pair<int, int> tile = DISPATCH_HEAD_DIM(head_dim, [&] {
         using T = DecodeTraits<DecodeConfig<kHeadDim>>;
         return std::pair{T::kBlockN, T::kCtasPerSm};
     });
+    const int block_n = tile.first, ctas_per_sm = tile.second;
     const int row_tiles = ceil_div(std::max(seqlen_q, 1) * group, 16);
     const int ctas = std::max(1, batch * heads_kv * row_tiles);
     const int sms = std::max(num_sms, 1);

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "../common/cuda_utils.cuh"
+
 namespace kernels::attention {
 
 enum class AttnImpl : int { kTensorCore = 0, kScalar = 1 };
@@ -39,6 +41,7 @@ struct AttnParams {
     const int* seqlens_k = nullptr;   // paged: [B]
     int page_size = 0;
     int max_pages = 0;
+    FastDivmod page_divmod;  // by page_size; the launchers set it (callers set page_size only)
 
     // ---- optional boolean mask, True = keep: [B, Sk] (mask_q_stride = 0) or [B, Sq, Sk] --
     const bool* mask = nullptr;

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
             const int st = next % T::kStages;
             Rows rows;
             if constexpr (KV::kPaged) {
-                rows.fetch_staged(p, sEntries + st * T::kBlockN, (tile_begin + next) * T::kBlockN, kv_len);
+                rows.fetch_staged(p, sEntries + st * T::kBlockN, (tile_begin + next) * T::kBlockN);
             } else {
                 rows.fetch(p, b, (tile_begin + next) * T::kBlockN, kv_len);
             }
@@ -254,6 +254,14 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
     }
 }
 
+// The kernel's copy of the parameters, with the page-size divisor that PagedKV divides by.
+template <class KV>
+AttnParams with_page_divmod(const AttnParams& p) {
+    AttnParams kp = p;
+    if constexpr (KV::kPaged) kp.page_divmod = FastDivmod(p.page_size);
+    return kp;
+}
+
 inline void check_launch(const char* what) {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
@@ -308,7 +316,7 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
     }
     const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
     check_grid(grid, "attn_decode_kernel");
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
     check_launch("attn_decode_kernel");
     if (p.num_splits > 1) {
         const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;

@@ -50,11 +50,10 @@ struct PagedKV {
         int slot;
     };
     // Index of key `pos`'s page in its batch's page-table row. Address math is on the critical
-    // path of a decode CTA: a power-of-two page size (the usual case) takes a shift.
-    __device__ static int page_index(const AttnParams& p, int pos) {
-        const int ps = p.page_size;
-        return (ps & (ps - 1)) == 0 ? pos >> (__ffs(ps) - 1) : pos / ps;
-    }
+    // path of a decode CTA: a multiply-high by the launcher's FastDivmod, branch-free, so the
+    // lookups of a thread's rows overlap (a per-row `pow2 ? shift : divide` branch serialized
+    // them and halved what one CTA streams).
+    __device__ static int page_index(const AttnParams& p, int pos) { return p.page_divmod.div(pos); }
     __device__ static const int* page_row(const AttnParams& p, int b) {
         return p.page_table + b * p.page_table_batch_stride;
     }

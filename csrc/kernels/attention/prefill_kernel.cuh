@@ -330,7 +330,7 @@ void launch_prefill(const AttnParams& p, cudaStream_t stream) {
     }
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
     check_grid(grid, "attn_prefill_kernel");
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
     check_launch("attn_prefill_kernel");
 }
 

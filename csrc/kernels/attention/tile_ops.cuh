@@ -74,14 +74,16 @@ struct KvTileRows {
 
     // Paged KV: the rows' pages from a shared-memory copy of the page-table entries of this
     // tile (entries[0] is the entry of key first_key's page), so no global load is waited for.
-    __device__ __forceinline__ void fetch_staged(const AttnParams& p, const int* entries, int first_key,
-                                                 int kv_len) {
+    // Rows at or beyond kv_len read a stale entry of the tile's slot (always inside it: a tile
+    // spans at most kRows pages) that load_kv_tile never uses; no branch, so the lookups overlap.
+    __device__ __forceinline__ void fetch_staged(const AttnParams& p, const int* entries, int first_key) {
+        static_assert(kRows % kRowsPerPass == 0, "every looked-up row must lie inside the tile");
         key_start = first_key;
         const int first_index = KV::page_index(p, first_key);
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
             const int pos = first_key + static_cast<int>(threadIdx.x) / kChunks + j * kRowsPerPass;
-            handle[j] = pos < kv_len ? KV::locate(p, entries, first_index, pos) : typename KV::Handle{};
+            handle[j] = KV::locate(p, entries, first_index, pos);
         }
     }
 };

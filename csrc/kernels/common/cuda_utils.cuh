@@ -27,6 +27,35 @@ __host__ __device__ constexpr T ceil_div(T a, T b) {
     return (a + b - 1) / b;
 }
 
+// Division by a run-time constant that the host fixes once (a page size, say): a multiply-high
+// and a shift instead of the ~20-instruction integer division, and no branch, so the compiler
+// can interleave many independent divisions. Round-up multiplier (Granlund-Montgomery):
+// m = ceil(2^(31 + l) / d) with l = ceil(log2 d) is exact for dividends in [0, 2^31).
+struct FastDivmod {
+    int divisor = 1;
+    uint32_t multiplier = 0;  // 0: divisor 1, the quotient is the dividend
+    int shift = 0;
+
+    FastDivmod() = default;
+    __host__ explicit FastDivmod(int d) : divisor(d) {
+        if (d < 1) throw std::invalid_argument("FastDivmod: divisor must be >= 1, got " + std::to_string(d));
+        if (d == 1) return;
+        int l = 0;
+        while ((1ll << l) < d) ++l;
+        multiplier = static_cast<uint32_t>(((1ull << (31 + l)) + d - 1) / d);
+        shift = l - 1;
+    }
+    // floor(x / divisor) for 0 <= x < 2^31.
+    __host__ __device__ __forceinline__ int div(int x) const {
+#ifdef __CUDA_ARCH__
+        const uint32_t hi = __umulhi(static_cast<uint32_t>(x), multiplier);
+#else
+        const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(static_cast<uint32_t>(x)) * multiplier) >> 32);
+#endif
+        return multiplier == 0 ? x : static_cast<int>(hi >> shift);
+    }
+};
+
 // Eight bf16 values: the 16-byte unit that cp.async and vectorized global accesses move.
 struct alignas(16) bf16x8 {
     __nv_bfloat162 h[4];

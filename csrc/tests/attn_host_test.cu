@@ -1,13 +1,42 @@
-// Host-only check of the decode split heuristic (decode_num_splits): no GPU needed, so the
-// CPU CI runs it (tests/test_csrc_compile.py). The expected counts are the best measured
-// splits of the H200 sweeps the cost model was fitted to (attn_decode.cu), on 132 SMs.
+// Host-only checks of the attention launch math, no GPU needed, so the CPU CI runs them
+// (tests/test_csrc_compile.py):
+//   - the decode split heuristic (decode_num_splits) picks the best measured splits of the H200
+//     sweeps its cost model was fitted to (attn_decode.cu), on 132 SMs;
+//   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
+//     and dividends across [0, 2^31).
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/decode_splits_test.cu csrc/kernels/attention/attn_decode.cu -o build/decode_splits_test
+//        csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu -o build/attn_host_test
+#include <cstdint>
 #include <cstdio>
+#include <random>
 
 #include "../kernels/attention/attn_api.h"
 
 using kernels::attention::decode_num_splits;
+
+static int check_fast_divmod() {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> any(0, 0x7fffffff);
+    int failures = 0;
+    for (int d = 1; d <= 256 + 8; ++d) {
+        const kernels::FastDivmod div(d);
+        int bad = 0;
+        auto check = [&](int x) { bad += div.div(x) != x / d; };
+        for (int x = 0; x < 4096; ++x) check(x);
+        for (int i = 0; i < 20000; ++i) check(any(rng));
+        for (int64_t q : {int64_t(0x7fffffff) / d, int64_t(0x7fffffff) / d - 1}) {
+            for (int r = -1; r <= 1; ++r) {  // around the multiples of d at the top of the range
+                const int64_t x = q * d + r;
+                if (x >= 0 && x <= 0x7fffffff) check(static_cast<int>(x));
+            }
+        }
+        check(0x7fffffff);
+        if (bad) std::printf("FastDivmod(%d): %d wrong quotients  FAIL\n", d, bad);
+        failures += bad != 0;
+    }
+    std::printf("FastDivmod, divisors 1..264: %s\n", failures ? "FAIL" : "PASS");
+    return failures;
+}
 
 int main() {
     struct Case {
@@ -40,6 +69,7 @@ int main() {
                     c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, c.paged ? "paged" : "contig", s, c.lo,
                     c.hi, ok ? "PASS" : "FAIL");
     }
-    std::printf("decode_splits_test: %d failure(s)\n", failures);
+    failures += check_fast_divmod();
+    std::printf("attn_host_test: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
