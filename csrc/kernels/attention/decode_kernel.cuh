@@ -67,7 +67,6 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     // tiles ahead of its K/V copies (commit group g carries tile g's K/V and tile
     // g + kStages - 1's entries), so issuing a tile's copies never waits on a global load.
     // The first kStages - 1 tiles look their pages up directly.
-    using Rows = KvTileRows<T::kBlockN, kD, T::kThreads, KV>;
     int* sEntries = reinterpret_cast<int*>(smem_raw + T::kPageEntriesOffset);  // [kStages][kBlockN]
     const auto stage_entries = [&](int tile) {
         if constexpr (KV::kPaged) {
@@ -80,9 +79,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st) {
         if (st < n_tiles) {
-            Rows rows;
-            rows.fetch(p, b, (tile_begin + st) * T::kBlockN, kv_len);
-            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, rows, kv_len);
+            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
+                                                          hkv, (tile_begin + st) * T::kBlockN, kv_len);
         }
         stage_entries(st + T::kStages - 1);
         cp_async_commit();
@@ -105,13 +103,18 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
         const int next = i + T::kStages - 1;
         if (next < n_tiles) {
             const int st = next % T::kStages;
-            Rows rows;
+            const int first_key = (tile_begin + next) * T::kBlockN;
             if constexpr (KV::kPaged) {
-                rows.fetch_staged(p, sEntries + st * T::kBlockN, (tile_begin + next) * T::kBlockN);
+                // The tile's pages from its staged copy of the page-table entries.
+                const int* entries = sEntries + st * T::kBlockN;
+                const int first_index = KV::page_index(p, first_key);
+                load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, true>(
+                    sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
+                    [&](int pos) { return KV::locate(p, entries, first_index, pos); });
             } else {
-                rows.fetch(p, b, (tile_begin + next) * T::kBlockN, kv_len);
+                load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p,
+                                                              b, hkv, first_key, kv_len);
             }
-            load_kv_tile(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, rows, kv_len);
         }
         // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
         stage_entries(next + T::kStages - 1);

@@ -21,29 +21,6 @@ namespace kernels::attention {
 
 // ---- prefill-only building blocks --------------------------------------------------------
 
-// Rows [key_start, key_start + kRows) of K (kValues = false) or V of kv head hkv into one
-// padded smem tile; keys >= kv_len are zero-filled. One thread per 16-byte column chunk.
-template <int kRows, int kD, int kThreads, class KV, bool kValues>
-__device__ __forceinline__ void load_k_or_v_tile(bf16* dst, const AttnParams& p, int b, int hkv, int key_start,
-                                                 int kv_len) {
-    constexpr int kChunks = kD / 8;
-    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    // A compile-time trip count: the loop unrolls without a per-row bounds branch.
-    static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
-    const int chunk = threadIdx.x % kChunks;
-    const bf16* base = static_cast<const bf16*>(kValues ? p.v : p.k) +
-                       hkv * (kValues ? p.v_head_stride : p.k_head_stride) + chunk * 8;
-#pragma unroll
-    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-        const int r = static_cast<int>(threadIdx.x) / kChunks + pass * kRowsPerPass;
-        const int pos = key_start + r;
-        const bool valid = pos < kv_len;
-        const KvRow off = valid ? KV::row(p, b, pos) : KvRow{0, 0};
-        cp_async_16(smem_addr(dst + r * smem_stride<kD>() + chunk * 8), base + (kValues ? off.v : off.k), valid);
-    }
-}
-
 // P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
 // of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
 template <int kMT, int kNT>
@@ -189,13 +166,14 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
         first_masked_tile = min(first_masked_tile, clear_tiles);
     }
 
+    const auto lookup = [&](int pos) { return KV::locate(p, b, pos); };
     auto load_k = [&](int tile) {
-        load_k_or_v_tile<T::kBlockN, kD, T::kThreads, KV, false>(sK + (tile % T::kStages) * T::kTileElems, p, b, hkv,
-                                                                 tile * T::kBlockN, kv_len);
+        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, false>(sK + (tile % T::kStages) * T::kTileElems, nullptr,
+                                                                   p, b, hkv, tile * T::kBlockN, kv_len, lookup);
     };
     auto load_v = [&](int tile) {
-        load_k_or_v_tile<T::kBlockN, kD, T::kThreads, KV, true>(sV + (tile % T::kStages) * T::kTileElems, p, b, hkv,
-                                                                tile * T::kBlockN, kv_len);
+        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, false, true>(nullptr, sV + (tile % T::kStages) * T::kTileElems,
+                                                                   p, b, hkv, tile * T::kBlockN, kv_len, lookup);
     };
 
     // ---- prologue ---------------------------------------------------------------------------

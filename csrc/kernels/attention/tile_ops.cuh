@@ -51,43 +51,6 @@ __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr,
     }
 }
 
-// The key rows one thread copies in a [kRows][kD] K/V tile, with their source handles (a
-// page id for paged KV). fetch() only issues the lookups; load_kv_tile() consumes them, so a
-// kernel that fetches tile j + 1 while tile j is in flight hides the page-table latency.
-template <int kRows, int kD, int kThreads, class KV>
-struct KvTileRows {
-    static constexpr int kChunks = kD / 8;
-    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
-    static constexpr int kRowsPerPass = kThreads / kChunks;
-    static constexpr int kPerThread = ceil_div(kRows, kRowsPerPass);
-    int key_start;
-    typename KV::Handle handle[kPerThread];
-
-    __device__ __forceinline__ void fetch(const AttnParams& p, int b, int first_key, int kv_len) {
-        key_start = first_key;
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) {
-            const int pos = first_key + static_cast<int>(threadIdx.x) / kChunks + j * kRowsPerPass;
-            handle[j] = pos < kv_len ? KV::locate(p, b, pos) : typename KV::Handle{};
-        }
-    }
-
-    // Paged KV: the rows' pages from a shared-memory copy of the page-table entries of this
-    // tile (entries[0] is the entry of key first_key's page), so no global load is waited for.
-    // Rows at or beyond kv_len read a stale entry of the tile's slot (always inside it: a tile
-    // spans at most kRows pages) that load_kv_tile never uses; no branch, so the lookups overlap.
-    __device__ __forceinline__ void fetch_staged(const AttnParams& p, const int* entries, int first_key) {
-        static_assert(kRows % kRowsPerPass == 0, "every looked-up row must lie inside the tile");
-        key_start = first_key;
-        const int first_index = KV::page_index(p, first_key);
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) {
-            const int pos = first_key + static_cast<int>(threadIdx.x) / kChunks + j * kRowsPerPass;
-            handle[j] = KV::locate(p, entries, first_index, pos);
-        }
-    }
-};
-
 // Copies the page-table entries of keys [first_key, min(first_key + kKeys, kv_len)) into
 // `entries` (at most kKeys ints) with 4-byte cp.async in the caller's commit group.
 template <int kKeys, int kThreads, class KV>
@@ -101,34 +64,57 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
     for (int t = threadIdx.x; t < count; t += kThreads) cp_async_4(smem_addr(entries + t), src + t);
 }
 
-// K and V rows [rows.key_start, + kRows) of kv head hkv; keys >= kv_len are zero-filled.
-template <int kRows, int kD, int kThreads, class KV>
-__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
-                                             const KvTileRows<kRows, kD, kThreads, KV>& rows, int kv_len) {
-    using Rows = KvTileRows<kRows, kD, kThreads, KV>;
-    const int chunk = threadIdx.x % Rows::kChunks;
+// Rows [first_key, first_key + kRows) of K (kLoadK) and / or V (kLoadV) of kv head hkv into
+// padded smem tiles; keys >= kv_len are zero-filled. Thread t copies 16-byte column chunk
+// t % kChunks of kPerThread consecutive rows. The tile starts at a multiple of kRows, so with
+// contiguous KV, or a page size that is a multiple of kPerThread, a thread's rows share a page:
+// one lookup and a pointer step per row replace per-row address math (a 4-warp decode CTA is
+// issue-bound, so every instruction of this loop shows in its bandwidth). Other page sizes
+// look every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
+template <int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV, class Lookup>
+__device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
+                                             int first_key, int kv_len, Lookup lookup) {
+    constexpr int kChunks = kD / 8;
+    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
+    constexpr int kPerThread = kRows / kRowsPerPass;
+    constexpr int S = smem_stride<kD>();
+    const int chunk = threadIdx.x % kChunks;
+    const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
+    const int pos0 = first_key + r0;
     const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
     const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
+    const int s0 = r0 * S + chunk * 8;
+    const auto copy = [&](int j, const KvRow& off, bool valid) {
+        if constexpr (kLoadK) cp_async_16(smem_addr(sK + s0 + j * S), k_base + off.k, valid);
+        if constexpr (kLoadV) cp_async_16(smem_addr(sV + s0 + j * S), v_base + off.v, valid);
+    };
+    if (!KV::kPaged || p.page_size % kPerThread == 0) {
+        // Invalid rows are zero-filled without a read, so their (out-of-row) addresses are unused.
+        KvRow off = pos0 < kv_len ? KV::row(p, b, pos0, lookup(pos0)) : KvRow{0, 0};
 #pragma unroll
-    for (int j = 0; j < Rows::kPerThread; ++j) {
-        const int r = static_cast<int>(threadIdx.x) / Rows::kChunks + j * Rows::kRowsPerPass;
-        if (kRows % Rows::kRowsPerPass != 0 && r >= kRows) break;
-        const int pos = rows.key_start + r;
-        const bool valid = pos < kv_len;
-        const KvRow off = valid ? KV::row(p, b, pos, rows.handle[j]) : KvRow{0, 0};
-        const int s = r * smem_stride<kD>() + chunk * 8;
-        cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
-        cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
+        for (int j = 0; j < kPerThread; ++j) {
+            copy(j, off, pos0 + j < kv_len);
+            off.k += p.k_token_stride;
+            off.v += p.v_token_stride;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int pos = pos0 + j;
+            const bool valid = pos < kv_len;
+            copy(j, valid ? KV::row(p, b, pos, lookup(pos)) : KvRow{0, 0}, valid);
+        }
     }
 }
 
-// The same, looking the rows up on the spot (the lookup latency is exposed).
+// K and V rows [first_key, first_key + kRows), pages looked up in the global page table.
 template <int kRows, int kD, int kThreads, class KV>
-__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b,
-                                             int hkv, int key_start, int kv_len) {
-    KvTileRows<kRows, kD, kThreads, KV> rows;
-    rows.fetch(p, b, key_start, kv_len);
-    load_kv_tile<kRows, kD, kThreads, KV>(sK, sV, p, b, hkv, rows, kv_len);
+__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
+                                             int first_key, int kv_len) {
+    load_kv_rows<kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
+                                                      [&](int pos) { return KV::locate(p, b, pos); });
 }
 
 // ---- warp-level math on C fragments -----------------------------------------------------
