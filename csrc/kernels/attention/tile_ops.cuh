@@ -93,14 +93,17 @@ __device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParam
     if (!KV::kPaged || p.page_size % kPerThread == 0) {
         // Invalid rows are zero-filled without a read, so their (out-of-row) addresses are unused.
         KvRow off = pos0 < kv_len ? KV::row(p, b, pos0, lookup(pos0)) : KvRow{0, 0};
-#pragma unroll
+        // Unrolled by at most 8 rows: 16 (D = 256) made ptxas spill the scalar decode kernel.
+#pragma unroll 8
         for (int j = 0; j < kPerThread; ++j) {
             copy(j, off, pos0 + j < kv_len);
             off.k += p.k_token_stride;
             off.v += p.v_token_stride;
         }
     } else {
-#pragma unroll
+        // Two rows at a time: fully unrolled, the lookups push the D = 128 paged prefill
+        // kernel past 255 registers.
+#pragma unroll 2
         for (int j = 0; j < kPerThread; ++j) {
             const int pos = pos0 + j;
             const bool valid = pos < kv_len;
