@@ -153,7 +153,7 @@ def test_paged_decode_cuda_graph_replay():
     q, k, v = qkv(b, 1, 1024, hq, hkv, d, seed=31)
     lens = torch.full((b,), 1024, dtype=torch.int32, device=DEV)
     k_cache, v_cache, table = make_paged(k, v, lens, page, generator=torch.Generator().manual_seed(0))
-    splits = ops.decode_num_splits(b, hkv, 1, hq // hkv, table.shape[1] * page, d, paged=True)
+    splits = ops.decode_num_splits(b, hkv, 1, hq // hkv, table.shape[1] * page, d)
     workspace = torch.empty(max(1, ops.decode_workspace_size(splits, b, hq, 1, d)), device=DEV)
     out = torch.empty_like(q)
     kwargs = dict(out=out, num_splits=splits, workspace=workspace, check_seqlens=False)

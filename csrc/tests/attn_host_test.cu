@@ -41,33 +41,27 @@ static int check_fast_divmod() {
 int main() {
     struct Case {
         int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
-        bool paged;
         int lo, hi;  // accepted split counts (inclusive)
     };
     constexpr int kSms = 132;
     const Case cases[] = {
         // Sk 4096, 32 / 8 heads, D 128 (the benchmark shapes)
-        {16, 8, 1, 4, 4096, 128, false, 1, 1},  // one CTA per SM already streams near copy speed
-        {16, 8, 1, 4, 4096, 128, true, 2, 2},   // paged wants two CTAs per SM
-        {64, 8, 1, 4, 4096, 128, false, 1, 1},  // four waves of CTAs: no split
-        {64, 8, 1, 4, 4096, 128, true, 1, 1},
-        {1, 8, 1, 4, 4096, 128, false, 8, 32},  // 8 CTAs: split to fill the GPU
-        {1, 8, 1, 4, 4096, 128, true, 8, 32},
+        {16, 8, 1, 4, 4096, 128, 1, 1},  // one CTA per SM already streams near copy speed
+        {64, 8, 1, 4, 4096, 128, 1, 1},  // four waves of CTAs: no split
+        {1, 8, 1, 4, 4096, 128, 8, 32},  // 8 CTAs: split to fill the GPU
         // short sequences never split below two KV tiles per split
-        {1, 8, 1, 4, 64, 128, false, 1, 1},
-        {1, 1, 1, 1, 256, 64, false, 1, 2},
+        {1, 8, 1, 4, 64, 128, 1, 1},
+        {1, 1, 1, 1, 256, 64, 1, 2},
         // the split count stays within [1, kMaxDecodeSplits]
-        {1, 1, 1, 1, 1 << 20, 256, true, 1, kernels::attention::kMaxDecodeSplits},
+        {1, 1, 1, 1, 1 << 20, 256, 1, kernels::attention::kMaxDecodeSplits},
     };
     int failures = 0;
     for (const Case& c : cases) {
-        const int s = decode_num_splits(c.batch, c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, kSms,
-                                        c.paged);
+        const int s = decode_num_splits(c.batch, c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, kSms);
         const bool ok = s >= c.lo && s <= c.hi;
         failures += !ok;
-        std::printf("B%-3d Hkv%-2d Sq%d group %d Sk %-8d D%-3d %-6s -> %3d splits (want %d..%d)  %s\n", c.batch,
-                    c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, c.paged ? "paged" : "contig", s, c.lo,
-                    c.hi, ok ? "PASS" : "FAIL");
+        std::printf("B%-3d Hkv%-2d Sq%d group %d Sk %-8d D%-3d -> %3d splits (want %d..%d)  %s\n", c.batch,
+                    c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
     }
     failures += check_fast_divmod();
     std::printf("attn_host_test: %d failure(s)\n", failures);

@@ -81,7 +81,7 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
         int dev = 0, sms = 0;
         KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
         KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        p.num_splits = decode_num_splits(b, hkv, 1, p.group, max_pages * page_size, d, sms, /*paged=*/true);
+        p.num_splits = decode_num_splits(b, hkv, 1, p.group, max_pages * page_size, d, sms);
         const int64_t floats = decode_workspace_floats(p.num_splits, b, hq, 1, d);
         if (floats > 0) {
             KERNELS_CUDA_CHECK(cudaMalloc(&ws, floats * 4));

@@ -62,7 +62,7 @@ static bool run_case(const Case& c, AttnImpl impl) {
         int dev = 0, sms = 0;
         KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
         KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        p.num_splits = decode_num_splits(c.b, c.hkv, c.sq, p.group, c.sk, c.d, sms, /*paged=*/false);
+        p.num_splits = decode_num_splits(c.b, c.hkv, c.sq, p.group, c.sk, c.d, sms);
         const int64_t floats = decode_workspace_floats(p.num_splits, c.b, c.hq, c.sq, c.d);
         if (floats > 0) {
             KERNELS_CUDA_CHECK(cudaMalloc(&ws, floats * 4));
@@ -140,7 +140,8 @@ static std::vector<Variant> prefill_variants() {
             make_variant<V::N64PackP, false>("n64_packp"),
             make_variant<V::N64Split, false>("n64_split"),
             make_variant<V::N64Split1>("n64_split1"),
-            make_variant<V::N64SplitLF, false>("n64_split_lf"),
+            make_variant<V::N64SplitPackPLF, false>("n64_split_packp_lf"),
+            make_variant<V::N64Split1LF>("n64_split1_lf"),
             make_variant<V::W8N64, false>("w8_n64"),
             make_variant<V::W8M1N64, false>("w8_m1_n64")};
 }

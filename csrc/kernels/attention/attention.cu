@@ -237,7 +237,7 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
     const int sms = sm_count();
     if (num_splits <= 0) {
         num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
-                                             p.head_dim, sms, p.page_table != nullptr);
+                                             p.head_dim, sms);
     }
     TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= attn::kMaxDecodeSplits, "num_splits must be in [1, ",
                       attn::kMaxDecodeSplits, "], got ", num_splits);
@@ -365,12 +365,12 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 }
 
 int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group, int64_t max_seqlen_k,
-                          int64_t head_dim, bool paged) {
+                          int64_t head_dim) {
     check_head_dim(head_dim);
     const int sms = sm_count();
     return attn::decode_num_splits(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
                                    static_cast<int>(group), static_cast<int>(max_seqlen_k), static_cast<int>(head_dim),
-                                   sms, paged);
+                                   sms);
 }
 
 int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim) {
@@ -407,9 +407,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("seqlens_k"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
           py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),
           py::arg("impl") = "tc", py::arg("check_seqlens") = true, py::arg("debug") = false);
-    m.def("decode_num_splits", &decode_num_splits, "The split count decode (paged=False) or paged_decode would choose.",
+    m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
           py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"), py::arg("max_seqlen_k"),
-          py::arg("head_dim"), py::kw_only(), py::arg("paged") = false);
+          py::arg("head_dim"));
     m.def("decode_workspace_size", &decode_workspace_size, "Floats of workspace a decode call needs.",
           py::arg("num_splits"), py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"), py::arg("head_dim"));
     m.attr("max_decode_splits") = attn::kMaxDecodeSplits;

@@ -25,7 +25,7 @@ void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
 // Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
 // (for paged KV: max_pages * page_size), so the choice never needs the device lengths.
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
-                      int head_dim, int num_sms, bool paged);
+                      int head_dim, int num_sms);
 
 // Floats of workspace a decode call with num_splits > 1 needs (o_partial then lse_partial).
 int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q,

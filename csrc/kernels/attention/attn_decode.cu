@@ -30,7 +30,7 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 }
 
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
-                      int head_dim, int num_sms, bool paged) {
+                      int head_dim, int num_sms) {
     const std::pair<int, int> tile = DISPATCH_HEAD_DIM(head_dim, [&] {
         using T = DecodeTraits<DecodeConfig<kHeadDim>>;
         return std::pair{T::kBlockN, T::kCtasPerSm};
@@ -42,17 +42,15 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
     // Cost model in KV-tile times, fitted to H200 sweeps (B 1 / 16 / 64, Sk 4096, 32 / 8
     // heads, D 128, splits 1..32). An SM runs n = ceil(ctas * s / sms) CTAs, each streaming
     // tiles / s tiles plus a fixed start (Q load, first-tile latency, merge: about 2 tiles).
-    // One contiguous-KV CTA alone streams about its SM's share of the copy bandwidth (3.84
-    // TB/s unsplit at B 16); a paged one only about half of it (2.1 TB/s: the page-table
-    // lookups lengthen its loop), so paged KV wants two CTAs per SM. Any split adds the
-    // partial rows and the combine launch (about 4 tiles). At least two tiles per split.
+    // One CTA alone streams about its SM's share of the copy bandwidth, with contiguous or
+    // paged KV alike (`attn_paged_test bench`, B 16: 3.64 / 3.56 TB/s unsplit). Any split adds
+    // the partial rows and the combine launch (about 4 tiles). At least two tiles per split.
     const int tiles = ceil_div(std::max(max_seqlen_k, 1), block_n);
     const int max_splits = std::min(kMaxDecodeSplits, std::max(1, tiles / 2));
     constexpr double kCtaStartTiles = 2.0, kCombineTiles = 4.0;
-    const double cta_rate = paged ? 0.5 : 1.0;
     const auto cost = [&](int s) {
         const int n = ceil_div(ctas * s, sms);
-        const double sm_rate = std::min(1.0, std::min(n, ctas_per_sm) * cta_rate);
+        const double sm_rate = std::min(1.0, static_cast<double>(std::min(n, ctas_per_sm)));
         return n * (static_cast<double>(tiles) / s + kCtaStartTiles) / sm_rate + (s > 1 ? kCombineTiles : 0.0);
     };
     int best = 1;

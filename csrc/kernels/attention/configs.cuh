@@ -95,17 +95,18 @@ struct PrefillTiles {
     static_assert(kStages >= 1 && (kSplitKV || kStages >= 2), "a joint K/V ring needs two stages");
 };
 
-// D=128: FA2's 128 x 64 tile with single-buffered, separately waited K and V; it fits in 254
+// D=128: FA2's 128 x 64 tile with double-buffered, separately waited K and V; it fits in 255
 // registers without spills only with the lazy rescale (with the eager one, kBlockN = 64 spills
-// 4-60 bytes; ptxas, nvcc 13.0, sm_90a). H200, b4 s4096 h16 (`attn_test bench`): 345 TFLOP/s
-// against 309 for the former 128 x 32 double-buffered tile; longest-first adds 10% causal.
+// 4-60 bytes; ptxas, nvcc 13.0, sm_90a). H200, b4 s4096 h16 (`attn_test bench`): 349 TFLOP/s
+// (328 causal) against 343 (320) single-buffered and 324 (270) for the former 128 x 32 tile;
+// longest-first adds 10% causal.
 template <int kD>
 struct PrefillConfig;
 template <>
 struct PrefillConfig<64> : PrefillTiles<64, 4, 2, 64, 2> {};
 template <>
 struct PrefillConfig<128>
-    : PrefillTiles<128, 4, 2, 64, 1, kPrefillLazyRescale | kPrefillSplitKV | kPrefillLongestFirst> {};
+    : PrefillTiles<128, 4, 2, 64, 2, kPrefillLazyRescale | kPrefillSplitKV | kPrefillLongestFirst> {};
 template <>
 struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
 
@@ -127,8 +128,12 @@ struct PrefillVariants {
     using N64Split = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV>;
     // ... FA2's single-buffered K and V (half the K/V shared memory).
     using N64Split1 = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV>;
-    // ... plus the longest causal q tiles first.
+    // ... plus the longest causal q tiles first (the D=128 default), and with P packed early.
     using N64SplitLF = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
+    using N64SplitPackPLF =
+        PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillPackP | kPrefillLongestFirst>;
+    // The former D=128 default: single-buffered K and V, longest-first.
+    using N64Split1LF = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
     // 8 warps of 32 rows (kBlockM = 256): half the K/V traffic per FLOP, one CTA per SM.
     using W8N64 = PrefillTiles<kD, 8, 2, 64, 2, kLazy | kPrefillSplitKV>;
     // 8 warps of 16 rows: few registers, two CTAs (16 warps) per SM, twice the ldmatrix per MMA.

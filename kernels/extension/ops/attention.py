@@ -57,9 +57,10 @@ def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, c
                                    check_seqlens=check_seqlens, debug=debug)
 
 
-def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, *, paged=False) -> int:
-    """The split count decode (or paged_decode, with paged=True) picks for this shape on this GPU."""
-    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, paged=paged)
+def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim) -> int:
+    """The split count decode and paged_decode pick for this shape on this GPU (paged KV:
+    max_seqlen_k = max_pages * page_size)."""
+    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim)
 
 
 def decode_workspace_size(num_splits, batch, heads_q, seqlen_q, head_dim) -> int:
