@@ -202,28 +202,35 @@ struct Sm90Mainloop {
   // Promoted: per interval of promote_every (1 or 2) k-blocks, partial = sum of the interval's
   // A_kb @ B_kb^T (fresh at its first k-block), one wait at its end, free its stages, then
   // acc += partial in fp32. The wait drains this warpgroup's WGMMAs; the other consumer
-  // warpgroup and the producer's prefetch keep the tensor cores fed meanwhile.
+  // warpgroup and the producer's prefetch keep the tensor cores fed meanwhile (DeepGEMM's
+  // schedule). One loop per interval length, so every iteration starts and ends with nothing
+  // in flight: a single loop choosing "last k-block of the interval" at run time left ptxas
+  // unsure what was in flight at its head, and it inserted a wgmma.wait_group 0 after every
+  // k-block (C7517), so interval 2 drained exactly as often as interval 1.
   __device__ __forceinline__ static void consume_tile_promoted(const Storage& s, int consumer, int k_blocks,
                                                                float (&acc)[kAccRegs], PipelineState& st,
                                                                const ClusterRole& role, int promote_every) {
-    float partial[kAccRegs];  // overwritten by each interval's first WGMMA (scale-d 0)
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) partial[i] = 0.f;
-    int held_stage = -1;  // with interval 2: the interval's first stage, freed at its end
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      const bool first = promote_every == 1 || kb % 2 == 0;
-      const bool last = promote_every == 1 || kb % 2 == 1 || kb + 1 == k_blocks;
-      issue_stage(s, consumer, st, partial, first);
-      if (last) {
+    float partial[kAccRegs];  // no init: each interval's first WGMMA ignores it (scale-d 0)
+    int kb = 0;
+    if (promote_every == 2) {
+      for (; kb + 1 < k_blocks; kb += 2) {
+        const int first_stage = st.stage;
+        issue_stage(s, consumer, st, partial, true);
+        st.template advance<Policy::kStages>();
+        issue_stage(s, consumer, st, partial, false);
         wgmma_wait<0>();
-        if (held_stage >= 0) release(s, held_stage, role);
+        release(s, first_stage, role);
         release(s, st.stage, role);
-        held_stage = -1;
+        st.template advance<Policy::kStages>();
         promote(acc, partial);
-      } else {
-        held_stage = st.stage;
       }
+    }
+    for (; kb < k_blocks; ++kb) {
+      issue_stage(s, consumer, st, partial, true);
+      wgmma_wait<0>();
+      release(s, st.stage, role);
       st.template advance<Policy::kStages>();
+      promote(acc, partial);
     }
   }
 
@@ -232,9 +239,10 @@ struct Sm90Mainloop {
   __device__ __forceinline__ static void consume_tile_pingpong(const Storage& s, int consumer, int k_blocks,
                                                                float (&acc)[kAccRegs], PipelineState& st,
                                                                const ClusterRole& role) {
+    // No init: every k-block's first WGMMA ignores its partial (scale-d 0). Zeroing them here
+    // made ptxas wait for the tile's first k-block before entering the loop (C7517), one
+    // drain per tile.
     float even[kAccRegs], odd[kAccRegs];
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) even[i] = odd[i] = 0.f;
     PipelineState in_flight = st;  // the oldest k-block not yet promoted
     const auto retire = [&](float (&partial)[kAccRegs]) {
       release(s, in_flight.stage, role);
