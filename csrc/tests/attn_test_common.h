@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -68,28 +69,43 @@ inline double rel_err(const std::vector<__nv_bfloat16>& out, const std::vector<f
     return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// Median time of `fn` over `iters` launches (ms), after warm-up.
+// Median time of one launch of `fn` (ms) under sustained load, as the Python harness times:
+// launches back to back for about warmup_ms, then one event pair per launch for about
+// measure_ms. Short bursts read a few percent fast, before clocks settle under the power limit.
 template <class Fn>
-float time_ms(Fn fn, int iters = 20) {
+float time_ms(Fn fn, float warmup_ms = 50.f, float measure_ms = 150.f) {
     cudaEvent_t a, b;
     KERNELS_CUDA_CHECK(cudaEventCreate(&a));
     KERNELS_CUDA_CHECK(cudaEventCreate(&b));
     fn();
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> t(iters);
-    for (int i = 0; i < iters; ++i) {
-        KERNELS_CUDA_CHECK(cudaEventRecord(a));
-        fn();
+    KERNELS_CUDA_CHECK(cudaEventRecord(a));
+    int launched = 0;
+    float elapsed = 0.f;
+    do {
+        for (int i = 0; i < 8; ++i) fn();
+        launched += 8;
         KERNELS_CUDA_CHECK(cudaEventRecord(b));
         KERNELS_CUDA_CHECK(cudaEventSynchronize(b));
-        KERNELS_CUDA_CHECK(cudaEventElapsedTime(&t[i], a, b));
-    }
-    std::sort(t.begin(), t.end());
+        KERNELS_CUDA_CHECK(cudaEventElapsedTime(&elapsed, a, b));
+    } while (elapsed < warmup_ms && launched < 100000);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    const int iters = std::clamp(static_cast<int>(measure_ms / (elapsed / launched)), 10, 5000);
+    std::vector<cudaEvent_t> events(2 * iters);
+    for (auto& e : events) KERNELS_CUDA_CHECK(cudaEventCreate(&e));
+    for (int i = 0; i < iters; ++i) {
+        KERNELS_CUDA_CHECK(cudaEventRecord(events[2 * i]));
+        fn();
+        KERNELS_CUDA_CHECK(cudaEventRecord(events[2 * i + 1]));
+    }
+    KERNELS_CUDA_CHECK(cudaEventSynchronize(events.back()));
+    std::vector<float> t(iters);
+    for (int i = 0; i < iters; ++i) KERNELS_CUDA_CHECK(cudaEventElapsedTime(&t[i], events[2 * i], events[2 * i + 1]));
+    for (auto& e : events) cudaEventDestroy(e);
+    std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
     return t[iters / 2];
 }
-
 
 // Runs one case; an exception (launch error, unsupported shape) counts as that case's FAIL
 // with its reason, and the remaining cases still run.
