@@ -8,8 +8,10 @@
 //   warpgroup 0  producer: drops to 40 registers (setmaxnreg), one thread issues TMA loads
 //   warpgroups 1-2 consumers: raise to 232 registers, 64 rows each, WGMMA m64nBNk32, epilogue;
 //   the accumulation mode (AccumMode, policy.cuh) promotes partial sums into fp32 registers
-//   (BN <= 128; per k-block, per 2 k-blocks, or ping-ponged between two partials) or keeps the
-//   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256)
+//   (BN <= 192; per k-block, per 2 k-blocks, or ping-ponged between two partials at BN <= 128)
+//   or keeps the WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at
+//   BN = 256). The epilogue stores interior fragments without per-pair checks when the plan
+//   says fast_store (Epilogue::store_wgmma_fragment).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
@@ -40,7 +42,8 @@ namespace fp8::gemm {
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched, const int promote_every) {
+                     const GemmParams p, const TileScheduler sched, const int promote_every,
+                     const bool fast_store) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -90,11 +93,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       // ---- epilogue: WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col0 = int64_t(n_block) * Policy::kBN + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < Policy::kBN / 8; ++j) {
-        epi.store_pair(row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
-        epi.store_pair(row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-      }
+      epi.store_wgmma_fragment<Policy::kBN>(row, col0, acc, fast_store);
     }
   }
   // no block of a cluster may exit while a partner can still arrive on its barriers
@@ -161,6 +160,9 @@ struct PlannerDefaults {
   static constexpr int kPromoteEvery = 1;                 // k-blocks per promotion (kPromote)
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
   static constexpr int kGroupM = 8;                       // raster group height in tiles
+  // Unchecked stores for interior tiles without row / column scales or bias (same results,
+  // fewer instructions: see Epilogue::store_wgmma_fragment). Off until timed on the H200.
+  static constexpr bool kFastStore = false;
 };
 
 struct GemmPlan {
@@ -172,16 +174,18 @@ struct GemmPlan {
   int promote_every = PlannerDefaults::kPromoteEvery;
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
+  bool fast_store = PlannerDefaults::kFastStore;
 };
 
 struct PlanRequest {
   int force_path = -1;     // -1 auto, else Path
-  int force_block_n = 0;   // 0 auto, else 64 / 128 / 256 (WGMMA path)
+  int force_block_n = 0;   // 0 auto, else 64 / 128 / 192 / 256 (WGMMA path)
   int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
   int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
   int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
   int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;         // 0 auto, else raster group height in tiles
+  int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
 };
 
 // The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
@@ -189,6 +193,7 @@ inline bool has_kernel(int block_n, AccumMode accum) {
   switch (block_n) {
     case 64: return accum == AccumMode::kPromote;
     case 128: return int(accum) >= 0 && int(accum) <= 2;
+    case 192: return accum == AccumMode::kPromote;
     case 256: return accum == AccumMode::kFast;
     default: return false;
   }
@@ -201,7 +206,8 @@ inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div
 // (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
 // take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
 // without one falls back to it). block_n = 256 implies fast accumulation unless the request
-// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan).
+// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 192 (promoted
+// only) is taken only when asked for (force_block_n) until the H200 says where it wins.
 inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
                           const PlanRequest& req = {}) {
   (void)k;
@@ -209,6 +215,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   const bool hopper = cc_major == 9 && cc_minor == 0;
   plan.path = req.force_path >= 0 ? Path(req.force_path) : (hopper ? Path::kWgmma : Path::kMmaSync);
   plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
+  plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
   int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
@@ -233,7 +240,8 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
         }
       }
     }
-    if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;  // BN 64
+    // BN 64 and 192 have only the kPromote kernel
+    if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
     } else {
@@ -342,9 +350,11 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
       cudaSuccess)
     return Status::kLaunchFailed;
   const int promote_every = plan.promote_every;
+  const bool fast_store = plan.fast_store;
   const int size = sched.cluster_size();
   if (size == 1) {
-    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every);
+    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
+                                                                          fast_store);
     return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
   }
   int grid = plan.grid;
@@ -360,7 +370,7 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every) != cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::kLaunchFailed;
   }
@@ -391,6 +401,7 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t st
         case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
       }
       return Status::kUnsupportedPlan;
+    case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
     case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
     default: return Status::kUnsupportedPlan;
   }

@@ -22,6 +22,7 @@ struct Epilogue {
   __nv_bfloat16* d = nullptr;
   int64_t m = 0, n = 0, ldd = 0;
   bool pair_aligned = false;  // ldd even and d 4-byte aligned: (col, col+1) is one bf16x2
+  bool plain = false;         // pair_aligned, and no row / column scale and no bias
 
   __device__ __forceinline__ static Epilogue make(const GemmParams& p) {
     Epilogue e;
@@ -34,6 +35,7 @@ struct Epilogue {
     e.n = p.n;
     e.ldd = p.ldd;
     e.pair_aligned = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 4 == 0;
+    e.plain = e.pair_aligned && p.row_scale == nullptr && p.col_scale == nullptr && p.bias == nullptr;
     return e;
   }
 
@@ -44,10 +46,19 @@ struct Epilogue {
     return v;
   }
 
-  // D[row, col .. col+1] from two accumulators; col is even.
+  __device__ __forceinline__ float row_factor(int64_t row) const {
+    return alpha * (row_scale != nullptr && row < m ? __ldg(row_scale + row) : 1.f);
+  }
+
+  // D[row, col .. col+1] from two accumulators; col is even. Every call checks the bounds and
+  // each optional operand (about 50 SASS instructions per pair).
   __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1) const {
+    store_pair(row, col, v0, v1, row_factor(row));
+  }
+
+  __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1,
+                                             float row_factor) const {
     if (row >= m || col >= n) return;
-    const float row_factor = alpha * (row_scale != nullptr ? __ldg(row_scale + row) : 1.f);
     __nv_bfloat16* out = d + row * ldd + col;
     const float o0 = finish(v0, row_factor, col);
     if (col + 1 < n) {
@@ -60,6 +71,34 @@ struct Epilogue {
       }
     } else {
       out[0] = __float2bfloat16_rn(o0);
+    }
+  }
+
+  // One thread's part of a WGMMA m64 x kN accumulator: rows `row` and row + 8, columns
+  // col0 + 8j and col0 + 8j + 1 (col0 even) from acc[4j .. 4j + 3], j < kN / 8.
+  // With interior_fast, a thread whose rows and columns all lie inside D, with no row / column
+  // scale and no bias, stores without any per-pair check: 2 FMUL + F2FP + STG per pair, where
+  // the checked store_pair spends ~50 instructions and the epilogue of a 128 x 128 tile cost
+  // 2 x 3200 issue slots per SM sub-partition (a 4096^3 tile's mainloop is ~16k cycles).
+  template <int kN>
+  __device__ __forceinline__ void store_wgmma_fragment(int64_t row, int64_t col0, const float (&acc)[kN / 2],
+                                                       bool interior_fast) const {
+    if (interior_fast && plain && row + 8 < m && col0 + kN - 6 <= n) {
+      __nv_bfloat16* out = d + row * ldd + col0;
+      __nv_bfloat16* out8 = out + 8 * ldd;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * alpha, acc[4 * j + 1] * alpha);
+        *reinterpret_cast<__nv_bfloat162*>(out8 + 8 * j) =
+            __floats2bfloat162_rn(acc[4 * j + 2] * alpha, acc[4 * j + 3] * alpha);
+      }
+      return;
+    }
+    const float factor0 = row_factor(row), factor8 = row_factor(row + 8);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      store_pair(row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], factor0);
+      store_pair(row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], factor8);
     }
   }
 };

@@ -22,6 +22,8 @@ constexpr int kSm90SmemLimit = 232448;
 //                     accuracy as kPromote with interval 1. 3 x 64 accumulator registers at BN 128.
 //   kFast             one hardware accumulator over all of K, one WGMMA group in flight
 //                     (cuBLASLt's use_fast_accum=True); the only mode for BN = 256.
+// Registers bound the tile: kPromote holds 2 x kBN / 2 accumulators per thread (BN 192: 192 of
+// the 232), ping-pong 3 x kBN / 2 (BN <= 128), and 2 x 128 for BN 256 would not fit at all.
 enum class AccumMode : int { kPromote = 0, kPromotePingPong = 1, kFast = 2 };
 
 inline const char* accum_name(AccumMode a) {
@@ -49,6 +51,7 @@ inline int cluster_n_of(ClusterMode c) { return c == ClusterMode::kPairN || c ==
 
 // sm_90a: TMA + WGMMA, one producer warpgroup and kConsumers math warpgroups of 64 rows each.
 // BK = 128 fp8 = 128 bytes: one 128-byte swizzle row per tile row, four k32 WGMMAs per stage.
+// Stages: 7 at BN 128 (32 KiB each), 5 at BN 192 (40 KiB), 4 at BN 256 (48 KiB).
 template <int kBlockN, AccumMode kAccumMode>
 struct Sm90Policy {
   static constexpr int kBM = 128;
@@ -71,11 +74,12 @@ struct Sm90Policy {
   // Accumulator registers per consumer thread: m64 x kBN f32 over 128 threads.
   static constexpr int kAccRegs = 64 * kBN / 128;
   static constexpr AccumMode kAccum = kAccumMode;
-  // Promotion doubles (ping-pong: triples) the accumulator registers: 2 x 64 or 3 x 64 of 232
-  // fit for BN <= 128; BN = 256 keeps the single hardware accumulator.
+  // Promotion doubles (ping-pong: triples) the accumulator registers: 2 x 96 of 232 fit for
+  // BN <= 192, 3 x 64 for BN <= 128; BN = 256 keeps the single hardware accumulator.
   static constexpr bool kPromote = kAccum != AccumMode::kFast;
-  static_assert(!kPromote || kBN <= 128, "promotion needs BN <= 128 (registers)");
-  static_assert(kBN == 64 || kBN == 128 || kBN == 256, "WGMMA n of this path");
+  static_assert(!kPromote || kBN <= 192, "promotion needs BN <= 192 (registers)");
+  static_assert(kAccum != AccumMode::kPromotePingPong || kBN <= 128, "ping-pong needs BN <= 128 (registers)");
+  static_assert(kBN == 64 || kBN == 128 || kBN == 192 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
 
