@@ -339,7 +339,8 @@ struct TimedVariant {
 // The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" in a
 // label: unchecked interior stores (PlanRequest::fast_store). Pairs that differ in one knob:
 // default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs fast (promotion at
-// one tile), bn128 vs bn192 promote (tile width), bn256 fast with and without fs.
+// one tile), bn128 vs bn176 vs bn192 promote (tile width against wave quantization), bn256
+// fast with and without fs.
 std::vector<TimedVariant> timed_variants() {
   using fp8::gemm::AccumMode;
   using fp8::gemm::ClusterMode;
@@ -360,6 +361,9 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 2, none, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
+      {0, 176, promote, 1, none, 1, 0, 1},
+      {0, 176, promote, 2, none, 1, 0, 1},
+      {0, 176, promote, 1, pair_m, 1, 0, 1},
       {0, 256, fast, 0, none, 1, 0, 0},           // the "bn256 fast" reference
       {0, 256, fast, 0, none, 1, 0, 1},
       {0, 256, fast, 0, pair_m, 1, 0, 1},
@@ -477,7 +481,7 @@ int correctness_cases() {
   std::vector<GemmCase> cases;
   for (int path : {0, 1}) {
     if (path == 0 && !hopper) continue;
-    for (int bn : {0, 64, 128, 192, 256}) {
+    for (int bn : {0, 64, 128, 176, 192, 256}) {
       if (path == 1 && bn != 0) continue;
       cases.push_back({128, 256, 128, Format::kE4M3, Format::kE4M3, path, bn, false});
       cases.push_back({257, 131, 400, Format::kE4M3, Format::kE4M3, path, bn, true});
@@ -520,6 +524,9 @@ int correctness_cases() {
         {192, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
         {192, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
         {192, int(AccumMode::kPromote), 2, int(ClusterMode::kQuad)},
+        {176, int(AccumMode::kPromote), 1, int(ClusterMode::kNone)},
+        {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
+        {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
     };
     for (const Variant& v : variants) {
       const auto with = [&v](GemmCase gc, int persistent, int sms) {

@@ -89,8 +89,8 @@ inline const char* status_string(Status s) {
     case Status::kTensorMapFailed: return "cuTensorMapEncodeTiled rejected the tensor map";
     case Status::kLaunchFailed: return "kernel launch failed";
     case Status::kUnsupportedPlan:
-      return "unsupported GEMM plan: promoted accumulation needs block_n 64, 128 or 192 (ping-pong "
-             "and fast at 128 only, 256 fast only), promote_every 1 or 2, cluster 0-3";
+      return "unsupported GEMM plan: promoted accumulation needs block_n 64, 128, 176 or 192 "
+             "(ping-pong and fast at 128 only, 256 fast only), promote_every 1 or 2, cluster 0-3";
   }
   return "unknown";
 }

@@ -86,8 +86,9 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
 fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
                                int64_t promote_every, int64_t cluster, int64_t group_m) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
-  TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 192 || block_n == 256,
-                    "block_n must be 0 (auto), 64, 128, 192 or 256 (256: WGMMA fast accumulation)");
+  TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 ||
+                        block_n == 256,
+                    "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
   TORCH_CHECK_VALUE(accum >= -1 && accum <= 2,
                     "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong) or 2 (fast)");

@@ -179,7 +179,7 @@ struct GemmPlan {
 
 struct PlanRequest {
   int force_path = -1;     // -1 auto, else Path
-  int force_block_n = 0;   // 0 auto, else 64 / 128 / 192 / 256 (WGMMA path)
+  int force_block_n = 0;   // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
   int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
   int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
   int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
@@ -193,6 +193,7 @@ inline bool has_kernel(int block_n, AccumMode accum) {
   switch (block_n) {
     case 64: return accum == AccumMode::kPromote;
     case 128: return int(accum) >= 0 && int(accum) <= 2;
+    case 176:
     case 192: return accum == AccumMode::kPromote;
     case 256: return accum == AccumMode::kFast;
     default: return false;
@@ -206,8 +207,9 @@ inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div
 // (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
 // take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
 // without one falls back to it). block_n = 256 implies fast accumulation unless the request
-// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 192 (promoted
-// only) is taken only when asked for (force_block_n) until the H200 says where it wins.
+// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 176 and 192
+// (promoted only) are taken only when asked for (force_block_n) until the H200 says where
+// they win.
 inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
                           const PlanRequest& req = {}) {
   (void)k;
@@ -240,7 +242,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
         }
       }
     }
-    // BN 64 and 192 have only the kPromote kernel
+    // BN 64, 176 and 192 have only the kPromote kernel
     if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
@@ -401,6 +403,7 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t st
         case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
       }
       return Status::kUnsupportedPlan;
+    case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, stream);
     case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
     case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
     default: return Status::kUnsupportedPlan;

@@ -23,7 +23,8 @@ constexpr int kSm90SmemLimit = 232448;
 //   kFast             one hardware accumulator over all of K, one WGMMA group in flight
 //                     (cuBLASLt's use_fast_accum=True); the only mode for BN = 256.
 // Registers bound the tile: kPromote holds 2 x kBN / 2 accumulators per thread (BN 192: 192 of
-// the 232), ping-pong 3 x kBN / 2 (BN <= 128), and 2 x 128 for BN 256 would not fit at all.
+// 232, 202 in all; BN 224 with a 32 / 240 split spilled the tile counter), ping-pong
+// 3 x kBN / 2 (BN <= 128), and 2 x 128 for BN 256 would not fit at all.
 enum class AccumMode : int { kPromote = 0, kPromotePingPong = 1, kFast = 2 };
 
 inline const char* accum_name(AccumMode a) {
@@ -51,7 +52,10 @@ inline int cluster_n_of(ClusterMode c) { return c == ClusterMode::kPairN || c ==
 
 // sm_90a: TMA + WGMMA, one producer warpgroup and kConsumers math warpgroups of 64 rows each.
 // BK = 128 fp8 = 128 bytes: one 128-byte swizzle row per tile row, four k32 WGMMAs per stage.
-// Stages: 7 at BN 128 (32 KiB each), 5 at BN 192 (40 KiB), 4 at BN 256 (48 KiB).
+// Stages: 7 at BN 128 (32 KiB each), 5 at BN 176 / 192 (38 / 40 KiB), 4 at BN 256 (48 KiB).
+// The promoted widths past 128 trade wave quantization for tile intensity: on 132 SMs,
+// 4096^3 has 1024 tiles at BN 128 (7.8 waves), 768 at 176 (5.8), 704 at 192 (5.3); 8192^3
+// fills its last wave within 2% at both.
 template <int kBlockN, AccumMode kAccumMode>
 struct Sm90Policy {
   static constexpr int kBM = 128;
@@ -79,7 +83,7 @@ struct Sm90Policy {
   static constexpr bool kPromote = kAccum != AccumMode::kFast;
   static_assert(!kPromote || kBN <= 192, "promotion needs BN <= 192 (registers)");
   static_assert(kAccum != AccumMode::kPromotePingPong || kBN <= 128, "ping-pong needs BN <= 128 (registers)");
-  static_assert(kBN == 64 || kBN == 128 || kBN == 192 || kBN == 256, "WGMMA n of this path");
+  static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
 
