@@ -391,8 +391,8 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
     KERNELS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     warm += ms;
   }
-  // one launch's time (the warm-up's last batch) sizes the timed run: measure_ms worth of
-  // launches, at least 20 and at most 4000, queued back to back
+  // one warm launch's time sizes the timed run: measure_ms worth of launches, at least 20 and
+  // at most 4000, queued back to back
   float one = 0.f;
   KERNELS_CUDA_CHECK(cudaEventRecord(start));
   run_plan(p, req);

@@ -87,13 +87,13 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       float acc[Policy::kAccRegs];
 #pragma unroll
       for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-      Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every);
+      Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every, epi.alpha);
       if (!sched.tile_in_range(m_block, n_block)) continue;
 
       // ---- epilogue: WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col0 = int64_t(n_block) * Policy::kBN + 2 * (lane % 4);
-      epi.store_wgmma_fragment<Policy::kBN>(row, col0, acc, fast_store);
+      epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
     }
   }
   // no block of a cluster may exit while a partner can still arrive on its barriers

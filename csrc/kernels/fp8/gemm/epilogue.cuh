@@ -46,14 +46,16 @@ struct Epilogue {
     return v;
   }
 
-  __device__ __forceinline__ float row_factor(int64_t row) const {
-    return alpha * (row_scale != nullptr && row < m ? __ldg(row_scale + row) : 1.f);
+  // The factor of a row: scale (alpha, or 1 for accumulators that already carry it) times its
+  // row scale.
+  __device__ __forceinline__ float row_factor(int64_t row, float scale) const {
+    return scale * (row_scale != nullptr && row < m ? __ldg(row_scale + row) : 1.f);
   }
 
   // D[row, col .. col+1] from two accumulators; col is even. Every call checks the bounds and
   // each optional operand (about 50 SASS instructions per pair).
   __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1) const {
-    store_pair(row, col, v0, v1, row_factor(row));
+    store_pair(row, col, v0, v1, row_factor(row, alpha));
   }
 
   __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1,
@@ -76,25 +78,29 @@ struct Epilogue {
 
   // One thread's part of a WGMMA m64 x kN accumulator: rows `row` and row + 8, columns
   // col0 + 8j and col0 + 8j + 1 (col0 even) from acc[4j .. 4j + 3], j < kN / 8.
+  // kScaled: the promoted mainloops fold alpha into their promotion FFMAs, so acc is already
+  // scaled and the stores skip that multiply.
   // With interior_fast, a thread whose rows and columns all lie inside D, with no row / column
-  // scale and no bias, stores without any per-pair check: 2 FMUL + F2FP + STG per pair, where
-  // the checked store_pair spends ~50 instructions and the epilogue of a 128 x 128 tile cost
-  // 2 x 3200 issue slots per SM sub-partition (a 4096^3 tile's mainloop is ~16k cycles).
-  template <int kN>
+  // scale and no bias, stores without any per-pair check: F2FP + STG per pair (+ 2 FMUL when
+  // not kScaled), where the checked store_pair spends ~50 instructions: the checked epilogue of
+  // a 128 x 128 tile cost 2 x 3200 issue slots per SM sub-partition, against ~16k cycles of
+  // tensor-core work in a 4096^3 tile's mainloop.
+  template <int kN, bool kScaled>
   __device__ __forceinline__ void store_wgmma_fragment(int64_t row, int64_t col0, const float (&acc)[kN / 2],
                                                        bool interior_fast) const {
+    const float scale = kScaled ? 1.f : alpha;
     if (interior_fast && plain && row + 8 < m && col0 + kN - 6 <= n) {
       __nv_bfloat16* out = d + row * ldd + col0;
       __nv_bfloat16* out8 = out + 8 * ldd;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * alpha, acc[4 * j + 1] * alpha);
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
         *reinterpret_cast<__nv_bfloat162*>(out8 + 8 * j) =
-            __floats2bfloat162_rn(acc[4 * j + 2] * alpha, acc[4 * j + 3] * alpha);
+            __floats2bfloat162_rn(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
       }
       return;
     }
-    const float factor0 = row_factor(row), factor8 = row_factor(row + 8);
+    const float factor0 = row_factor(row, scale), factor8 = row_factor(row + 8, scale);
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {
       store_pair(row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], factor0);

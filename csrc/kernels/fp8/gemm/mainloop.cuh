@@ -157,14 +157,16 @@ struct Sm90Mainloop {
     for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
   }
 
-  // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks.
+  // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks;
+  // the promoted modes add scale * partial (acc comes out multiplied by scale), kFast ignores
+  // scale (the epilogue applies it).
   __device__ __forceinline__ static void consume_tile(const Storage& s, int consumer, int k_blocks,
                                                       float (&acc)[kAccRegs], PipelineState& st,
-                                                      const ClusterRole& role, int promote_every) {
+                                                      const ClusterRole& role, int promote_every, float scale) {
     if constexpr (Policy::kAccum == AccumMode::kPromote) {
-      consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every);
+      consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every, scale);
     } else if constexpr (Policy::kAccum == AccumMode::kPromotePingPong) {
-      consume_tile_pingpong(s, consumer, k_blocks, acc, st, role);
+      consume_tile_pingpong(s, consumer, k_blocks, acc, st, role, scale);
     } else {
       consume_tile_fast(s, consumer, k_blocks, acc, st, role);
     }
@@ -193,10 +195,12 @@ struct Sm90Mainloop {
     wgmma_commit();
   }
 
-  __device__ __forceinline__ static void promote(float (&acc)[kAccRegs], float (&partial)[kAccRegs]) {
+  // acc += scale * partial: one FFMA per accumulator, so folding the per-tensor scale in here
+  // (as DeepGEMM folds its block scales) costs nothing and spares the epilogue its multiply.
+  __device__ __forceinline__ static void promote(float (&acc)[kAccRegs], float (&partial)[kAccRegs], float scale) {
     fence_operand(partial);
 #pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) acc[i] += partial[i];
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = fmaf(partial[i], scale, acc[i]);
   }
 
   // Promoted: per interval of promote_every (1 or 2) k-blocks, partial = sum of the interval's
@@ -209,7 +213,8 @@ struct Sm90Mainloop {
   // k-block (C7517), so interval 2 drained exactly as often as interval 1.
   __device__ __forceinline__ static void consume_tile_promoted(const Storage& s, int consumer, int k_blocks,
                                                                float (&acc)[kAccRegs], PipelineState& st,
-                                                               const ClusterRole& role, int promote_every) {
+                                                               const ClusterRole& role, int promote_every,
+                                                               float scale) {
     float partial[kAccRegs];  // no init: each interval's first WGMMA ignores it (scale-d 0)
     int kb = 0;
     if (promote_every == 2) {
@@ -222,7 +227,7 @@ struct Sm90Mainloop {
         release(s, first_stage, role);
         release(s, st.stage, role);
         st.template advance<Policy::kStages>();
-        promote(acc, partial);
+        promote(acc, partial, scale);
       }
     }
     for (; kb < k_blocks; ++kb) {
@@ -230,7 +235,7 @@ struct Sm90Mainloop {
       wgmma_wait<0>();
       release(s, st.stage, role);
       st.template advance<Policy::kStages>();
-      promote(acc, partial);
+      promote(acc, partial, scale);
     }
   }
 
@@ -238,7 +243,7 @@ struct Sm90Mainloop {
   // partial, wait until only it is in flight, free kb's stage and promote kb's partial.
   __device__ __forceinline__ static void consume_tile_pingpong(const Storage& s, int consumer, int k_blocks,
                                                                float (&acc)[kAccRegs], PipelineState& st,
-                                                               const ClusterRole& role) {
+                                                               const ClusterRole& role, float scale) {
     // No init: every k-block's first WGMMA ignores its partial (scale-d 0). Zeroing them here
     // made ptxas wait for the tile's first k-block before entering the loop (C7517), one
     // drain per tile.
@@ -247,7 +252,7 @@ struct Sm90Mainloop {
     const auto retire = [&](float (&partial)[kAccRegs]) {
       release(s, in_flight.stage, role);
       in_flight.template advance<Policy::kStages>();
-      promote(acc, partial);
+      promote(acc, partial, scale);
     };
     if (k_blocks == 0) return;
     issue_stage(s, consumer, st, even, true);
