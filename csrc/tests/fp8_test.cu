@@ -338,14 +338,15 @@ struct TimedVariant {
 
 // The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" in a
 // label: unchecked interior stores (PlanRequest::fast_store). Pairs that differ in one knob:
-// default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs fast (promotion at
-// one tile), bn128 vs bn176 vs bn192 promote (tile width against wave quantization), bn256
-// fast with and without fs.
+// default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs overlap vs fast
+// (promotion at one tile), bn128 vs bn176 vs bn192 promote (tile width against wave
+// quantization), promote vs overlap (epilogue hidden behind the next tile's first k-block),
+// bn256 fast with and without fs.
 std::vector<TimedVariant> timed_variants() {
   using fp8::gemm::AccumMode;
   using fp8::gemm::ClusterMode;
   const int promote = int(AccumMode::kPromote), pingpong = int(AccumMode::kPromotePingPong),
-            fast = int(AccumMode::kFast);
+            fast = int(AccumMode::kFast), overlap = int(AccumMode::kPromoteOverlap);
   const int none = int(ClusterMode::kNone), pair_m = int(ClusterMode::kPairM), pair_n = int(ClusterMode::kPairN);
   return {
       {-1, 0, -1, 0, -1, -1, 0, -1},              // planner default (bn128 pingpong pers)
@@ -354,6 +355,7 @@ std::vector<TimedVariant> timed_variants() {
       {0, 128, promote, 1, none, 1, 0, 0},
       {0, 128, promote, 1, none, 1, 0, 1},
       {0, 128, promote, 2, none, 1, 0, 1},
+      {0, 128, overlap, 0, none, 1, 0, 1},
       {0, 128, fast, 0, none, 1, 0, 1},
       {0, 192, promote, 1, none, 1, 0, 0},
       {0, 192, promote, 1, none, 1, 0, 1},
@@ -361,9 +363,12 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 2, none, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
+      {0, 192, overlap, 0, none, 1, 0, 1},
+      {0, 192, overlap, 0, pair_m, 1, 0, 1},
       {0, 176, promote, 1, none, 1, 0, 1},
       {0, 176, promote, 2, none, 1, 0, 1},
       {0, 176, promote, 1, pair_m, 1, 0, 1},
+      {0, 176, overlap, 0, none, 1, 0, 1},
       {0, 256, fast, 0, none, 1, 0, 0},           // the "bn256 fast" reference
       {0, 256, fast, 0, none, 1, 0, 1},
       {0, 256, fast, 0, pair_m, 1, 0, 1},
@@ -527,6 +532,12 @@ int correctness_cases() {
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kNone)},
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
+        {128, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kQuad)},
+        {176, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
+        {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
+        {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairM)},
+        {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairN)},
     };
     for (const Variant& v : variants) {
       const auto with = [&v](GemmCase gc, int persistent, int sms) {

@@ -90,7 +90,8 @@ inline const char* status_string(Status s) {
     case Status::kLaunchFailed: return "kernel launch failed";
     case Status::kUnsupportedPlan:
       return "unsupported GEMM plan: promoted accumulation needs block_n 64, 128, 176 or 192 "
-             "(ping-pong and fast at 128 only, 256 fast only), promote_every 1 or 2, cluster 0-3";
+             "(ping-pong and fast at 128 only, 256 fast only; overlap at 128 / 176 / 192), promote_every 1 or 2, "
+             "cluster 0-3";
   }
   return "unknown";
 }

@@ -90,8 +90,9 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
                         block_n == 256,
                     "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
-  TORCH_CHECK_VALUE(accum >= -1 && accum <= 2,
-                    "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong) or 2 (fast)");
+  TORCH_CHECK_VALUE(accum >= -1 && accum <= 3,
+                    "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong), 2 (fast) or 3 (promote, "
+                    "next tile issued before the epilogue)");
   TORCH_CHECK_VALUE(promote_every >= 0 && promote_every <= 2, "promote_every must be 0 (auto), 1 or 2");
   TORCH_CHECK_VALUE(cluster >= -1 && cluster <= 3,
                     "cluster must be -1 (auto), 0 (none), 1 (pair along M), 2 (pair along N) or 3 (2 x 2)");
@@ -208,7 +209,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
         "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
         "promote_every/cluster/group_m override the planner (-1/0/-1/-1/0/-1/0 = auto); accum 0 "
-        "promote, 1 promote ping-pong, 2 fast; cluster 0 none, 1 pair along M, 2 pair along N, 3 2 x 2.");
+        "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair along M, 2 pair along N, 3 2 x 2.");
   m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
         py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
         py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0,

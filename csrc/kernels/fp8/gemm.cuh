@@ -81,19 +81,45 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     const int consumer = warpgroup - 1;
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
-      int m_block, n_block;
-      sched.tile_coord(unit, role.rank, m_block, n_block);
-      float acc[Policy::kAccRegs];
-#pragma unroll
-      for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-      Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every, epi.alpha);
-      if (!sched.tile_in_range(m_block, n_block)) continue;
-
-      // ---- epilogue: WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
+    // WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
+    const auto store_tile = [&](int m_block, int n_block, const float (&acc)[Policy::kAccRegs]) {
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col0 = int64_t(n_block) * Policy::kBN + 2 * (lane % 4);
       epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+    };
+    if constexpr (Policy::kAccum == AccumMode::kPromoteOverlap) {
+      // The next tile's first k-block goes out before this tile's stores. The store is written
+      // out on both sides of "is there a next tile" so that no path joins with partial in
+      // flight on one side only (ptxas would wait for it there: C7517, and nothing overlaps).
+      float acc[Policy::kAccRegs], partial[Policy::kAccRegs];
+      int unit = first_unit;
+      if (unit < sched.num_units()) {
+        int first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
+        for (;;) {
+          int m_block, n_block;
+          sched.tile_coord(unit, role.rank, m_block, n_block);
+          Mainloop::finish_tile(storage, consumer, k_blocks, first_stage, acc, partial, st, role, epi.alpha);
+          const bool in_range = sched.tile_in_range(m_block, n_block);
+          unit += unit_stride;
+          if (unit < sched.num_units()) {
+            first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
+            if (in_range) store_tile(m_block, n_block, acc);
+          } else {
+            if (in_range) store_tile(m_block, n_block, acc);
+            break;
+          }
+        }
+      }
+    } else {
+      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
+        int m_block, n_block;
+        sched.tile_coord(unit, role.rank, m_block, n_block);
+        float acc[Policy::kAccRegs];
+#pragma unroll
+        for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
+        Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every, epi.alpha);
+        if (sched.tile_in_range(m_block, n_block)) store_tile(m_block, n_block, acc);
+      }
     }
   }
   // no block of a cluster may exit while a partner can still arrive on its barriers
@@ -192,9 +218,9 @@ struct PlanRequest {
 inline bool has_kernel(int block_n, AccumMode accum) {
   switch (block_n) {
     case 64: return accum == AccumMode::kPromote;
-    case 128: return int(accum) >= 0 && int(accum) <= 2;
+    case 128: return int(accum) >= 0 && int(accum) <= 3;
     case 176:
-    case 192: return accum == AccumMode::kPromote;
+    case 192: return accum == AccumMode::kPromote || accum == AccumMode::kPromoteOverlap;
     case 256: return accum == AccumMode::kFast;
     default: return false;
   }
@@ -401,10 +427,18 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t st
         case AccumMode::kPromotePingPong:
           return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, stream);
         case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
+        case AccumMode::kPromoteOverlap:
+          return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream);
       }
       return Status::kUnsupportedPlan;
-    case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, stream);
-    case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
+    case 176:
+      return plan.accum == AccumMode::kPromoteOverlap
+                 ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
+                 : launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, stream);
+    case 192:
+      return plan.accum == AccumMode::kPromoteOverlap
+                 ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
+                 : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
     case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
     default: return Status::kUnsupportedPlan;
   }

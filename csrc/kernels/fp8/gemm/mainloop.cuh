@@ -239,6 +239,36 @@ struct Sm90Mainloop {
     }
   }
 
+  // kPromoteOverlap, first half: issue a tile's first k-block into partial (fresh) and return
+  // its stage. The kernel calls it before the previous tile's epilogue.
+  __device__ __forceinline__ static int begin_tile(const Storage& s, int consumer, float (&partial)[kAccRegs],
+                                                   PipelineState& st) {
+    const int stage = st.stage;
+    issue_stage(s, consumer, st, partial, true);
+    st.template advance<Policy::kStages>();
+    return stage;
+  }
+
+  // kPromoteOverlap, second half: acc = scale * (A_tile @ B_tile^T) for a tile whose first
+  // k-block begin_tile() issued from first_stage; the rest as kPromote with interval 1.
+  // Returns with nothing in flight.
+  __device__ __forceinline__ static void finish_tile(const Storage& s, int consumer, int k_blocks, int first_stage,
+                                                     float (&acc)[kAccRegs], float (&partial)[kAccRegs],
+                                                     PipelineState& st, const ClusterRole& role, float scale) {
+    wgmma_wait<0>();
+    release(s, first_stage, role);
+    fence_operand(partial);
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = partial[i] * scale;
+    for (int kb = 1; kb < k_blocks; ++kb) {
+      issue_stage(s, consumer, st, partial, true);
+      wgmma_wait<0>();
+      release(s, st.stage, role);
+      st.template advance<Policy::kStages>();
+      promote(acc, partial, scale);
+    }
+  }
+
   // Ping-pong: k-block kb accumulates into partial[kb % 2]. Issue kb + 1 into the other
   // partial, wait until only it is in flight, free kb's stage and promote kb's partial.
   __device__ __forceinline__ static void consume_tile_pingpong(const Storage& s, int consumer, int k_blocks,
