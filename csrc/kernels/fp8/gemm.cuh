@@ -8,10 +8,11 @@
 //   warpgroup 0  producer: drops to 40 registers (setmaxnreg), one thread issues TMA loads
 //   warpgroups 1-2 consumers: raise to 232 registers, 64 rows each, WGMMA m64nBNk32, epilogue;
 //   the accumulation mode (AccumMode, policy.cuh) promotes partial sums into fp32 registers
-//   (BN <= 192; per k-block, per 2 k-blocks, or ping-ponged between two partials at BN <= 128)
-//   or keeps the WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at
-//   BN = 256). The epilogue stores interior fragments without per-pair checks when the plan
-//   says fast_store (Epilogue::store_wgmma_fragment).
+//   (BN <= 192; per k-block, per 2 k-blocks, per k-block with the next tile's first k-block
+//   issued before the stores, or ping-ponged between two partials at BN <= 128) or keeps the
+//   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256).
+//   The epilogue stores interior fragments without per-pair checks when the plan says
+//   fast_store (Epilogue::store_wgmma_fragment).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 // The planner's choices when a request leaves them open (sm_90a path): the one place to flip
 // after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
 struct PlannerDefaults {
-  // Promoted (fp32-accurate) accumulation for BN <= 128; kFast is only ever taken when asked
+  // Promoted (fp32-accurate) accumulation for BN <= 192; kFast is only ever taken when asked
   // for (or with block_n = 256), since it changes results, not just speed. Ping-pong promotion
   // (two partial accumulators, one k-block of WGMMAs always in flight) measured on H200 at
   // 1007 / 1109 TFLOP/s (4096^3 / 8192^3) against 862 / 990 for one partial (fp8_test).
