@@ -179,17 +179,20 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 // The planner's choices when a request leaves them open (sm_90a path): the one place to flip
 // after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
 struct PlannerDefaults {
-  // Promoted (fp32-accurate) accumulation for BN <= 192; kFast is only ever taken when asked
-  // for (or with block_n = 256), since it changes results, not just speed. Ping-pong promotion
-  // (two partial accumulators, one k-block of WGMMAs always in flight) measured on H200 at
-  // 1007 / 1109 TFLOP/s (4096^3 / 8192^3) against 862 / 990 for one partial (fp8_test).
-  static constexpr AccumMode kAccum = AccumMode::kPromotePingPong;
-  static constexpr int kPromoteEvery = 1;                 // k-blocks per promotion (kPromote)
+  // Promoted (fp32) accumulation for BN <= 192; kFast is only ever taken when asked for (or
+  // with block_n = 256), since it changes results, not just speed. H200, sustained fp8_test
+  // timing, 4096^3 / 8192^3 TFLOP/s (fast stores): promotion every 2 k-blocks (256-deep
+  // partial sums) 911 / 1023 at BN 128, 994 / 1138 at BN 176, 941 / 1141 at BN 192, against
+  // ping-pong promotion every k-block 907 / 996 and every k-block with one partial 861 / 916;
+  // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
+  // (tests/test_fp8.py).
+  static constexpr AccumMode kAccum = AccumMode::kPromote;
+  static constexpr int kPromoteEvery = 2;                 // k-blocks per promotion (kPromote)
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
   static constexpr int kGroupM = 8;                       // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
-  // fewer instructions: see Epilogue::store_wgmma_fragment). Off until timed on the H200.
-  static constexpr bool kFastStore = false;
+  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
+  static constexpr bool kFastStore = true;
 };
 
 struct GemmPlan {
@@ -235,8 +238,8 @@ inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div
 // take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
 // without one falls back to it). block_n = 256 implies fast accumulation unless the request
 // names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 176 and 192
-// (promoted only) are taken only when asked for (force_block_n) until the H200 says where
-// they win.
+// exist for the promoted modes only; the score picks 176 at 4096^3 (768 tiles, 5.8 of 6
+// waves busy) and 192 at 8192^3, as measured best there.
 inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
                           const PlanRequest& req = {}) {
   (void)k;
@@ -256,8 +259,9 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
       plan.block_n = req.force_block_n;
     } else {
       double best = -1.0;
-      for (int bn : {256, 128, 64}) {
+      for (int bn : {256, 192, 176, 128, 64}) {
         if (bn == 256 && plan.accum != AccumMode::kFast) continue;
+        if ((bn == 192 || bn == 176) && !has_kernel(bn, plan.accum)) continue;
         const int64_t tiles = tiles_for(m, n, plan.block_m, bn);
         const int64_t waves = ceil_div<int64_t>(tiles, num_sms);
         const double wave_fill = double(tiles) / double(waves * num_sms);

@@ -13,10 +13,11 @@
   factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. ``path`` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
-  ``block_n`` 0 auto / 64 / 128 / 256; ``persistent`` -1 auto / 0 / 1. Accuracy: every
-  configuration accumulates in fp32 (WGMMA promotes each 128-deep k-block's partial sum into
-  fp32 registers), except ``path=0, block_n=256``, which keeps the WGMMA accumulator only
-  (faster, like torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
+  ``block_n`` 0 auto / 64 / 128 / 176 / 192 / 256; ``persistent`` -1 auto / 0 / 1. Accuracy:
+  every configuration accumulates in fp32 (WGMMA promotes the partial sum of every two
+  128-deep k-blocks into fp32 registers; the error stays that of torch._scaled_mm's default),
+  except ``path=0, block_n=256``, which keeps the WGMMA accumulator only (faster, like
+  torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
 
 CUDA only: on other devices the dispatcher raises NotImplementedError. Bad inputs raise
 TypeError / ValueError from the same checks in the real and the fake implementation.
@@ -110,7 +111,7 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
 
 
 def check_plan_args(path, block_n, persistent) -> None:
-    for name, value, allowed in (("path", path, (-1, 0, 1)), ("block_n", block_n, (0, 64, 128, 256)),
+    for name, value, allowed in (("path", path, (-1, 0, 1)), ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
                                  ("persistent", persistent, (-1, 0, 1))):
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
