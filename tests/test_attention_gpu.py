@@ -107,8 +107,11 @@ def test_prefill_scale_and_strided_q():
 
 # ---- paged ---------------------------------------------------------------------------------------
 
+# Page sizes: powers of two (a shift-like divisor), 24 and 48 (multiples of a thread's 8 rows,
+# not powers of two: one lookup per thread with a general FastDivmod), 5 and 12 (rows of a
+# thread straddle pages: the per-row lookup path).
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("page_size", [1, 16, 64, 256])
+@pytest.mark.parametrize("page_size", [1, 5, 12, 16, 24, 48, 64, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal):
     b, sk, hq, hkv, d = 4, 700, 32, 8, 128
@@ -125,7 +128,7 @@ def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("page_size", [1, 12, 16, 48, 64])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_paged_prefill_ragged(impl, page_size, causal, d):
