@@ -16,9 +16,10 @@ struct KvRow {
     int64_t v;
 };
 
-// Every source locates a key in two steps so that a kernel can issue the (possibly global)
-// lookup one tile ahead of the copy that needs it: locate(p, b, pos) gives a Handle (no
-// arithmetic on the result), row(p, b, pos, handle) the element offsets.
+// Every source locates a key in two steps: locate(...) gives a Handle (for paged KV from the
+// global page table or from a kernel's shared-memory copy of it), row(p, b, pos, handle) the
+// element offsets. A thread whose rows share a page looks up once and steps from there
+// (load_kv_rows in tile_ops.cuh).
 struct ContiguousKV {
     static constexpr bool kPaged = false;
     using Handle = int;  // the batch entry is the "block"
@@ -30,7 +31,6 @@ struct ContiguousKV {
         return {block * p.k_block_stride + pos * p.k_token_stride,
                 block * p.v_block_stride + pos * p.v_token_stride};
     }
-    __device__ static KvRow row(const AttnParams& p, int b, int pos) { return row(p, b, pos, locate(p, b, pos)); }
 };
 
 // Paged cache [num_pages, page_size, Hkv, D]: key `pos` of batch b lives in page
@@ -44,7 +44,7 @@ struct PagedKV {
         const int len = p.seqlens_k[b];
         return len >= 0 && static_cast<int64_t>(len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
     }
-    // The page id (a global load the kernel issues a tile early) and the slot in the page.
+    // The page id and the slot in the page.
     struct Handle {
         int page;
         int slot;
@@ -70,7 +70,6 @@ struct PagedKV {
         return {h.page * p.k_block_stride + h.slot * p.k_token_stride,
                 h.page * p.v_block_stride + h.slot * p.v_token_stride};
     }
-    __device__ static KvRow row(const AttnParams& p, int b, int pos) { return row(p, b, pos, locate(p, b, pos)); }
 };
 
 struct QTile {
