@@ -2,7 +2,8 @@
 // reference; prints a correctness table with timings, exits 1 on any mismatch.
 // `attn_test bench` instead checks every prefill tile configuration of PrefillVariants<128>
 // (dense and paged ragged, tails, GQA, causal, masks) and prints TFLOP/s per configuration
-// on the benchmark shapes.
+// on the benchmark shapes. "default" is the mma.sync configuration (PrefillConfig); on
+// Hopper run_prefill takes "sm90" (PrefillConfigSm90, WGMMA), which needs an sm_90a build.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
 //        csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \
@@ -125,6 +126,8 @@ Variant make_variant(const char* name) {
     if (Cfg::kLongestFirst) tiles += " LF";
     if (Cfg::kMinBlocks > 1) tiles += " 2cta";
     if (Cfg::kLazyRescale) tiles += " lazy";
+    if (Cfg::kWgmma) tiles += " wgmma";
+    if (Cfg::kSoftmaxOverlap) tiles += " smx-ovlp";
     return {name, tiles, T::kBlockM, kPaged, &launch_variant<Cfg, kPaged>,
             reinterpret_cast<const void*>(&attn_prefill_kernel<Cfg, AttnImpl::kTensorCore, DenseQ, ContiguousKV>),
             T::kSmemBytes, T::kThreads};
@@ -143,7 +146,11 @@ static std::vector<Variant> prefill_variants() {
             make_variant<V::N64SplitPackPLF, false>("n64_split_packp_lf"),
             make_variant<V::N64Split1LF>("n64_split1_lf"),
             make_variant<V::W8N64, false>("w8_n64"),
-            make_variant<V::W8M1N64, false>("w8_m1_n64")};
+            make_variant<V::W8M1N64, false>("w8_m1_n64"),
+            make_variant<V::Sm90>("sm90"),
+            make_variant<V::WgSoftmaxOverlap3>("wg_smx3"),
+            make_variant<V::Wg>("wg"),
+            make_variant<V::WgN64>("wg_n64")};
 }
 
 // One prefill problem with device inputs: dense q [B, Sq, Hq, D] on contiguous KV, or packed

@@ -13,7 +13,12 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
     }
     if (p.batch == 0) return;
     DISPATCH_HEAD_DIM(p.head_dim, [&] {
-        if (impl == AttnImpl::kTensorCore) {
+        static_assert(PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
+                      "the packed-Q schedule (prefill_block_m) must fit both tensor-core configurations");
+        if (impl == AttnImpl::kTensorCore && current_device_is_sm90()) {
+            paged ? launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
+                  : launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
+        } else if (impl == AttnImpl::kTensorCore) {
             paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
                   : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
         } else {

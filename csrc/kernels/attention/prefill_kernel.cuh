@@ -14,27 +14,15 @@
 //   3. O / rowsum -> bf16 output, LSE; a row that sees no key writes zeros and -inf.
 #pragma once
 
+#include <type_traits>
+
 #include "configs.cuh"
 #include "decode_kernel.cuh"  // check_launch, check_grid, SmemOptIn
+#include "wgmma_math.cuh"
 
 namespace kernels::attention {
 
 // ---- prefill-only building blocks --------------------------------------------------------
-
-// P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
-// of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
-template <int kMT, int kNT>
-__device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int kc = 0; kc < kNT / 2; ++kc) {
-            pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-            pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-            pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-            pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-        }
-}
 
 // acc_o += P @ V with P already packed (same V^T ldmatrix.trans fragments as TensorCoreMath::pv).
 template <int kMT, int kNT, int kD>
@@ -73,33 +61,45 @@ struct PrefillSoftmax : OnlineSoftmax<kMT, kNT, kDT> {
             Base::update(s, o, scale_log2);
         } else {
             float correction[kMT][2];
-            bool moved = false;
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const float mx = Base::tile_row_max(s, mt, h, -INFINITY);
-                    const float old = this->row_max[mt][h];
-                    // -inf + threshold stays -inf: a row's first finite score always moves it.
-                    const bool grow = mx * scale_log2 > old * scale_log2 + kRescaleThreshold;
-                    correction[mt][h] = grow ? fast_exp2(old * scale_log2 - mx * scale_log2) : 1.f;
-                    if (grow) this->row_max[mt][h] = mx;
-                    moved |= grow;
-                    const float sum = Base::exponentiate_row(s, mt, h, this->row_max[mt][h], scale_log2);
-                    this->row_sum[mt][h] = this->row_sum[mt][h] * correction[mt][h] + sum;
-                }
-            if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                    for (int dt = 0; dt < kDT; ++dt) {
-                        o[mt][dt][0] *= correction[mt][0];
-                        o[mt][dt][1] *= correction[mt][0];
-                        o[mt][dt][2] *= correction[mt][1];
-                        o[mt][dt][3] *= correction[mt][1];
-                    }
-            }
+            const bool moved = exponentiate(s, correction, scale_log2);
+            rescale(o, correction, moved);
         }
+    }
+
+    // The lazy update in two halves, so O's rescale can wait for a P V still in flight:
+    // S -> P in place with the running max and sums updated; returns whether some row of the
+    // warp moved its max (then O must be multiplied by `correction`).
+    __device__ bool exponentiate(float (&s)[kMT][kNT][4], float (&correction)[kMT][2], float scale_log2) {
+        static_assert(kLazy, "the split update is the lazy one");
+        bool moved = false;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float mx = Base::tile_row_max(s, mt, h, -INFINITY);
+                const float old = this->row_max[mt][h];
+                // -inf + threshold stays -inf: a row's first finite score always moves it.
+                const bool grow = mx * scale_log2 > old * scale_log2 + kRescaleThreshold;
+                correction[mt][h] = grow ? fast_exp2(old * scale_log2 - mx * scale_log2) : 1.f;
+                if (grow) this->row_max[mt][h] = mx;
+                moved |= grow;
+                const float sum = Base::exponentiate_row(s, mt, h, this->row_max[mt][h], scale_log2);
+                this->row_sum[mt][h] = this->row_sum[mt][h] * correction[mt][h] + sum;
+            }
+        return __any_sync(0xffffffffu, moved);
+    }
+
+    __device__ static void rescale(float (&o)[kMT][kDT][4], const float (&correction)[kMT][2], bool moved) {
+        if (!moved) return;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt) {
+                o[mt][dt][0] *= correction[mt][0];
+                o[mt][dt][1] *= correction[mt][0];
+                o[mt][dt][2] *= correction[mt][1];
+                o[mt][dt][3] *= correction[mt][1];
+            }
     }
 };
 
@@ -126,18 +126,30 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
     attn_prefill_kernel(const __grid_constant__ AttnParams p) {
     using T = PrefillTraits<Cfg>;
     constexpr int kD = T::kD;
-    constexpr int S = smem_stride<kD>();
     constexpr int kMT = T::kMT;
     constexpr int kNT = T::kBlockN / 8;
     constexpr int kDT = kD / 8;
     constexpr int kWarpRows = 16 * kMT;
-    constexpr bool kPackP = Cfg::kPackP && kImpl == AttnImpl::kTensorCore;
-    using Math = WarpMath<kImpl, kMT, kNT, kD>;
+    static_assert(!Cfg::kWgmma || kImpl == AttnImpl::kTensorCore, "WGMMA tiles are a tensor-core configuration");
+    constexpr bool kPackP = Cfg::kPackP && kImpl == AttnImpl::kTensorCore && !Cfg::kWgmma;
+    using Math = std::conditional_t<Cfg::kWgmma, WgmmaMath<kD, T::kBlockM, T::kBlockN>, WarpMath<kImpl, kMT, kNT, kD>>;
+    using QSmemTile = typename Math::QSmemTile;
+    using KVSmemTile = typename Math::KVSmemTile;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-    bf16* sK = sQ + T::kBlockM * S;
+    unsigned char* smem = smem_raw;
+    if constexpr (T::kAlignSlack > 0) {
+        smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + T::kAlignSlack - 1) &
+                                                ~uintptr_t(T::kAlignSlack - 1));
+    }
+    bf16* sQ = reinterpret_cast<bf16*>(smem);
+    bf16* sK = sQ + T::kBlockM * T::kRowElems;
     bf16* sV = sK + T::kStages * T::kTileElems;
+    // cp.async writes, WGMMA reads through the async proxy: each thread fences its landed
+    // copies before the barrier that publishes them.
+    const auto publish_landed = [] {
+        if constexpr (Math::kAsyncProxy) fence_proxy_async_shared();
+    };
 
     int hkv;
     const QTile qt = prefill_tile<Cfg, QS>(p, hkv);
@@ -168,23 +180,31 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
 
     const auto lookup = [&](int pos) { return KV::locate(p, b, pos); };
     auto load_k = [&](int tile) {
-        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, false>(sK + (tile % T::kStages) * T::kTileElems, nullptr,
-                                                                   p, b, hkv, tile * T::kBlockN, kv_len, lookup);
+        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, false, KVSmemTile>(
+            sK + (tile % T::kStages) * T::kTileElems, nullptr, p, b, hkv, tile * T::kBlockN, kv_len, lookup);
     };
     auto load_v = [&](int tile) {
-        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, false, true>(nullptr, sV + (tile % T::kStages) * T::kTileElems,
-                                                                   p, b, hkv, tile * T::kBlockN, kv_len, lookup);
+        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, false, true, KVSmemTile>(
+            nullptr, sV + (tile % T::kStages) * T::kTileElems, p, b, hkv, tile * T::kBlockN, kv_len, lookup);
     };
 
     // ---- prologue ---------------------------------------------------------------------------
     const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride + qt.q_start * p.q_token_stride;
-    load_q_tile<T::kBlockM, kD, T::kThreads>(sQ, p.q, [&](int r) -> const bf16* {
+    load_q_tile<T::kBlockM, kD, T::kThreads, QSmemTile>(sQ, p.q, [&](int r) -> const bf16* {
         const int packed = row0 + r;
         if (packed >= rows_total) return nullptr;
         const int head = hkv * p.group + packed % p.group;
         return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
     });
-    if constexpr (Cfg::kSplitKV) {
+    if constexpr (Cfg::kSoftmaxOverlap) {
+        // Group j holds K_j and V_{j-1} (group 0: Q and K_0), so iteration i waits for one
+        // group: the K it multiplies now and the V that P_{i-1} multiplies with it.
+        for (int j = 0; j < T::kStages - 1; ++j) {
+            if (j < n_tiles) load_k(j);
+            if (j >= 1 && j - 1 < n_tiles) load_v(j - 1);
+            cp_async_commit();
+        }
+    } else if constexpr (Cfg::kSplitKV) {
         // Commit order is K0, V0, K1, V1, ... (one group each, empty past the last tile), so
         // K_i and V_i are each waited for with 2 * kStages - 2 younger groups in flight.
         for (int j = 0; j < T::kStages; ++j) {
@@ -215,54 +235,100 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
             for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
     PrefillSoftmax<kMT, kNT, kDT, Cfg::kLazyRescale> softmax;
     softmax.init();
-    const bf16* sQ_warp = sQ + warp * kWarpRows * S;
+    // The first Q row of this warp's operand (its warpgroup's, for WGMMA).
+    const bf16* sQ_warp = sQ + QSmemTile::offset(Math::first_q_row(warp), 0);
 
-    // ---- main loop -------------------------------------------------------------------------
-    for (int i = 0; i < n_tiles; ++i) {
-        if constexpr (Cfg::kSplitKV) {
-            cp_async_wait<2 * T::kStages - 2>();
-            __syncthreads();  // K_i landed for every thread; every warp is done with P V_{i-1}
-            if (i + T::kStages - 1 < n_tiles) load_v(i + T::kStages - 1);
-            cp_async_commit();
-        } else {
-            cp_async_wait<T::kStages - 2>();
-            __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
-            const int next = i + T::kStages - 1;
-            if (next < n_tiles) {
-                load_k(next);
-                load_v(next);
-            }
-            cp_async_commit();
-        }
-
-        const int st = i % T::kStages;
-        const int key0 = i * T::kBlockN;
-        float acc_s[kMT][kNT][4];
-        // S = Q @ K^T
-        Math::qk(acc_s, sQ_warp, sK + st * T::kTileElems);
-        if (i >= first_masked_tile || p.mask != nullptr) {
-            // Row positions are recomputed here rather than kept live across the loop.
+    // Masks only the tiles that need it (tail, causal diagonal, boolean mask); row positions
+    // are recomputed here rather than kept live across the loop.
+    const auto mask_tile = [&](float(&acc_s)[kMT][kNT][4], int tile) {
+        if (tile >= first_masked_tile || p.mask != nullptr) {
             int qpos[kMT][2];
             fragment_qpos<kMT>(qpos, row0 + warp * kWarpRows, rows_total, p.group);
-            apply_mask<kMT, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
+            apply_mask<kMT, kNT>(acc_s, p, b, qpos, tile * T::kBlockN, kv_len, causal_offset);
         }
-        if constexpr (Cfg::kSplitKV) {
-            cp_async_wait<2 * T::kStages - 2>();
-            __syncthreads();  // V_i landed for every thread; every warp is done with Q K_i^T
-            if (i + T::kStages < n_tiles) load_k(i + T::kStages);
+    };
+
+    // ---- main loop -------------------------------------------------------------------------
+    if constexpr (Cfg::kSoftmaxOverlap) {
+        // Iteration i issues Q K_i^T and then P_{i-1} V_{i-1}; once S_i is back, its mask and
+        // softmax run while the tensor cores still work on P_{i-1} V_{i-1} (FlashAttention-3's
+        // intra-warpgroup overlap); O is rescaled after that WGMMA retires.
+        uint32_t p_prev[1][kNT / 2][4];
+        for (int i = 0; i < n_tiles; ++i) {
+            cp_async_wait<T::kStages - 2>();  // group i: K_i and V_{i-1}
+            publish_landed();
+            __syncthreads();  // landed for every thread; every warpgroup is done with Q K_{i-1}^T, P V_{i-2}
+            const int ahead = i + T::kStages - 1;
+            if (ahead < n_tiles) load_k(ahead);
+            if (ahead - 1 < n_tiles) load_v(ahead - 1);
             cp_async_commit();
+
+            float acc_s[kMT][kNT][4];
+            Math::qk_issue(acc_s, sQ_warp, sK + (i % T::kStages) * T::kTileElems);
+            if (i > 0) {
+                Math::pv_issue(acc_o, p_prev, sV + ((i - 1) % T::kStages) * T::kTileElems);
+                wgmma_wait<1>();  // S_i back; P_{i-1} V_{i-1} may still run
+            } else {
+                Math::wait_all();
+            }
+            mask_tile(acc_s, i);
+            float correction[kMT][2];
+            const bool moved = softmax.exponentiate(acc_s, correction, p.scale_log2);
+            Math::wait_all();  // P_{i-1} V_{i-1} retired: O and p_prev are registers again
+            softmax.rescale(acc_o, correction, moved);
+            pack_p_fragments<kMT, kNT>(p_prev, acc_s);
         }
-        softmax.update(acc_s, acc_o, p.scale_log2);
-        // O += P @ V
-        if constexpr (kPackP) {
-            uint32_t pa[kMT][kNT / 2][4];
-            pack_p_fragments<kMT, kNT>(pa, acc_s);
-            pv_packed<kMT, kNT, kD>(acc_o, pa, sV + st * T::kTileElems);
-        } else {
-            Math::pv(acc_o, acc_s, sV + st * T::kTileElems);
+        cp_async_wait<0>();  // the last group holds V_{n-1}
+        publish_landed();
+        __syncthreads();
+        if (n_tiles > 0) {
+            Math::pv_issue(acc_o, p_prev, sV + ((n_tiles - 1) % T::kStages) * T::kTileElems);
+            Math::wait_all();
         }
+    } else {
+        for (int i = 0; i < n_tiles; ++i) {
+            if constexpr (Cfg::kSplitKV) {
+                cp_async_wait<2 * T::kStages - 2>();
+                publish_landed();
+                __syncthreads();  // K_i landed for every thread; every warp is done with P V_{i-1}
+                if (i + T::kStages - 1 < n_tiles) load_v(i + T::kStages - 1);
+                cp_async_commit();
+            } else {
+                cp_async_wait<T::kStages - 2>();
+                publish_landed();
+                __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
+                const int next = i + T::kStages - 1;
+                if (next < n_tiles) {
+                    load_k(next);
+                    load_v(next);
+                }
+                cp_async_commit();
+            }
+
+            const int st = i % T::kStages;
+            float acc_s[kMT][kNT][4];
+            // S = Q @ K^T
+            Math::qk(acc_s, sQ_warp, sK + st * T::kTileElems);
+            mask_tile(acc_s, i);
+            if constexpr (Cfg::kSplitKV) {
+                cp_async_wait<2 * T::kStages - 2>();
+                publish_landed();
+                __syncthreads();  // V_i landed for every thread; every warp is done with Q K_i^T
+                if (i + T::kStages < n_tiles) load_k(i + T::kStages);
+                cp_async_commit();
+            }
+            softmax.update(acc_s, acc_o, p.scale_log2);
+            // O += P @ V
+            if constexpr (kPackP) {
+                uint32_t pa[kMT][kNT / 2][4];
+                pack_p_fragments<kMT, kNT>(pa, acc_s);
+                pv_packed<kMT, kNT, kD>(acc_o, pa, sV + st * T::kTileElems);
+            } else {
+                Math::pv(acc_o, acc_s, sV + st * T::kTileElems);
+            }
+        }
+        cp_async_wait<0>();
     }
-    cp_async_wait<0>();
 
     // ---- epilogue ----------------------------------------------------------------------------
     softmax.reduce_sums();

@@ -1,6 +1,7 @@
-// Building blocks shared by the decode and prefill kernel bodies: tile loads into padded
-// shared memory, the two warp-level math policies (tensor-core and scalar) working on the
-// same C-fragment layout, masking, and the online softmax.
+// Building blocks shared by the decode and prefill kernel bodies: tile loads into shared
+// memory (padded here; the loaders take a tile policy), the two warp-level math policies
+// (tensor-core and scalar) working on the same C-fragment layout, masking, and the online
+// softmax.
 //
 // Shared-memory tiles are row-major [rows][kD] bf16 with a row stride of kD + 8 elements:
 // the 16-byte pad puts the 8 rows an ldmatrix reads in 8 different bank groups.
@@ -25,6 +26,14 @@ __host__ __device__ constexpr int smem_stride() {
     return kD + 8;
 }
 
+// The padded [rows][kD] layout above as a tile policy: element offset of 16-byte chunk
+// `chunk` of row `row`. The loaders take a tile policy, so the Hopper prefill can write its
+// swizzled tiles (Sw128Tile, wgmma_math.cuh) with the same code.
+template <int kD>
+struct PaddedTile {
+    __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
+};
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -36,7 +45,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // page-table lookup for paged KV) happens once per row per thread, not once per chunk.
 
 // Q rows: row_src(r) returns the global row start, or nullptr for a row past the end.
-template <int kRows, int kD, int kThreads, class RowSrc>
+template <int kRows, int kD, int kThreads, class Tile = PaddedTile<kD>, class RowSrc>
 __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr, RowSrc row_src) {
     constexpr int kChunks = kD / 8;
     static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
@@ -46,7 +55,7 @@ __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr,
     for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
         const bf16* src = row_src(r);
         const bool valid = src != nullptr;
-        cp_async_16(smem_addr(sQ + r * smem_stride<kD>() + chunk * 8),
+        cp_async_16(smem_addr(sQ + Tile::offset(r, chunk)),
                     valid ? static_cast<const void*>(src + chunk * 8) : any_valid_ptr, valid);
     }
 }
@@ -65,13 +74,14 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 }
 
 // Rows [first_key, first_key + kRows) of K (kLoadK) and / or V (kLoadV) of kv head hkv into
-// padded smem tiles; keys >= kv_len are zero-filled. Thread t copies 16-byte column chunk
+// smem tiles laid out by Tile; keys >= kv_len are zero-filled. Thread t copies 16-byte column chunk
 // t % kChunks of kPerThread consecutive rows. The tile starts at a multiple of kRows, so with
 // contiguous KV, or a page size that is a multiple of kPerThread, a thread's rows share a page:
 // one lookup and a pointer step per row replace per-row address math (a 4-warp decode CTA is
 // issue-bound, so every instruction of this loop shows in its bandwidth). Other page sizes
 // look every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
-template <int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV, class Lookup>
+template <int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV, class Tile = PaddedTile<kD>,
+          class Lookup>
 __device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
                                              int first_key, int kv_len, Lookup lookup) {
     constexpr int kChunks = kD / 8;
@@ -79,16 +89,15 @@ __device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParam
     constexpr int kRowsPerPass = kThreads / kChunks;
     static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
     constexpr int kPerThread = kRows / kRowsPerPass;
-    constexpr int S = smem_stride<kD>();
     const int chunk = threadIdx.x % kChunks;
     const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
     const int pos0 = first_key + r0;
     const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
     const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
-    const int s0 = r0 * S + chunk * 8;
     const auto copy = [&](int j, const KvRow& off, bool valid) {
-        if constexpr (kLoadK) cp_async_16(smem_addr(sK + s0 + j * S), k_base + off.k, valid);
-        if constexpr (kLoadV) cp_async_16(smem_addr(sV + s0 + j * S), v_base + off.v, valid);
+        const int s = Tile::offset(r0 + j, chunk);
+        if constexpr (kLoadK) cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
+        if constexpr (kLoadV) cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
     };
     if (!KV::kPaged || p.page_size % kPerThread == 0) {
         // Invalid rows are zero-filled without a read, so their (out-of-row) addresses are unused.
@@ -120,12 +129,37 @@ __device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParam
                                                       [&](int pos) { return KV::locate(p, b, pos); });
 }
 
+// P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
+// of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
+template <int kMT, int kNT>
+__device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int kc = 0; kc < kNT / 2; ++kc) {
+            pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+            pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+            pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+            pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+        }
+}
+
 // ---- warp-level math on C fragments -----------------------------------------------------
 // qk: acc_s[mt][nt] = Q[16*kMT rows] @ K[8*kNT keys]^T over kD (sQ, sK: the warp's first row/key)
 // pv: acc_o[mt][dt] += P[16*kMT rows][8*kNT keys] @ V[8*kNT keys][kD]
 
+// Both read padded tiles through the generic proxy; a warp's operand rows start at
+// first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has the same contract).
+template <int kMT, int kD>
+struct WarpMathTiles {
+    using QSmemTile = PaddedTile<kD>;
+    using KVSmemTile = PaddedTile<kD>;
+    static constexpr bool kAsyncProxy = false;
+    __device__ __forceinline__ static int first_q_row(int warp) { return warp * 16 * kMT; }
+};
+
 template <int kMT, int kNT, int kD>
-struct TensorCoreMath {
+struct TensorCoreMath : WarpMathTiles<kMT, kD> {
     static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
     static constexpr int kDT = kD / 8;
 
@@ -195,7 +229,7 @@ struct TensorCoreMath {
 // The same contract with FP32 FMAs reading shared memory: each thread computes exactly the
 // C-fragment elements the MMA would give it. P stays in FP32 (no bf16 rounding).
 template <int kMT, int kNT, int kD>
-struct ScalarMath {
+struct ScalarMath : WarpMathTiles<kMT, kD> {
     static constexpr int kDT = kD / 8;
 
     __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -55,6 +56,24 @@ struct FastDivmod {
         return multiplier == 0 ? x : static_cast<int>(hi >> shift);
     }
 };
+
+// Whether the current device is Hopper (compute capability 9.0), whose kernels this project
+// builds for sm_90a (tools.build_ext); the answer is cached per device, so the per-launch
+// cost is one cudaGetDevice.
+inline bool current_device_is_sm90() {
+    constexpr int kMaxDevices = 64;
+    static std::atomic<int> cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+    int device = 0;
+    KERNELS_CUDA_CHECK(cudaGetDevice(&device));
+    const int known = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+    if (known != 0) return known == 1;
+    int major = 0, minor = 0;
+    KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    const bool sm90 = major == 9 && minor == 0;
+    if (device < kMaxDevices) cached[device].store(sm90 ? 1 : 2, std::memory_order_relaxed);
+    return sm90;
+}
 
 // Eight bf16 values: the 16-byte unit that cp.async and vectorized global accesses move.
 struct alignas(16) bf16x8 {

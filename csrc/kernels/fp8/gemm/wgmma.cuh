@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "../../common/sm90.cuh"
 #include "../common.h"
 
 namespace fp8::gemm {
@@ -84,28 +85,14 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 #undef FP8_WGMMA_M64N192K32
 #undef FP8_WGMMA_M64N256K32
 
-// Orders register accesses before the WGMMAs that follow (wgmma.fence), closes the batch
-// of issued WGMMAs into a group, and waits until at most N groups are still in flight.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
+using kernels::wgmma_commit;
+using kernels::wgmma_fence;
+using kernels::wgmma_wait;
 
-// Shared-memory matrix descriptor of a K-major tile written by TMA with the 128-byte swizzle:
-// rows of 128 bytes, 8-row (1024-byte) core-matrix groups. Fields (PTX ISA, "Matrix
-// Descriptor Format"): start address >> 4 in bits 0-13, leading-dimension byte offset >> 4 in
-// 16-29 (ignored for swizzled K-major; conventionally 1), stride byte offset >> 4 in 32-45
-// (1024 B between 8-row groups), base offset 0 in 49-51 (tiles are 1024-aligned), swizzle mode
-// in 62-63 (1 = 128B). A k32 step inside the 128-byte row advances the start address by 32 B.
+// Descriptor of a K-major tile written by TMA with the 128-byte swizzle: packed 128-byte rows,
+// so 1024 bytes between 8-row groups; a k32 step inside the row advances the start by 32 B.
 __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr) {
-  uint64_t desc = 0;
-  desc |= uint64_t((smem_byte_addr & 0x3FFFF) >> 4);
-  desc |= uint64_t(16 >> 4) << 16;
-  desc |= uint64_t(1024 >> 4) << 32;
-  desc |= uint64_t(1) << 62;
-  return desc;
+  return kernels::make_sw128_desc(smem_byte_addr, 16, 1024);
 }
 
 }  // namespace fp8::gemm

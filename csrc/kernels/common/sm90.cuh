@@ -1,0 +1,50 @@
+// Hopper (sm_90a) warpgroup-MMA plumbing shared by the kernel families: the wgmma fence /
+// commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, and the
+// proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads.
+// The instructions exist only in sm_90a code: elsewhere KERNELS_SM90A_ASM traps, so a module
+// built for another target fails loudly if a host ever launches a Hopper path on it.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KERNELS_SM90A_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define KERNELS_SM90A_ASM(...) __trap()
+#endif
+
+namespace kernels {
+
+// Orders register accesses before the WGMMAs that follow (wgmma.fence), closes the batch
+// of issued WGMMAs into a group, and waits until at most N groups are still in flight.
+__device__ __forceinline__ void wgmma_fence() { KERNELS_SM90A_ASM("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { KERNELS_SM90A_ASM("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    KERNELS_SM90A_ASM("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// This thread's completed generic-proxy shared-memory writes (cp.async included) become
+// visible to the async proxy (WGMMA operand reads) once a barrier follows.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Shared-memory matrix descriptor of a tile in the 128-byte swizzle (PTX ISA, "Matrix
+// Descriptor Format"): start address >> 4 in bits 0-13, leading-dimension byte offset >> 4
+// in 16-29, stride byte offset >> 4 in 32-45, base offset 0 in 49-51 (swizzle atoms are
+// 1024-byte aligned), swizzle mode in 62-63 (1 = 128B). Rows are 128 bytes, 8-row atoms.
+//   K-major operand: SBO = bytes between 8-row groups (1024 when rows are packed); LBO is
+//     unused (conventionally 16); a k step inside the 128-byte row moves the start address.
+//   MN-major operand: SBO = bytes between 8-row groups along K; LBO = bytes between
+//     64-element (128-byte) column panels along M / N.
+__device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+    uint64_t desc = 0;
+    desc |= uint64_t((smem_byte_addr & 0x3FFFF) >> 4);
+    desc |= uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16;
+    desc |= uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32;
+    desc |= uint64_t(1) << 62;
+    return desc;
+}
+
+}  // namespace kernels
