@@ -1,8 +1,9 @@
 // Standalone test of contiguous-KV decode and prefill (tensor-core and scalar) against a CPU
 // reference; prints a correctness table with timings, exits 1 on any mismatch.
-// `attn_test bench` instead checks every prefill tile configuration of PrefillVariants<128>
-// (dense and paged ragged, tails, GQA, causal, masks) and prints TFLOP/s per configuration
-// on the benchmark shapes. "default" is the mma.sync configuration (PrefillConfig); on
+// `attn_test bench [64|128|256]` instead checks every prefill tile configuration of
+// PrefillVariants<D> (dense and paged ragged, tails, GQA, causal, masks) and prints TFLOP/s
+// per configuration on the benchmark shapes (D=128: all variants; 64 and 256: the mma.sync
+// default and sm90). "default" is the mma.sync configuration (PrefillConfig); on
 // Hopper run_prefill takes "sm90" (PrefillConfigSm90, WGMMA), which needs an sm_90a build.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
@@ -10,6 +11,7 @@
 //        csrc/kernels/attention/attn_prefill.cu -o build/attn_test && ./build/attn_test
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -133,24 +135,31 @@ Variant make_variant(const char* name) {
             T::kSmemBytes, T::kThreads};
 }
 
+template <int kD>
 static std::vector<Variant> prefill_variants() {
-    using V = PrefillVariants<128>;
-    return {make_variant<V::Default>("default"),
-            make_variant<V::N32>("n32"),
-            make_variant<V::N32LF>("n32_lf"),
-            make_variant<V::N32Lazy>("n32_lazy"),
-            make_variant<V::N64, false>("n64"),
-            make_variant<V::N64PackP, false>("n64_packp"),
-            make_variant<V::N64Split, false>("n64_split"),
-            make_variant<V::N64Split1>("n64_split1"),
-            make_variant<V::N64SplitPackPLF, false>("n64_split_packp_lf"),
-            make_variant<V::N64Split1LF>("n64_split1_lf"),
-            make_variant<V::W8N64, false>("w8_n64"),
-            make_variant<V::W8M1N64, false>("w8_m1_n64"),
-            make_variant<V::Sm90>("sm90"),
-            make_variant<V::WgSoftmaxOverlap3>("wg_smx3"),
-            make_variant<V::Wg>("wg"),
-            make_variant<V::WgN64>("wg_n64")};
+    using V = PrefillVariants<kD>;
+    if constexpr (kD != 128) {
+        // The mma.sync default against the Hopper (WGMMA) one.
+        return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90")};
+    } else {
+        using W = PrefillVariants<128>;  // every tile configuration, at D = 128 only
+        return {make_variant<W::Default>("default"),
+                make_variant<W::N32>("n32"),
+                make_variant<W::N32LF>("n32_lf"),
+                make_variant<W::N32Lazy>("n32_lazy"),
+                make_variant<W::N64, false>("n64"),
+                make_variant<W::N64PackP, false>("n64_packp"),
+                make_variant<W::N64Split, false>("n64_split"),
+                make_variant<W::N64Split1>("n64_split1"),
+                make_variant<W::N64SplitPackPLF, false>("n64_split_packp_lf"),
+                make_variant<W::N64Split1LF>("n64_split1_lf"),
+                make_variant<W::W8N64, false>("w8_n64"),
+                make_variant<W::W8M1N64, false>("w8_m1_n64"),
+                make_variant<W::Sm90>("sm90"),
+                make_variant<W::WgSoftmaxOverlap3>("wg_smx3"),
+                make_variant<W::Wg>("wg"),
+                make_variant<W::WgN64>("wg_n64")};
+    }
 }
 
 // One prefill problem with device inputs: dense q [B, Sq, Hq, D] on contiguous KV, or packed
@@ -358,8 +367,9 @@ static bool check_variant(const Variant& v, const Variant& baseline, const Prefi
     return ok;
 }
 
-static int bench_main() {
-    const auto variants = prefill_variants();
+template <int kD>
+static int bench_head_dim() {
+    const auto variants = prefill_variants<kD>();
     const Variant& baseline = variants[0];
     int failures = 0;
 
@@ -370,18 +380,18 @@ static int bench_main() {
         PrefillProblem pr;
     };
     const Check checks[] = {
-        {"dense sq200 sk300 h8/2 causal", {{200}, {300}, 8, 2, 128, true, 0, 0}},
-        {"dense b2 sq300 sk200 h4/4 causal", {{300, 300}, {200, 200}, 4, 4, 128, true, 0, 0}},
-        {"dense b2 sq130 sk257 h8/1", {{130, 130}, {257, 257}, 8, 1, 128, false, 0, 0}},
-        {"dense sq517 sk517 h2/2 causal", {{517}, {517}, 2, 2, 128, true, 0, 0}},
-        {"dense sq200 sk300 h8/2 causal mask[B,Sq,Sk]", {{200}, {300}, 8, 2, 128, true, 0, 2}},
-        {"dense b2 sq100 sk333 h4/2 mask[B,Sk]", {{100, 100}, {333, 333}, 4, 2, 128, false, 0, 1}},
-        {"paged16 q70/10/130 k90/10/400 h16/2 causal", {{70, 10, 130}, {90, 10, 400}, 16, 2, 128, true, 16, 0}},
-        {"paged64 q70/10/130 k90/10/400 h16/2", {{70, 10, 130}, {90, 10, 400}, 16, 2, 128, false, 64, 0}},
-        {"paged256 q33/5 k33/200 h8/8 causal", {{33, 5}, {33, 200}, 8, 8, 128, true, 256, 0}},
-        {"paged1 q40/7 k300/9 h8/4 causal", {{40, 7}, {300, 9}, 8, 4, 128, true, 1, 0}},
+        {"dense sq200 sk300 h8/2 causal", {{200}, {300}, 8, 2, kD, true, 0, 0}},
+        {"dense b2 sq300 sk200 h4/4 causal", {{300, 300}, {200, 200}, 4, 4, kD, true, 0, 0}},
+        {"dense b2 sq130 sk257 h8/1", {{130, 130}, {257, 257}, 8, 1, kD, false, 0, 0}},
+        {"dense sq517 sk517 h2/2 causal", {{517}, {517}, 2, 2, kD, true, 0, 0}},
+        {"dense sq200 sk300 h8/2 causal mask[B,Sq,Sk]", {{200}, {300}, 8, 2, kD, true, 0, 2}},
+        {"dense b2 sq100 sk333 h4/2 mask[B,Sk]", {{100, 100}, {333, 333}, 4, 2, kD, false, 0, 1}},
+        {"paged16 q70/10/130 k90/10/400 h16/2 causal", {{70, 10, 130}, {90, 10, 400}, 16, 2, kD, true, 16, 0}},
+        {"paged64 q70/10/130 k90/10/400 h16/2", {{70, 10, 130}, {90, 10, 400}, 16, 2, kD, false, 64, 0}},
+        {"paged256 q33/5 k33/200 h8/8 causal", {{33, 5}, {33, 200}, 8, 8, kD, true, 256, 0}},
+        {"paged1 q40/7 k300/9 h8/4 causal", {{40, 7}, {300, 9}, 8, 4, kD, true, 1, 0}},
     };
-    std::printf("prefill variants (d128, tensor cores): correctness on %zu small problems each\n",
+    std::printf("prefill variants (d%d, tensor cores): correctness on %zu small problems each\n", kD,
                 sizeof(checks) / sizeof(checks[0]));
     std::printf("  %-13s %-32s %5s %6s %8s %7s %s\n", "variant", "tiles", "regs", "local", "smem", "ctas/sm", "checks");
     std::vector<std::vector<float>> cpu_refs(sizeof(checks) / sizeof(checks[0]));
@@ -413,10 +423,15 @@ static int bench_main() {
         const char* label;
         PrefillProblem pr;
     };
+    // The same FLOPs at every head_dim: 2048 / kD query heads.
+    const int heads = 16 * 128 / kD;
+    const std::string d = " d" + std::to_string(kD);
+    const std::string labels[] = {"b4 s4096 h" + std::to_string(heads) + d, "b4 s4096 h" + std::to_string(heads) + d + " causal",
+                                  "b4 s4096 h" + std::to_string(2 * heads) + "/" + std::to_string(heads / 2) + d};
     const Shape shapes[] = {
-        {"b4 s4096 h16 d128", {std::vector<int>(4, 4096), std::vector<int>(4, 4096), 16, 16, 128, false, 0, 0}},
-        {"b4 s4096 h16 d128 causal", {std::vector<int>(4, 4096), std::vector<int>(4, 4096), 16, 16, 128, true, 0, 0}},
-        {"b4 s4096 h32/8 d128", {std::vector<int>(4, 4096), std::vector<int>(4, 4096), 32, 8, 128, false, 0, 0}},
+        {labels[0].c_str(), {std::vector<int>(4, 4096), std::vector<int>(4, 4096), heads, heads, kD, false, 0, 0}},
+        {labels[1].c_str(), {std::vector<int>(4, 4096), std::vector<int>(4, 4096), heads, heads, kD, true, 0, 0}},
+        {labels[2].c_str(), {std::vector<int>(4, 4096), std::vector<int>(4, 4096), 2 * heads, heads / 2, kD, false, 0, 0}},
     };
     std::vector<std::vector<double>> tflops(variants.size());
     for (const Shape& sh : shapes) {
@@ -457,13 +472,22 @@ static int bench_main() {
         for (double t : tflops[vi]) std::printf(" %26.1f", t);
         std::printf("\n");
     }
+    return failures;
+}
+
+// `attn_test bench [64|128|256]`: one head_dim, or all three.
+static int bench_main(int head_dim) {
+    int failures = 0;
+    if (head_dim == 0 || head_dim == 128) failures += bench_head_dim<128>();
+    if (head_dim == 0 || head_dim == 64) failures += bench_head_dim<64>();
+    if (head_dim == 0 || head_dim == 256) failures += bench_head_dim<256>();
     std::printf("attn_test bench: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
-    if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench_main();
+    if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench_main(argc > 2 ? std::atoi(argv[2]) : 0);
     // Small shapes check every head_dim, GQA and tails against the CPU reference; the last
     // rows are the benchmark shapes (their CPU reference takes a few seconds).
     const Case cases[] = {

@@ -125,20 +125,19 @@ template <>
 struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
 
 // The tensor-core configuration on Hopper (sm_90a; run_prefill picks it by device): two
-// warpgroups of 64 rows with WGMMA where measured faster, else PrefillConfig itself (an
-// alias, so no second instantiation). kBlockM must stay PrefillConfig's: one packed-Q
-// schedule (prefill_block_m) serves both. D=128, H200, b4 s4096 h16, sustained
-// `attn_test bench`: 439 TFLOP/s (365 causal) against 338 (305) for PrefillConfig<128>;
+// warpgroups of 64 rows with WGMMA, the softmax of S_i running under P_{i-1} V_{i-1}.
+// kBlockM must stay PrefillConfig's: one packed-Q schedule (prefill_block_m) serves both.
+// D=128, H200, b4 s4096 h16, sustained `attn_test bench`: 439 TFLOP/s (365 causal) against
+// 338 (305) for PrefillConfig<128>;
 // the same WGMMA tiles without the softmax overlap 411 (348), with three stages 427 (356),
 // with 64-key tiles 362 (319). (Leaving only P V in flight across the barrier gave 419.)
+// D=64 / 256, the same schedule with 128 / 64 keys per tile: 318 (269 causal) against 298
+// (262), and 491 (423) against 250 (207) (b4 s4096, 32 / 8 heads).
 template <int kD>
 struct PrefillSm90Choice {
-    using type = PrefillConfig<kD>;
-};
-template <>
-struct PrefillSm90Choice<128> {
-    using type =
-        PrefillTiles<128, 8, 1, 128, 2, kPrefillLazyRescale | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
+    static constexpr int kBlockN = kD == 256 ? 64 : 128;  // S, P and O within 255 registers
+    using type = PrefillTiles<kD, 8, 1, kBlockN, 2,
+                              kPrefillLazyRescale | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
 };
 template <int kD>
 using PrefillConfigSm90 = typename PrefillSm90Choice<kD>::type;
