@@ -130,7 +130,8 @@ struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
 // D=128, H200, b4 s4096 h16, sustained `attn_test bench`: 439 TFLOP/s (365 causal) against
 // 338 (305) for PrefillConfig<128>;
 // the same WGMMA tiles without the softmax overlap 411 (348), with three stages 427 (356),
-// with 64-key tiles 362 (319). Leaving only P V in flight across the barrier gave 419; a
+// with 64-key tiles 362 (319), with 160 / 176 keys 386 / 388 (255 registers, 176 spills).
+// Leaving only P V in flight across the barrier gave 419; a
 // ping-pong of the two warpgroups (mbarrier-tracked stages instead of the CTA barrier, named
 // barriers taking turns at issuing, three stages) 420 (352): the turns did not pay here.
 // D=64 / 256, the same schedule with 128 / 64 keys per tile: 318 (269 causal) against 298
