@@ -127,7 +127,8 @@ def runners() -> list[Runner]:
               [_common_reason, _decode_reason], _decode("tc")),
         _make("cuda-decode-split-scalar", "split-KV decode, FP32 FMA on the same fragments",
               [_common_reason, _decode_reason], _decode("scalar")),
-        _make("cuda-prefill-tc", "split-Q prefill FA2-style: mma.sync, ldmatrix, cp.async double buffer",
+        _make("cuda-prefill-tc", "split-Q prefill: WGMMA with the softmax under P V on sm_90a, "
+              "FA2-style mma.sync elsewhere; cp.async double buffer",
               [_common_reason], _prefill("tc")),
         _make("cuda-prefill-scalar", "split-Q prefill, FP32 FMA", [_common_reason], _prefill("scalar")),
         _make("cuda-paged-decode", f"split-KV decode on a paged cache (page {PAGE_SIZE})",
