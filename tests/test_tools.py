@@ -73,3 +73,10 @@ def test_recorded_compile_reports_match_the_code():
         live = inspect.inspect(recorded["kernel"], problem)
         assert (live["registers"], live["sass_mix"]) == (recorded["registers"], recorded["sass_mix"]), \
             f"{recorded['kernel']}: results/inspect.json is stale: run python -m tools.inspect --record"
+
+
+def test_build_ext_refuses_plain_sm90(capsys):
+    from tools import build_ext
+
+    assert build_ext.main(["--arch", "90"]) == 2
+    assert "90a" in capsys.readouterr().err

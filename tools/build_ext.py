@@ -77,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
     parser.add_argument("--clean", action="store_true", help="remove the CMake build directory first")
     args = parser.parse_args(argv)
+    if args.arch == "90":
+        # Plain sm_90 code has no warpgroup MMA or TMA; the Hopper paths (FP8 GEMM, tensor-core
+        # prefill) are chosen by compute capability and would trap in such a build.
+        print("build_ext: --arch 90 lacks the sm_90a features the Hopper kernels use; pass --arch 90a",
+              file=sys.stderr)
+        return 2
 
     nvcc = find_nvcc()
     if nvcc is None:
