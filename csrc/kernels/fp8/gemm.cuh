@@ -15,6 +15,11 @@
 //   fast_store (Epilogue::store_wgmma_fragment).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
+// Split-K (GemmPlan::split_k > 1, for problems whose tiles leave SMs idle): a work unit is
+// (tile, split); split s accumulates k-blocks [s * kb / S, (s + 1) * kb / S) as above and
+// stores its fp32 partial (times scale_a * scale_b) to a workspace (SplitKPartials, size from
+// gemm_workspace_bytes); splitk_reduce_kernel then sums the splits in order and applies the
+// epilogue. Deterministic, no atomics, no host synchronisation (CUDA-graph safe).
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
 // What the planner picks when a request leaves it open: PlannerDefaults below.
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
@@ -44,7 +49,7 @@ template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const GemmParams p, const TileScheduler sched, const int promote_every,
-                     const bool fast_store) {
+                     const bool fast_store, const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -59,6 +64,17 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   // all blocks of a cluster walk the same units in the same order, so their rings stay in step
   const int first_unit = blockIdx.x / role.size, unit_stride = gridDim.x / role.size;
+  // Work unit w = (scheduler unit w / splits, split w % splits): the splits of a tile are
+  // neighbours, so blocks resident together share its A rows in L2. Every split has at least
+  // one k-block (the planner keeps splits <= k_blocks).
+  const int splits = split.splits;
+  const int num_work = sched.num_units() * splits;
+  const auto k_range = [&](int work, int& tile_unit, int& kb_begin, int& kb_end) {
+    tile_unit = work / splits;
+    const int s = work - tile_unit * splits;
+    kb_begin = int(int64_t(s) * k_blocks / splits);
+    kb_end = int(int64_t(s + 1) * k_blocks / splits);
+  };
   PipelineState st;
   if (warpgroup == 0) {
     // ---- producer
@@ -66,14 +82,15 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&map_a);
       prefetch_tensor_map(&map_b);
-      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
-        int m_block, n_block;
+      for (int work = first_unit; work < num_work; work += unit_stride) {
+        int unit, kb_begin, kb_end, m_block, n_block;
+        k_range(work, unit, kb_begin, kb_end);
         sched.tile_coord(unit, role.rank, m_block, n_block);
         // a tile past the matrix (odd tile count in a cluster dimension) loads the last real
         // tile's rows instead: its partners still need its multicast halves and arrivals
         m_block = min(m_block, sched.tiles_m - 1);
         n_block = min(n_block, sched.tiles_n - 1);
-        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, k_blocks, st, role);
+        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, kb_begin, kb_end, st, role);
       }
     }
   } else {
@@ -83,43 +100,51 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     // WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
-    const auto store_tile = [&](int m_block, int n_block, const float (&acc)[Policy::kAccRegs]) {
+    const auto store_tile = [&](int work, int m_block, int n_block, const float (&acc)[Policy::kAccRegs]) {
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col0 = int64_t(n_block) * Policy::kBN + 2 * (lane % 4);
-      epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+      if (splits > 1) {
+        split.store_wgmma_fragment<Policy::kBN>(work % splits, row, col0, acc, Policy::kPromote ? 1.f : epi.alpha);
+      } else {
+        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+      }
     };
     if constexpr (Policy::kAccum == AccumMode::kPromoteOverlap) {
       // The next tile's first k-block goes out before this tile's stores. The store is written
       // out on both sides of "is there a next tile" so that no path joins with partial in
       // flight on one side only (ptxas would wait for it there: C7517, and nothing overlaps).
       float acc[Policy::kAccRegs], partial[Policy::kAccRegs];
-      int unit = first_unit;
-      if (unit < sched.num_units()) {
+      int work = first_unit;
+      if (work < num_work) {
         int first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
         for (;;) {
-          int m_block, n_block;
+          int unit, kb_begin, kb_end, m_block, n_block;
+          k_range(work, unit, kb_begin, kb_end);
           sched.tile_coord(unit, role.rank, m_block, n_block);
-          Mainloop::finish_tile(storage, consumer, k_blocks, first_stage, acc, partial, st, role, epi.alpha);
+          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role,
+                                epi.alpha);
           const bool in_range = sched.tile_in_range(m_block, n_block);
-          unit += unit_stride;
-          if (unit < sched.num_units()) {
+          const int done = work;
+          work += unit_stride;
+          if (work < num_work) {
             first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
-            if (in_range) store_tile(m_block, n_block, acc);
+            if (in_range) store_tile(done, m_block, n_block, acc);
           } else {
-            if (in_range) store_tile(m_block, n_block, acc);
+            if (in_range) store_tile(done, m_block, n_block, acc);
             break;
           }
         }
       }
     } else {
-      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
-        int m_block, n_block;
+      for (int work = first_unit; work < num_work; work += unit_stride) {
+        int unit, kb_begin, kb_end, m_block, n_block;
+        k_range(work, unit, kb_begin, kb_end);
         sched.tile_coord(unit, role.rank, m_block, n_block);
         float acc[Policy::kAccRegs];
 #pragma unroll
         for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-        Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every, epi.alpha);
-        if (sched.tile_in_range(m_block, n_block)) store_tile(m_block, n_block, acc);
+        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, epi.alpha);
+        if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
   }
@@ -193,7 +218,24 @@ struct PlannerDefaults {
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
   // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
   static constexpr bool kFastStore = true;
+  // Split-K when the tiles leave SMs idle (tiles < SM count; never otherwise, so every plan
+  // that fills the GPU is unchanged). Among split counts S with at least kSplitMinKBlocks
+  // k-blocks per split and at most kSplitMaxWaves waves of (tile, split) units, the planner
+  // takes the lowest estimated time in k-block steps of one block:
+  //   waves(S) * (ceil(k_blocks / S) + kSplitUnitCost)
+  //   + (S > 1: kSplitReduceCost + the partials' write and read per SM, in k-block loads)
+  // and keeps S = 1 unless that estimate is kSplitMinGain lower. The costs are estimates
+  // until the H200 measures fp8_test --time-only splitk (forced split counts sit beside).
+  static constexpr int kSplitMinKBlocks = 4;
+  static constexpr int kSplitMaxWaves = 4;
+  static constexpr int kSplitMax = 32;
+  static constexpr double kSplitUnitCost = 1.0;     // pipeline fill and partial store per unit
+  static constexpr double kSplitReduceCost = 8.0;   // second launch (~2-3 us of k-blocks)
+  static constexpr double kSplitMinGain = 0.97;
 };
+
+// Largest split count a request may force (each split needs at least one k-block as well).
+constexpr int kMaxSplitK = 64;
 
 struct GemmPlan {
   Path path = Path::kWgmma;
@@ -205,6 +247,7 @@ struct GemmPlan {
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
   bool fast_store = PlannerDefaults::kFastStore;
+  int split_k = 1;          // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
 };
 
 struct PlanRequest {
@@ -216,6 +259,7 @@ struct PlanRequest {
   int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;         // 0 auto, else raster group height in tiles
   int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
+  int split_k = 0;         // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
 // The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
@@ -231,6 +275,40 @@ inline bool has_kernel(int block_n, AccumMode accum) {
 }
 
 inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
+
+// K splits for a WGMMA plan of `blocks` blocks (tiles, phantom cluster tiles included): the
+// request's count (capped at the k-blocks), or with split_k = 0 the estimate of
+// PlannerDefaults. Only problems with fewer blocks than SMs split on their own.
+inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms,
+                          int requested) {
+  const int64_t k_blocks = ceil_div<int64_t>(k, 128);
+  if (k_blocks <= 1 || requested == 1) return 1;
+  if (requested > 1) return int(requested < k_blocks ? requested : k_blocks);
+  using D = PlannerDefaults;
+  if (blocks >= num_sms || num_sms <= 0) return 1;
+  const double kblock_bytes = double(block_m + block_n) * 128;
+  const auto cost = [&](int64_t splits) {
+    const int64_t waves = ceil_div<int64_t>(blocks * splits, num_sms);
+    double c = double(waves) * (double(ceil_div<int64_t>(k_blocks, splits)) + D::kSplitUnitCost);
+    if (splits > 1) {
+      const double partial_bytes = 2.0 * double(splits) * double(m) * double(SplitKPartials::row_stride(n)) * 4.0;
+      c += D::kSplitReduceCost + partial_bytes / num_sms / kblock_bytes;
+    }
+    return c;
+  };
+  const double unsplit = cost(1);
+  int best_splits = 1;
+  double best = unsplit * D::kSplitMinGain;
+  for (int64_t splits = 2; splits <= D::kSplitMax && splits * D::kSplitMinKBlocks <= k_blocks; ++splits) {
+    if (ceil_div<int64_t>(blocks * splits, num_sms) > D::kSplitMaxWaves) break;
+    const double c = cost(splits);
+    if (c < best) {
+      best = c;
+      best_splits = int(splits);
+    }
+  }
+  return best_splits;
+}
 
 // Tile shape from the problem and the SM count: among the candidate BN (128 / 64 promoted,
 // 256 / 128 / 64 with fast accumulation), maximise (fraction of the last wave that is busy) x
@@ -295,15 +373,18 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.cluster = ClusterMode::kNone;
   }
   plan.tiles = int(tiles_for(m, n, plan.block_m, plan.block_n));
-  plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
   if (plan.path == Path::kMmaSync) {
+    plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
     // two 256-thread blocks (40 KB shared each) fit an SM comfortably
     plan.grid = plan.persistent ? (plan.tiles < 2 * num_sms ? plan.tiles : 2 * num_sms) : plan.tiles;
   } else {
     const int64_t units = ceil_div<int64_t>(m, plan.block_m * cluster_m_of(plan.cluster)) *
                           ceil_div<int64_t>(n, plan.block_n * cluster_n_of(plan.cluster));
+    plan.split_k = choose_split_k(m, n, k, units * cluster_size, plan.block_m, plan.block_n, num_sms, req.split_k);
+    const int64_t work = units * plan.split_k;  // in units of cluster_size blocks
+    plan.persistent = req.persistent >= 0 ? req.persistent == 1 : work * cluster_size > num_sms;
     const int64_t resident = num_sms / cluster_size;
-    plan.grid = int((plan.persistent ? (units < resident ? units : resident) : units) * cluster_size);
+    plan.grid = int((plan.persistent ? (work < resident ? work : resident) : work) * cluster_size);
   }
   if (plan.grid < 1) plan.grid = 1;
   return plan;
@@ -320,10 +401,16 @@ inline Status check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
 
 // A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
 inline bool plan_supported(const GemmPlan& plan) {
-  if (plan.path != Path::kWgmma) return true;
+  if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
+  if (plan.split_k < 1 || plan.split_k > kMaxSplitK) return false;
   return has_kernel(plan.block_n, plan.accum);
+}
+
+// Bytes of fp32 split-K partials a plan needs from the caller (0 without split-K).
+inline size_t gemm_workspace_bytes(const GemmPlan& plan, int64_t m, int64_t n) {
+  return plan.path == Path::kWgmma ? SplitKPartials::bytes(plan.split_k, m, n) : 0;
 }
 
 inline cudaLaunchAttribute cluster_attribute(int size) {
@@ -362,8 +449,17 @@ int max_active_clusters(int size) {
   return slot;
 }
 
+// The split-K reduction after the GEMM kernel, on the same stream.
+inline Status launch_splitk_reduce(const GemmParams& p, const SplitKPartials& split, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t quads = split.m * ((split.n + 3) / 4);
+  const int64_t blocks = ceil_div<int64_t>(quads, kThreads);
+  splitk_reduce_kernel<kThreads><<<int(blocks < 16384 ? blocks : 16384), kThreads, 0, stream>>>(p, split);
+  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+}
+
 template <int kBlockN, AccumMode kAccum, Format FA, Format FB>
-Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
+Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
   using Policy = Sm90Policy<kBlockN, kAccum>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
@@ -384,11 +480,18 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
     return Status::kLaunchFailed;
   const int promote_every = plan.promote_every;
   const bool fast_store = plan.fast_store;
+  SplitKPartials split;
+  split.splits = plan.split_k;
+  split.partials = workspace;
+  split.m = p.m;
+  split.n = p.n;
+  split.ldw = SplitKPartials::row_stride(p.n);
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
-                                                                          fast_store);
-    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+                                                                          fast_store, split);
+    if (cudaGetLastError() != cudaSuccess) return Status::kLaunchFailed;
+    return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
   }
   int grid = plan.grid;
   if (plan.persistent) {
@@ -403,11 +506,11 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store) != cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store, split) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::kLaunchFailed;
   }
-  return Status::kOk;
+  return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
 }
 
 template <Format FA, Format FB>
@@ -421,43 +524,50 @@ Status launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
 }
 
 template <Format FA, Format FB>
-Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
+Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
-    case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, stream);
+    case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
     case 128:
       switch (plan.accum) {
-        case AccumMode::kPromote: return launch_sm90<128, AccumMode::kPromote, FA, FB>(p, plan, stream);
+        case AccumMode::kPromote: return launch_sm90<128, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
         case AccumMode::kPromotePingPong:
-          return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, stream);
-        case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
+          return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, ws, stream);
+        case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
         case AccumMode::kPromoteOverlap:
-          return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream);
+          return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream);
       }
       return Status::kUnsupportedPlan;
     case 176:
       return plan.accum == AccumMode::kPromoteOverlap
-                 ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
-                 : launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, stream);
+                 ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
+                 : launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     case 192:
       return plan.accum == AccumMode::kPromoteOverlap
-                 ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
-                 : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
-    case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
+                 ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
+                 : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
+    case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     default: return Status::kUnsupportedPlan;
   }
 }
 
 // Runtime formats -> template instance, in one place. The plan must come from plan_gemm
-// for the same device; the checks run again here so no caller can skip them.
+// for the same device; the checks run again here so no caller can skip them. A split-K plan
+// needs gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in
+// `workspace`, owned by the caller and not used by anything else until this GEMM completes
+// on `stream` (no zeroing needed).
 inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
   const Status s = check_gemm(p, cc_major, cc_minor);
   if (s != Status::kOk) return s;
   if (plan.path == Path::kWgmma && !(cc_major == 9 && cc_minor == 0)) return Status::kUnsupportedArch;
   if (!plan_supported(plan)) return Status::kUnsupportedPlan;
   if (p.m == 0 || p.n == 0) return Status::kOk;
+  if (p.k > 0 && gemm_workspace_bytes(plan, p.m, p.n) > 0) {
+    if (workspace == nullptr || workspace_bytes < gemm_workspace_bytes(plan, p.m, p.n)) return Status::kWorkspace;
+    if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return Status::kMisaligned;
+  }
   if (p.k == 0 && plan.path == Path::kWgmma) {
     // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
     PlanRequest req;
@@ -466,11 +576,12 @@ inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_majo
     const GemmPlan fallback = plan_gemm(p.m, p.n, p.k, plan.grid, cc_major, cc_minor, req);
     return launch_gemm(p, fallback, cc_major, cc_minor, stream);
   }
+  float* ws = static_cast<float*>(workspace);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3)
-    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, stream);
+    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, ws, stream);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE5M2)
-    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, stream);
-  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, stream);
+    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, ws, stream);
+  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream);
 }
 
 }  // namespace fp8::gemm
