@@ -9,11 +9,22 @@
 // in a cluster dimension is odd, the last unit's rank-1 tiles lie past the matrix: such a
 // block still runs the mainloop (its partners need its half of the shared operands and its
 // barrier arrivals) on clamped coordinates and skips the store (tile_in_range() false).
+//
+// Split-K multiplies the work: work unit w is scheduler unit w / splits and split w % splits
+// (the splits of a tile are neighbours, so blocks resident together share its A rows in L2),
+// and split s covers k-blocks split_k_range(s, splits, k_blocks).
 #pragma once
 
 #include <cstdint>
 
 namespace fp8::gemm {
+
+// K-block range [begin, end) of split s of k_blocks over `splits` (<= k_blocks): sizes differ
+// by at most one, none is empty.
+__host__ __device__ __forceinline__ void split_k_range(int s, int splits, int k_blocks, int& begin, int& end) {
+  begin = int(int64_t(s) * k_blocks / splits);
+  end = int(int64_t(s + 1) * k_blocks / splits);
+}
 
 struct TileScheduler {
   int tiles_m = 0, tiles_n = 0;
