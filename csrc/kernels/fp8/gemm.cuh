@@ -21,7 +21,7 @@
 // gemm_workspace_bytes); splitk_reduce_kernel then sums the splits in order and applies the
 // epilogue. Deterministic, no atomics, no host synchronisation (CUDA-graph safe).
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
-// What the planner picks when a request leaves it open: PlannerDefaults below.
+// What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
 //
 // Constraints (checked, Status on failure): K % 16 == 0; A, B 16-byte aligned with row

@@ -10,9 +10,10 @@
 // block still runs the mainloop (its partners need its half of the shared operands and its
 // barrier arrivals) on clamped coordinates and skips the store (tile_in_range() false).
 //
-// Split-K multiplies the work: work unit w is scheduler unit w / splits and split w % splits
-// (the splits of a tile are neighbours, so blocks resident together share its A rows in L2),
-// and split s covers k-blocks split_k_range(s, splits, k_blocks).
+// Split-K multiplies the work: work unit w is scheduler unit w / splits and split w % splits,
+// and split s covers k-blocks split_k_range(s, splits, k_blocks). Split-K plans have fewer
+// tiles than SMs, so their units run in a wave or a few; every byte of B is read by one unit
+// whatever the order, and A (M <= a few tiles) stays in L2.
 #pragma once
 
 #include <cstdint>
