@@ -21,10 +21,11 @@
 namespace fp8::gemm {
 
 // K-block range [begin, end) of split s of k_blocks over `splits` (<= k_blocks): sizes differ
-// by at most one, none is empty.
+// by at most one, none is empty. 32-bit unsigned arithmetic (a 64-bit division is a called
+// routine on the GPU): splits <= 64 and k_blocks < 2^25 (K < 2^32) keep the product < 2^31.
 __host__ __device__ __forceinline__ void split_k_range(int s, int splits, int k_blocks, int& begin, int& end) {
-  begin = int(int64_t(s) * k_blocks / splits);
-  end = int(int64_t(s + 1) * k_blocks / splits);
+  begin = int(uint32_t(s) * uint32_t(k_blocks) / uint32_t(splits));
+  end = int(uint32_t(s + 1) * uint32_t(k_blocks) / uint32_t(splits));
 }
 
 struct TileScheduler {
