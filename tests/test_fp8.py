@@ -85,6 +85,43 @@ def test_gemm_misaligned_meta_inputs_raise():
     torch.ops.kernels.fp8_gemm(wide[:, 16:80], b, s, s)  # 16 bytes in, stride 80: fine
 
 
+@pytest.mark.parametrize("split_k", [-1, 65])
+def test_gemm_bad_split_k_raises(split_k):
+    a, b, s = meta_operands(4, 8, 32)
+    with pytest.raises(ValueError, match="split_k"):
+        torch.ops.kernels.fp8_gemm(a, b, s, s, split_k=split_k)
+
+
+def test_fake_gemm_accepts_split_k():
+    a, b, s = meta_operands(1, 4096, 4096)
+    for split_k in (0, 1, 7, 64):
+        assert torch.ops.kernels.fp8_gemm(a, b, s, s, split_k=split_k).shape == (1, 4096)
+
+
+def test_gemm_planner_split_k_host():
+    """Host code of the GEMM planner (no GPU): build and run csrc/tests/fp8_plan_test.cu, which
+    checks that split-K leaves every plan that fills the SMs unchanged, respects the planner's
+    limits, picks the listed split counts for the decode shapes, and that split_k_range
+    partitions the k-blocks."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    csrc = Path(__file__).resolve().parents[1] / "csrc"
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "fp8_plan_test"
+        build = subprocess.run([nvcc, "-std=c++17", "-O2", "-I", str(csrc / "kernels"),
+                                str(csrc / "tests" / "fp8_plan_test.cu"), "-o", str(exe)],
+                               capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr[-3000:]
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "0 failure(s)" in run.stdout, run.stdout + run.stderr
+
+
 def test_quantize_bad_inputs_raise():
     s = torch.empty((), dtype=torch.float32, device="meta")
     with pytest.raises(TypeError, match="bfloat16"):
@@ -378,3 +415,73 @@ def test_gemm_empty_k_gives_bias(path):
     bias = torch.randn(7, device="cuda").to(torch.bfloat16)
     out = torch.ops.kernels.fp8_gemm(a, b, s, s, bias, path=path)
     torch.testing.assert_close(out, bias.expand(5, 7), rtol=0, atol=0)
+
+
+# ---- split-K -------------------------------------------------------------------------------------
+# K = 1040 and 2064: 9 and 17 k-blocks of 128 with a 16-deep tail, so most split counts are
+# uneven; N = 200 and 333 leave partial tiles. split_k = 0 is the planner's choice.
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("extras", [False, True], ids=["plain", "extras"])
+@pytest.mark.parametrize("split_k", [0, 2, 3, 5])
+@pytest.mark.parametrize("shape", [(1, 200, 1040), (16, 333, 2064), (128, 200, 1040), (5, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemm_split_k_matches_reference(shape, split_k, extras):
+    _need_module()
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, seed=sum(shape) + split_k, extras=extras)
+    out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=split_k)
+    _assert_gemm_close(out, ref, f"{shape} split_k={split_k}", u=_u_for({}))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [dict(path=0, block_n=64), dict(path=0, block_n=192),
+                                     dict(path=0, block_n=256), dict(path=0, persistent=1)],
+                         ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
+def test_gemm_split_k_tile_variants(variant):
+    _need_module()
+    if not _is_hopper():
+        pytest.skip("WGMMA path is sm_90a only")
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 333, 2064, E4M3, E4M3, seed=5, extras=True)
+    out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=4, **variant)
+    _assert_gemm_close(out, ref, f"split_k=4 {variant}", u=_u_for(variant))
+
+
+@pytest.mark.gpu
+def test_gemm_split_k_is_deterministic_and_graph_safe():
+    """The reduction sums the splits in order: repeated calls, and replays of a captured CUDA
+    graph (workspace from the graph's pool), give the same bits."""
+    _need_module()
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 4096, 4096, E4M3, E4M3, seed=9, extras=True)
+    first = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6)
+    _assert_gemm_close(first, ref, "split_k=6", u=_u_for({}))
+    assert torch.equal(first, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6))
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6)  # warm-up outside capture
+        with torch.cuda.graph(graph):
+            captured = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6)
+    torch.cuda.current_stream().wait_stream(stream)
+    captured.fill_(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, first)
+
+
+@pytest.mark.gpu
+def test_gemm_plan_split_k():
+    """The planner splits decode-sized problems that leave SMs idle, never ones that fill the
+    GPU; forced counts are capped at the k-blocks; the workspace size follows the plan."""
+    _need_module()
+    if not _is_hopper():
+        pytest.skip("split-K is a WGMMA-path plan (sm_90a)")
+    decode = fp8_ops.gemm_plan(1, 4096, 4096)
+    assert decode["split_k"] > 1 and decode["workspace_bytes"] == decode["split_k"] * 1 * 4096 * 4, decode
+    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 4096)]:
+        plan = fp8_ops.gemm_plan(m, n, k)
+        assert plan["split_k"] == 1 and plan["workspace_bytes"] == 0, plan
+    assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=1)["split_k"] == 1
+    assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=7)["split_k"] == 7
+    assert fp8_ops.gemm_plan(1, 96, 272, split_k=8)["split_k"] == 3  # 3 k-blocks
+    assert fp8_ops.gemm_plan(1, 4096, 4096, path=1, split_k=4)["split_k"] == 1  # mma.sync: never split

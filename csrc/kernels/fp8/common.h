@@ -75,6 +75,7 @@ enum class Status {
   kTensorMapFailed,
   kLaunchFailed,
   kUnsupportedPlan,     // a forced (block_n, accumulation, cluster, ...) combination with no kernel
+  kWorkspace,           // a split-K plan without (enough) workspace
 };
 
 inline const char* status_string(Status s) {
@@ -91,7 +92,8 @@ inline const char* status_string(Status s) {
     case Status::kUnsupportedPlan:
       return "unsupported GEMM plan: promoted accumulation needs block_n 64, 128, 176 or 192 "
              "(ping-pong and fast at 128 only, 256 fast only; overlap at 128 / 176 / 192), promote_every 1 or 2, "
-             "cluster 0-3";
+             "cluster 0-3, split_k 1-64 (WGMMA path only)";
+    case Status::kWorkspace: return "split-K plan without a workspace of gemm_workspace_bytes(plan, m, n) bytes";
   }
   return "unknown";
 }

@@ -84,7 +84,7 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
 }
 
 fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
-                               int64_t promote_every, int64_t cluster, int64_t group_m) {
+                               int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
   TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 ||
                         block_n == 256,
@@ -97,6 +97,8 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
   TORCH_CHECK_VALUE(cluster >= -1 && cluster <= 3,
                     "cluster must be -1 (auto), 0 (none), 1 (pair along M), 2 (pair along N) or 3 (2 x 2)");
   TORCH_CHECK_VALUE(group_m >= 0 && group_m <= 1024, "group_m must be 0 (auto) or 1..1024");
+  TORCH_CHECK_VALUE(split_k >= 0 && split_k <= fp8::gemm::kMaxSplitK, "split_k must be 0 (auto), 1 (none) or 2..",
+                    fp8::gemm::kMaxSplitK, ", got ", split_k);
   fp8::gemm::PlanRequest req;
   req.force_path = int(path);
   req.force_block_n = int(block_n);
@@ -105,14 +107,16 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
   req.promote_every = int(promote_every);
   req.cluster = int(cluster);
   req.group_m = int(group_m);
+  req.split_k = int(split_k);
   return req;
 }
 
 pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent,
-                    int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m) {
+                    int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
-                                       request(path, block_n, persistent, accum, promote_every, cluster, group_m));
+  const auto pl = fp8::gemm::plan_gemm(
+      m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
+      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   const bool wgmma = pl.path == fp8::gemm::Path::kWgmma;
   pybind11::dict d;
   d["path"] = fp8::gemm::path_name(pl.path);
@@ -125,6 +129,9 @@ pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block
   d["promote_every"] = pl.promote_every;
   d["cluster"] = fp8::gemm::cluster_name(pl.cluster);
   d["group_m"] = pl.group_m;
+  d["split_k"] = pl.split_k;
+  // fp32 partials the binding allocates per call when split_k > 1
+  d["workspace_bytes"] = fp8::gemm::gemm_workspace_bytes(pl, m, n);
   d["supported"] = fp8::gemm::plan_supported(pl);
   // the WGMMA accumulator only, no fp32 promotion (block_n = 256 or accum = fast)
   d["fast_accum"] = wgmma && pl.accum == fp8::gemm::AccumMode::kFast;
@@ -135,7 +142,7 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
           const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path,
           int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster,
-          int64_t group_m) {
+          int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor");
   check_on(b, a, "b");
   check_on(out, a, "out");
@@ -174,14 +181,24 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
 
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
-                                       request(path, block_n, persistent, accum, promote_every, cluster, group_m));
-  const fp8::Status s = fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream());
+  const auto pl = fp8::gemm::plan_gemm(
+      p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
+      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
+  // Split-K partials: from the caching allocator on the current stream (stream-ordered reuse,
+  // capturable in CUDA graphs); released when this returns, after the launches are queued.
+  const size_t workspace_bytes = p.k > 0 ? fp8::gemm::gemm_workspace_bytes(pl, p.m, p.n) : 0;
+  at::Tensor workspace;
+  if (workspace_bytes > 0)
+    workspace = at::empty({int64_t(workspace_bytes / sizeof(float))}, a.options().dtype(at::kFloat));
+  const fp8::Status s =
+      fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
+                             workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
   switch (s) {
     case fp8::Status::kOk: return;
     case fp8::Status::kUnsupportedK:
     case fp8::Status::kMisaligned:
     case fp8::Status::kUnsupportedPlan:
+    case fp8::Status::kWorkspace:
       TORCH_CHECK_VALUE(false, "fp8 gemm: ", fp8::status_string(s), " (M=", p.m, ", N=", p.n, ", K=", p.k, ")");
     case fp8::Status::kUnsupportedFormats:
       TORCH_CHECK_TYPE(false, "fp8 gemm: ", fp8::status_string(s), " ", fp8::format_name(p.a_format), " x ",
@@ -205,13 +222,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"),
         py::arg("bias"), py::arg("row_scale"), py::arg("col_scale"), py::arg("out"),
         py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0,
+        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
         "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
-        "promote_every/cluster/group_m override the planner (-1/0/-1/-1/0/-1/0 = auto); accum 0 "
-        "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair along M, 2 pair along N, 3 2 x 2.");
+        "promote_every/cluster/group_m/split_k override the planner (-1/0/-1/-1/0/-1/0/0 = auto); accum 0 "
+        "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair "
+        "along M, 2 pair along N, 3 2 x 2; split_k 1 none, n: K in n slices summed by a reduction kernel "
+        "(fp32 workspace allocated here).");
   m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
         py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0,
-        "The planner's choice for this problem on the current device (path, tile, grid).");
+        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
+        "The planner's choice for this problem on the current device (path, tile, grid, split_k, "
+        "workspace_bytes).");
 }

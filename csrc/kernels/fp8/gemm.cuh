@@ -1,5 +1,5 @@
 // FP8 GEMM umbrella: the two kernels composed from gemm/{policy, load, scheduler, mainloop,
-// epilogue}, the host planner and the launcher. No torch here.
+// epilogue} and the launcher; the host planner is gemm/plan.cuh. No torch here.
 //
 //   D[M, N] (bf16) = A[M, K] (fp8, K-major) @ B[N, K]^T (fp8, K-major)
 //                    * scale_a * scale_b [* row_scale[m]] [* col_scale[n]] [+ bias[n]]
@@ -15,8 +15,13 @@
 //   fast_store (Epilogue::store_wgmma_fragment).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
+// Split-K (GemmPlan::split_k > 1, for problems whose tiles leave SMs idle): a work unit is
+// (tile, split); split s accumulates k-blocks [s * kb / S, (s + 1) * kb / S) as above and
+// stores its fp32 partial (times scale_a * scale_b) to a workspace (SplitKPartials, size from
+// gemm_workspace_bytes); splitk_reduce_kernel then sums the splits in order and applies the
+// epilogue. Deterministic, no atomics, no host synchronisation (CUDA-graph safe).
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
-// What the planner picks when a request leaves it open: PlannerDefaults below.
+// What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
 //
 // Constraints (checked, Status on failure): K % 16 == 0; A, B 16-byte aligned with row
@@ -33,6 +38,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/load.cuh"
 #include "gemm/mainloop.cuh"
+#include "gemm/plan.cuh"
 #include "gemm/policy.cuh"
 #include "gemm/scheduler.cuh"
 
@@ -44,7 +50,7 @@ template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const GemmParams p, const TileScheduler sched, const int promote_every,
-                     const bool fast_store) {
+                     const bool fast_store, const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -59,6 +65,14 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   // all blocks of a cluster walk the same units in the same order, so their rings stay in step
   const int first_unit = blockIdx.x / role.size, unit_stride = gridDim.x / role.size;
+  // Work unit w = (scheduler unit w / splits, split w % splits) (scheduler.cuh). Every split
+  // has at least one k-block (the planner keeps splits <= k_blocks).
+  const int splits = split.splits;
+  const int num_work = sched.num_units() * splits;
+  const auto k_range = [&](int work, int& tile_unit, int& kb_begin, int& kb_end) {
+    tile_unit = work / splits;
+    split_k_range(work - tile_unit * splits, splits, k_blocks, kb_begin, kb_end);
+  };
   PipelineState st;
   if (warpgroup == 0) {
     // ---- producer
@@ -66,14 +80,15 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&map_a);
       prefetch_tensor_map(&map_b);
-      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
-        int m_block, n_block;
+      for (int work = first_unit; work < num_work; work += unit_stride) {
+        int unit, kb_begin, kb_end, m_block, n_block;
+        k_range(work, unit, kb_begin, kb_end);
         sched.tile_coord(unit, role.rank, m_block, n_block);
         // a tile past the matrix (odd tile count in a cluster dimension) loads the last real
         // tile's rows instead: its partners still need its multicast halves and arrivals
         m_block = min(m_block, sched.tiles_m - 1);
         n_block = min(n_block, sched.tiles_n - 1);
-        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, k_blocks, st, role);
+        Mainloop::produce_tile(storage, &map_a, &map_b, m_block, n_block, kb_begin, kb_end, st, role);
       }
     }
   } else {
@@ -83,43 +98,51 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     // WGMMA m64nN fragment: row 16 * warp + lane / 4 (+8), col 8j + 2 (lane % 4)
-    const auto store_tile = [&](int m_block, int n_block, const float (&acc)[Policy::kAccRegs]) {
+    const auto store_tile = [&](int work, int m_block, int n_block, const float (&acc)[Policy::kAccRegs]) {
       const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col0 = int64_t(n_block) * Policy::kBN + 2 * (lane % 4);
-      epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+      if (splits > 1) {
+        split.store_wgmma_fragment<Policy::kBN>(work % splits, row, col0, acc, Policy::kPromote ? 1.f : epi.alpha);
+      } else {
+        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+      }
     };
     if constexpr (Policy::kAccum == AccumMode::kPromoteOverlap) {
       // The next tile's first k-block goes out before this tile's stores. The store is written
       // out on both sides of "is there a next tile" so that no path joins with partial in
       // flight on one side only (ptxas would wait for it there: C7517, and nothing overlaps).
       float acc[Policy::kAccRegs], partial[Policy::kAccRegs];
-      int unit = first_unit;
-      if (unit < sched.num_units()) {
+      int work = first_unit;
+      if (work < num_work) {
         int first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
         for (;;) {
-          int m_block, n_block;
+          int unit, kb_begin, kb_end, m_block, n_block;
+          k_range(work, unit, kb_begin, kb_end);
           sched.tile_coord(unit, role.rank, m_block, n_block);
-          Mainloop::finish_tile(storage, consumer, k_blocks, first_stage, acc, partial, st, role, epi.alpha);
+          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role,
+                                epi.alpha);
           const bool in_range = sched.tile_in_range(m_block, n_block);
-          unit += unit_stride;
-          if (unit < sched.num_units()) {
+          const int done = work;
+          work += unit_stride;
+          if (work < num_work) {
             first_stage = Mainloop::begin_tile(storage, consumer, partial, st);
-            if (in_range) store_tile(m_block, n_block, acc);
+            if (in_range) store_tile(done, m_block, n_block, acc);
           } else {
-            if (in_range) store_tile(m_block, n_block, acc);
+            if (in_range) store_tile(done, m_block, n_block, acc);
             break;
           }
         }
       }
     } else {
-      for (int unit = first_unit; unit < sched.num_units(); unit += unit_stride) {
-        int m_block, n_block;
+      for (int work = first_unit; work < num_work; work += unit_stride) {
+        int unit, kb_begin, kb_end, m_block, n_block;
+        k_range(work, unit, kb_begin, kb_end);
         sched.tile_coord(unit, role.rank, m_block, n_block);
         float acc[Policy::kAccRegs];
 #pragma unroll
         for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-        Mainloop::consume_tile(storage, consumer, k_blocks, acc, st, role, promote_every, epi.alpha);
-        if (sched.tile_in_range(m_block, n_block)) store_tile(m_block, n_block, acc);
+        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, epi.alpha);
+        if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
   }
@@ -174,140 +197,7 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 #endif
 }
 
-// ---- host planning --------------------------------------------------------------------------
-
-// The planner's choices when a request leaves them open (sm_90a path): the one place to flip
-// after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
-struct PlannerDefaults {
-  // Promoted (fp32) accumulation for BN <= 192; kFast is only ever taken when asked for (or
-  // with block_n = 256), since it changes results, not just speed. H200, sustained fp8_test
-  // timing, 4096^3 / 8192^3 TFLOP/s (fast stores): promotion every 2 k-blocks (256-deep
-  // partial sums) 911 / 1023 at BN 128, 994 / 1138 at BN 176, 941 / 1141 at BN 192, against
-  // ping-pong promotion every k-block 907 / 996 and every k-block with one partial 861 / 916;
-  // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
-  // (tests/test_fp8.py).
-  static constexpr AccumMode kAccum = AccumMode::kPromote;
-  static constexpr int kPromoteEvery = 2;                 // k-blocks per promotion (kPromote)
-  static constexpr ClusterMode kCluster = ClusterMode::kNone;
-  static constexpr int kGroupM = 8;                       // raster group height in tiles
-  // Unchecked stores for interior tiles without row / column scales or bias (same results,
-  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
-  static constexpr bool kFastStore = true;
-};
-
-struct GemmPlan {
-  Path path = Path::kWgmma;
-  int block_m = 128, block_n = 128;
-  int tiles = 0, grid = 0;  // grid in blocks (a multiple of the cluster size)
-  bool persistent = true;
-  AccumMode accum = PlannerDefaults::kAccum;
-  int promote_every = PlannerDefaults::kPromoteEvery;
-  ClusterMode cluster = ClusterMode::kNone;
-  int group_m = PlannerDefaults::kGroupM;
-  bool fast_store = PlannerDefaults::kFastStore;
-};
-
-struct PlanRequest {
-  int force_path = -1;     // -1 auto, else Path
-  int force_block_n = 0;   // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
-  int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
-  int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
-  int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
-  int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
-  int group_m = 0;         // 0 auto, else raster group height in tiles
-  int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
-};
-
-// The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
-inline bool has_kernel(int block_n, AccumMode accum) {
-  switch (block_n) {
-    case 64: return accum == AccumMode::kPromote;
-    case 128: return int(accum) >= 0 && int(accum) <= 3;
-    case 176:
-    case 192: return accum == AccumMode::kPromote || accum == AccumMode::kPromoteOverlap;
-    case 256: return accum == AccumMode::kFast;
-    default: return false;
-  }
-}
-
-inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
-
-// Tile shape from the problem and the SM count: among the candidate BN (128 / 64 promoted,
-// 256 / 128 / 64 with fast accumulation), maximise (fraction of the last wave that is busy) x
-// (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
-// take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
-// without one falls back to it). block_n = 256 implies fast accumulation unless the request
-// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 176 and 192
-// exist for the promoted modes only; the score picks 176 at 4096^3 (768 tiles, 5.8 of 6
-// waves busy) and 192 at 8192^3, as measured best there.
-inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
-                          const PlanRequest& req = {}) {
-  (void)k;
-  GemmPlan plan;
-  const bool hopper = cc_major == 9 && cc_minor == 0;
-  plan.path = req.force_path >= 0 ? Path(req.force_path) : (hopper ? Path::kWgmma : Path::kMmaSync);
-  plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
-  plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
-  int cluster_size = 1;
-  if (plan.path == Path::kWgmma) {
-    plan.block_m = 128;
-    plan.accum = req.accum >= 0           ? AccumMode(req.accum)
-                 : req.force_block_n == 256 ? AccumMode::kFast
-                                            : PlannerDefaults::kAccum;
-    plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
-    if (req.force_block_n > 0) {
-      plan.block_n = req.force_block_n;
-    } else {
-      double best = -1.0;
-      for (int bn : {256, 192, 176, 128, 64}) {
-        if (bn == 256 && plan.accum != AccumMode::kFast) continue;
-        if ((bn == 192 || bn == 176) && !has_kernel(bn, plan.accum)) continue;
-        const int64_t tiles = tiles_for(m, n, plan.block_m, bn);
-        const int64_t waves = ceil_div<int64_t>(tiles, num_sms);
-        const double wave_fill = double(tiles) / double(waves * num_sms);
-        const double intensity = double(plan.block_m) * bn / double(plan.block_m + bn);
-        const double score = wave_fill * intensity;
-        if (score > best * 1.0001) {
-          best = score;
-          plan.block_n = bn;
-        }
-      }
-    }
-    // BN 64, 176 and 192 have only the kPromote kernel
-    if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
-    if (req.cluster >= 0) {
-      plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
-    } else {
-      // the default, minus any cluster dimension the problem has a single tile in
-      const ClusterMode c = PlannerDefaults::kCluster;
-      const bool along_m = cluster_m_of(c) > 1 && ceil_div<int64_t>(m, plan.block_m) >= 2;
-      const bool along_n = cluster_n_of(c) > 1 && ceil_div<int64_t>(n, plan.block_n) >= 2;
-      plan.cluster = along_m && along_n ? ClusterMode::kQuad
-                     : along_m          ? ClusterMode::kPairM
-                     : along_n          ? ClusterMode::kPairN
-                                        : ClusterMode::kNone;
-    }
-    if (int(plan.cluster) >= 0 && int(plan.cluster) <= 3)
-      cluster_size = cluster_m_of(plan.cluster) * cluster_n_of(plan.cluster);
-  } else {
-    plan.block_m = Sm89Policy::kBM;
-    plan.block_n = Sm89Policy::kBN;
-    plan.cluster = ClusterMode::kNone;
-  }
-  plan.tiles = int(tiles_for(m, n, plan.block_m, plan.block_n));
-  plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
-  if (plan.path == Path::kMmaSync) {
-    // two 256-thread blocks (40 KB shared each) fit an SM comfortably
-    plan.grid = plan.persistent ? (plan.tiles < 2 * num_sms ? plan.tiles : 2 * num_sms) : plan.tiles;
-  } else {
-    const int64_t units = ceil_div<int64_t>(m, plan.block_m * cluster_m_of(plan.cluster)) *
-                          ceil_div<int64_t>(n, plan.block_n * cluster_n_of(plan.cluster));
-    const int64_t resident = num_sms / cluster_size;
-    plan.grid = int((plan.persistent ? (units < resident ? units : resident) : units) * cluster_size);
-  }
-  if (plan.grid < 1) plan.grid = 1;
-  return plan;
-}
+// ---- host: checks and launch ----------------------------------------------------------------
 
 inline Status check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
   if (cc_major * 10 + cc_minor < 89) return Status::kUnsupportedArch;
@@ -316,14 +206,6 @@ inline Status check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
   const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (!aligned16(p.a) || !aligned16(p.b) || p.lda % 16 != 0 || p.ldb % 16 != 0) return Status::kMisaligned;
   return Status::kOk;
-}
-
-// A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
-inline bool plan_supported(const GemmPlan& plan) {
-  if (plan.path != Path::kWgmma) return true;
-  if (plan.promote_every != 1 && plan.promote_every != 2) return false;
-  if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
-  return has_kernel(plan.block_n, plan.accum);
 }
 
 inline cudaLaunchAttribute cluster_attribute(int size) {
@@ -362,8 +244,17 @@ int max_active_clusters(int size) {
   return slot;
 }
 
+// The split-K reduction after the GEMM kernel, on the same stream.
+inline Status launch_splitk_reduce(const GemmParams& p, const SplitKPartials& split, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t quads = split.m * ((split.n + 3) / 4);
+  const int64_t blocks = ceil_div<int64_t>(quads, kThreads);
+  splitk_reduce_kernel<kThreads><<<int(blocks < 16384 ? blocks : 16384), kThreads, 0, stream>>>(p, split);
+  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+}
+
 template <int kBlockN, AccumMode kAccum, Format FA, Format FB>
-Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
+Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
   using Policy = Sm90Policy<kBlockN, kAccum>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
@@ -384,11 +275,18 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
     return Status::kLaunchFailed;
   const int promote_every = plan.promote_every;
   const bool fast_store = plan.fast_store;
+  SplitKPartials split;
+  split.splits = plan.split_k;
+  split.partials = workspace;
+  split.m = p.m;
+  split.n = p.n;
+  split.ldw = SplitKPartials::row_stride(p.n);
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
-                                                                          fast_store);
-    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+                                                                          fast_store, split);
+    if (cudaGetLastError() != cudaSuccess) return Status::kLaunchFailed;
+    return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
   }
   int grid = plan.grid;
   if (plan.persistent) {
@@ -403,11 +301,11 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store) != cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store, split) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::kLaunchFailed;
   }
-  return Status::kOk;
+  return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
 }
 
 template <Format FA, Format FB>
@@ -421,43 +319,50 @@ Status launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t strea
 }
 
 template <Format FA, Format FB>
-Status launch_formats(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
+Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
-    case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, stream);
+    case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
     case 128:
       switch (plan.accum) {
-        case AccumMode::kPromote: return launch_sm90<128, AccumMode::kPromote, FA, FB>(p, plan, stream);
+        case AccumMode::kPromote: return launch_sm90<128, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
         case AccumMode::kPromotePingPong:
-          return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, stream);
-        case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, stream);
+          return launch_sm90<128, AccumMode::kPromotePingPong, FA, FB>(p, plan, ws, stream);
+        case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
         case AccumMode::kPromoteOverlap:
-          return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream);
+          return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream);
       }
       return Status::kUnsupportedPlan;
     case 176:
       return plan.accum == AccumMode::kPromoteOverlap
-                 ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
-                 : launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, stream);
+                 ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
+                 : launch_sm90<176, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     case 192:
       return plan.accum == AccumMode::kPromoteOverlap
-                 ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, stream)
-                 : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, stream);
-    case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, stream);
+                 ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
+                 : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
+    case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     default: return Status::kUnsupportedPlan;
   }
 }
 
 // Runtime formats -> template instance, in one place. The plan must come from plan_gemm
-// for the same device; the checks run again here so no caller can skip them.
+// for the same device; the checks run again here so no caller can skip them. A split-K plan
+// needs gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in
+// `workspace`, owned by the caller and not used by anything else until this GEMM completes
+// on `stream` (no zeroing needed).
 inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
   const Status s = check_gemm(p, cc_major, cc_minor);
   if (s != Status::kOk) return s;
   if (plan.path == Path::kWgmma && !(cc_major == 9 && cc_minor == 0)) return Status::kUnsupportedArch;
   if (!plan_supported(plan)) return Status::kUnsupportedPlan;
   if (p.m == 0 || p.n == 0) return Status::kOk;
+  if (p.k > 0 && gemm_workspace_bytes(plan, p.m, p.n) > 0) {
+    if (workspace == nullptr || workspace_bytes < gemm_workspace_bytes(plan, p.m, p.n)) return Status::kWorkspace;
+    if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return Status::kMisaligned;
+  }
   if (p.k == 0 && plan.path == Path::kWgmma) {
     // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
     PlanRequest req;
@@ -466,11 +371,12 @@ inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_majo
     const GemmPlan fallback = plan_gemm(p.m, p.n, p.k, plan.grid, cc_major, cc_minor, req);
     return launch_gemm(p, fallback, cc_major, cc_minor, stream);
   }
+  float* ws = static_cast<float*>(workspace);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3)
-    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, stream);
+    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, ws, stream);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE5M2)
-    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, stream);
-  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, stream);
+    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, ws, stream);
+  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream);
 }
 
 }  // namespace fp8::gemm

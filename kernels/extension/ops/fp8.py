@@ -8,12 +8,16 @@
   ``[rows, K]`` (empty when ``transpose=False``), ``amax = max|x|`` (float32 scalar, input
   domain). x bf16, scale a float32 scalar tensor (the multiplier, e.g. ``448 / amax``).
 * ``torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, path,
-  block_n, persistent) -> out``: ``out[M, N] = a[M, K] @ b[N, K]^T * scale_a * scale_b
+  block_n, persistent, split_k) -> out``: ``out[M, N] = a[M, K] @ b[N, K]^T * scale_a * scale_b
   (* row_scale[:, None]) (* col_scale) (+ bias)`` in bf16; ``scale_a/scale_b`` are dequant
   factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. ``path`` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
-  ``block_n`` 0 auto / 64 / 128 / 176 / 192 / 256; ``persistent`` -1 auto / 0 / 1. Accuracy:
+  ``block_n`` 0 auto / 64 / 128 / 176 / 192 / 256; ``persistent`` -1 auto / 0 / 1; ``split_k``
+  0 auto / 1 none / 2..64 slices of K (WGMMA path; the planner splits only problems whose tiles
+  leave SMs idle, e.g. decode-sized M; the slices' fp32 partials go to a workspace the op
+  allocates from torch's caching allocator and a second kernel sums them in order, so results
+  are deterministic). Accuracy:
   every configuration accumulates in fp32 (WGMMA promotes the partial sum of every two
   128-deep k-blocks into fp32 registers; the error stays that of torch._scaled_mm's default),
   except ``path=0, block_n=256``, which keeps the WGMMA accumulator only (faster, like
@@ -110,11 +114,16 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
             raise ValueError(f"{name} must be contiguous")
 
 
-def check_plan_args(path, block_n, persistent) -> None:
+MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
+
+
+def check_plan_args(path, block_n, persistent, split_k=0) -> None:
     for name, value, allowed in (("path", path, (-1, 0, 1)), ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
                                  ("persistent", persistent, (-1, 0, 1))):
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    if isinstance(split_k, bool) or not isinstance(split_k, int) or not 0 <= split_k <= MAX_SPLIT_K:
+        raise ValueError(f"split_k must be 0 (auto), 1 (none) or 2..{MAX_SPLIT_K}, got {split_k!r}")
 
 
 def check_path_on_device(device, path) -> None:
@@ -168,27 +177,28 @@ def _(x, scale, fp8_dtype, rowwise=True, transpose=False):
 def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
              bias: torch.Tensor | None = None, row_scale: torch.Tensor | None = None,
              col_scale: torch.Tensor | None = None, path: int = -1, block_n: int = 0,
-             persistent: int = -1) -> torch.Tensor:
+             persistent: int = -1, split_k: int = 0) -> torch.Tensor:
     check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=True)
-    check_plan_args(path, block_n, persistent)
+    check_plan_args(path, block_n, persistent, split_k)
     check_path_on_device(a.device, path)
     module = loader.load(MODULE)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
     module.gemm(a, b, scale_a.reshape(1), scale_b.reshape(1), bias, row_scale, col_scale, out,
-                path, block_n, persistent)
+                path, block_n, persistent, split_k=split_k)
     return out
 
 
 @fp8_gemm.register_fake
 def _(a, b, scale_a, scale_b, bias=None, row_scale=None, col_scale=None, path=-1, block_n=0,
-      persistent=-1):
+      persistent=-1, split_k=0):
     check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale)
-    check_plan_args(path, block_n, persistent)
+    check_plan_args(path, block_n, persistent, split_k)
     return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16)
 
 
-def gemm_plan(m: int, n: int, k: int, path: int = -1, block_n: int = 0, persistent: int = -1) -> dict:
-    """The host planner's choice (path, block_m, block_n, tiles, grid, persistent, fast_accum)
-    on this GPU."""
-    check_plan_args(path, block_n, persistent)
-    return dict(loader.load(MODULE).plan(m, n, k, path, block_n, persistent))
+def gemm_plan(m: int, n: int, k: int, path: int = -1, block_n: int = 0, persistent: int = -1,
+              split_k: int = 0) -> dict:
+    """The host planner's choice (path, block_m, block_n, tiles, grid, persistent, split_k,
+    workspace_bytes, fast_accum) on this GPU."""
+    check_plan_args(path, block_n, persistent, split_k)
+    return dict(loader.load(MODULE).plan(m, n, k, path, block_n, persistent, split_k=split_k))

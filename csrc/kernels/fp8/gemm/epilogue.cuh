@@ -1,5 +1,7 @@
 // FP8 GEMM epilogue: dequantise the f32 accumulators (per-tensor scales, then optional
 // per-row / per-column scales), add the bias, round to bf16 and store with M / N predication.
+// With split-K (SplitKPartials) the GEMM kernel stores fp32 partial sums instead, and
+// splitk_reduce_kernel sums them in split order and runs this epilogue.
 //
 // Both MMA paths hand over accumulators in the same pairs: for every 8-column group a thread
 // holds (row, col) and (row, col + 1) with col even (WGMMA m64nN and mma.sync m16n8 share this
@@ -108,5 +110,68 @@ struct Epilogue {
     }
   }
 };
+
+// Split-K workspace: split s of the K range writes its fp32 partial sum of D, already
+// multiplied by scale_a * scale_b, to partials[s][row][col] (row stride ldw = n rounded up
+// to 4, so the reduction reads aligned float4 and a fragment's (col, col + 1) pair never
+// leaves its row). Only rows < m and columns < n are written; nothing needs zeroing, and
+// each element has exactly one writer per split: deterministic, no atomics.
+struct SplitKPartials {
+  float* partials = nullptr;
+  int splits = 1;
+  int64_t m = 0, n = 0, ldw = 0;
+
+  __host__ __device__ static int64_t row_stride(int64_t n) { return (n + 3) / 4 * 4; }
+  __host__ __device__ static size_t bytes(int splits, int64_t m, int64_t n) {
+    return splits > 1 ? size_t(splits) * size_t(m) * size_t(row_stride(n)) * sizeof(float) : 0;
+  }
+
+  // One thread's part of a WGMMA m64 x kN accumulator (the layout of
+  // Epilogue::store_wgmma_fragment); scale is 1 for accumulators that carry alpha already.
+  template <int kN>
+  __device__ __forceinline__ void store_wgmma_fragment(int split, int64_t row, int64_t col0,
+                                                       const float (&acc)[kN / 2], float scale) const {
+    float* base = partials + int64_t(split) * m * ldw;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t r = row + 8 * half;
+      if (r >= m) continue;
+      float* out = base + r * ldw + col0;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        if (col0 + 8 * j < n) {
+          *reinterpret_cast<float2*>(out + 8 * j) =
+              make_float2(acc[4 * j + 2 * half] * scale, acc[4 * j + 2 * half + 1] * scale);
+        }
+      }
+    }
+  }
+};
+
+// D = epilogue(sum over splits of the partials), summed in split order (deterministic). One
+// thread per 4 columns of a row: float4 loads of every split, then two store_pair calls (row
+// and column scales, bias, bf16 rounding, M / N predication as the unsplit epilogue).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const GemmParams p, const SplitKPartials w) {
+  const Epilogue epi = Epilogue::make(p);
+  const int64_t quads_per_row = (w.n + 3) / 4;
+  const int64_t total = w.m * quads_per_row;
+  const int64_t split_stride = w.m * w.ldw;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / quads_per_row, col = (i - row * quads_per_row) * 4;
+    const float* src = w.partials + row * w.ldw + col;
+    float4 sum = __ldg(reinterpret_cast<const float4*>(src));
+    for (int s = 1; s < w.splits; ++s) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(src + s * split_stride));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const float factor = epi.row_factor(row, 1.f);
+    epi.store_pair(row, col, sum.x, sum.y, factor);
+    epi.store_pair(row, col + 2, sum.z, sum.w, factor);
+  }
+}
 
 }  // namespace fp8::gemm

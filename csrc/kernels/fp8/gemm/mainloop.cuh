@@ -102,17 +102,18 @@ struct Sm90Mainloop {
     fence_barrier_init();
   }
 
-  // One elected thread: stream the k-blocks of one output tile into the ring. Every block
+  // One elected thread: stream k-blocks [kb_begin, kb_end) of one output tile into the ring
+  // (all of K, or one split-K slice of it). Every block
   // arms its own full[s] with the whole stage (its own loads plus its partners' multicast
   // halves); a multicast half may land before the arming, which mbarrier transaction counts
   // allow. It cannot land early by a whole phase: its sender first waited for this block's
   // consumers to free the stage (they arrive on the sender's empty[s] too).
   __device__ __forceinline__ static void produce_tile(const Storage& s, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, int m_block,
-                                                      int n_block, int k_blocks, PipelineState& st,
+                                                      int n_block, int kb_begin, int kb_end, PipelineState& st,
                                                       const ClusterRole& role) {
     constexpr int kHalfA = Policy::kBM / 2, kHalfB = Policy::kBN / 2;
-    for (int kb = 0; kb < k_blocks; ++kb) {
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
       mbarrier_wait(s.empty(st.stage), st.phase ^ 1u);
       uint64_t* full = s.full(st.stage);
       mbarrier_arrive_expect_tx(full, Policy::kStageBytes);

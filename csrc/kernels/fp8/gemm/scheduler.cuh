@@ -9,11 +9,24 @@
 // in a cluster dimension is odd, the last unit's rank-1 tiles lie past the matrix: such a
 // block still runs the mainloop (its partners need its half of the shared operands and its
 // barrier arrivals) on clamped coordinates and skips the store (tile_in_range() false).
+//
+// Split-K multiplies the work: work unit w is scheduler unit w / splits and split w % splits,
+// and split s covers k-blocks split_k_range(s, splits, k_blocks). Split-K plans have fewer
+// tiles than SMs, so their units run in a wave or a few; every byte of B is read by one unit
+// whatever the order, and A (M <= a few tiles) stays in L2.
 #pragma once
 
 #include <cstdint>
 
 namespace fp8::gemm {
+
+// K-block range [begin, end) of split s of k_blocks over `splits` (<= k_blocks): sizes differ
+// by at most one, none is empty. 32-bit unsigned arithmetic (a 64-bit division is a called
+// routine on the GPU): splits <= 64 and k_blocks < 2^25 (K < 2^32) keep the product < 2^31.
+__host__ __device__ __forceinline__ void split_k_range(int s, int splits, int k_blocks, int& begin, int& end) {
+  begin = int(uint32_t(s) * uint32_t(k_blocks) / uint32_t(splits));
+  end = int(uint32_t(s + 1) * uint32_t(k_blocks) / uint32_t(splits));
+}
 
 struct TileScheduler {
   int tiles_m = 0, tiles_n = 0;

@@ -1,0 +1,219 @@
+// FP8 GEMM host planning: the planner's defaults, the plan and request types, plan_gemm (tile
+// shape, accumulation, clusters, persistence, split-K from the problem and the SM count),
+// plan_supported and the split-K workspace size. Host code only: nothing here instantiates a
+// kernel, so planner tests (csrc/tests/fp8_plan_test.cu) build without the kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../common.h"
+#include "epilogue.cuh"
+#include "policy.cuh"
+
+namespace fp8::gemm {
+
+// The planner's choices when a request leaves them open (sm_90a path): the one place to flip
+// after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
+struct PlannerDefaults {
+  // Promoted (fp32) accumulation for BN <= 192; kFast is only ever taken when asked for (or
+  // with block_n = 256), since it changes results, not just speed. H200, sustained fp8_test
+  // timing, 4096^3 / 8192^3 TFLOP/s (fast stores): promotion every 2 k-blocks (256-deep
+  // partial sums) 911 / 1023 at BN 128, 994 / 1138 at BN 176, 941 / 1141 at BN 192, against
+  // ping-pong promotion every k-block 907 / 996 and every k-block with one partial 861 / 916;
+  // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
+  // (tests/test_fp8.py).
+  static constexpr AccumMode kAccum = AccumMode::kPromote;
+  static constexpr int kPromoteEvery = 2;                 // k-blocks per promotion (kPromote)
+  static constexpr ClusterMode kCluster = ClusterMode::kNone;
+  static constexpr int kGroupM = 8;                       // raster group height in tiles
+  // Unchecked stores for interior tiles without row / column scales or bias (same results,
+  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
+  static constexpr bool kFastStore = true;
+  // Split-K when the tiles leave SMs idle (tiles < SM count; never otherwise, so every plan
+  // that fills the GPU is unchanged). Among split counts S with at least kSplitMinKBlocks
+  // k-blocks per split and at most kSplitMaxWaves waves of (tile, split) units, the planner
+  // takes the lowest estimated time in k-block steps of one block:
+  //   waves(S) * (ceil(k_blocks / S) + kSplitUnitCost)
+  //   + (S > 1: kSplitReduceCost + the partials' write and read per SM, in k-block loads)
+  // and keeps S = 1 unless that estimate is kSplitMinGain lower. The costs are estimates
+  // until the H200 measures fp8_test --time-only splitk (forced split counts sit beside).
+  static constexpr int kSplitMinKBlocks = 4;
+  static constexpr int kSplitMaxWaves = 4;
+  static constexpr int kSplitMax = 32;
+  static constexpr double kSplitUnitCost = 1.0;     // pipeline fill and partial store per unit
+  static constexpr double kSplitReduceCost = 8.0;   // second launch (~2-3 us of k-blocks)
+  static constexpr double kSplitMinGain = 0.97;
+};
+
+// Largest split count a request may force (each split needs at least one k-block as well).
+constexpr int kMaxSplitK = 64;
+
+struct GemmPlan {
+  Path path = Path::kWgmma;
+  int block_m = 128, block_n = 128;
+  int tiles = 0, grid = 0;  // grid in blocks (a multiple of the cluster size)
+  bool persistent = true;
+  AccumMode accum = PlannerDefaults::kAccum;
+  int promote_every = PlannerDefaults::kPromoteEvery;
+  ClusterMode cluster = ClusterMode::kNone;
+  int group_m = PlannerDefaults::kGroupM;
+  bool fast_store = PlannerDefaults::kFastStore;
+  int split_k = 1;          // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
+};
+
+struct PlanRequest {
+  int force_path = -1;     // -1 auto, else Path
+  int force_block_n = 0;   // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
+  int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
+  int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
+  int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
+  int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
+  int group_m = 0;         // 0 auto, else raster group height in tiles
+  int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
+  int split_k = 0;         // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
+};
+
+// The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
+inline bool has_kernel(int block_n, AccumMode accum) {
+  switch (block_n) {
+    case 64: return accum == AccumMode::kPromote;
+    case 128: return int(accum) >= 0 && int(accum) <= 3;
+    case 176:
+    case 192: return accum == AccumMode::kPromote || accum == AccumMode::kPromoteOverlap;
+    case 256: return accum == AccumMode::kFast;
+    default: return false;
+  }
+}
+
+inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
+
+// K splits for a WGMMA plan of `blocks` blocks (tiles, phantom cluster tiles included): the
+// request's count (capped at the k-blocks), or with split_k = 0 the estimate of
+// PlannerDefaults. Only problems with fewer blocks than SMs split on their own.
+inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms,
+                          int requested) {
+  const int64_t k_blocks = ceil_div<int64_t>(k, 128);
+  if (k_blocks <= 1 || requested == 1) return 1;
+  if (requested > 1) return int(requested < k_blocks ? requested : k_blocks);
+  using D = PlannerDefaults;
+  if (blocks >= num_sms || num_sms <= 0) return 1;
+  const double kblock_bytes = double(block_m + block_n) * 128;
+  const auto cost = [&](int64_t splits) {
+    const int64_t waves = ceil_div<int64_t>(blocks * splits, num_sms);
+    double c = double(waves) * (double(ceil_div<int64_t>(k_blocks, splits)) + D::kSplitUnitCost);
+    if (splits > 1) {
+      const double partial_bytes = 2.0 * double(splits) * double(m) * double(SplitKPartials::row_stride(n)) * 4.0;
+      c += D::kSplitReduceCost + partial_bytes / num_sms / kblock_bytes;
+    }
+    return c;
+  };
+  const double unsplit = cost(1);
+  int best_splits = 1;
+  double best = unsplit * D::kSplitMinGain;
+  for (int64_t splits = 2; splits <= D::kSplitMax && splits * D::kSplitMinKBlocks <= k_blocks; ++splits) {
+    if (ceil_div<int64_t>(blocks * splits, num_sms) > D::kSplitMaxWaves) break;
+    const double c = cost(splits);
+    if (c < best) {
+      best = c;
+      best_splits = int(splits);
+    }
+  }
+  return best_splits;
+}
+
+// Tile shape from the problem and the SM count: among the candidate BN (128 / 64 promoted,
+// 256 / 128 / 64 with fast accumulation), maximise (fraction of the last wave that is busy) x
+// (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
+// take 64 when that occupies more SMs (BN 64 has only the kPromote kernel: a default mode
+// without one falls back to it). block_n = 256 implies fast accumulation unless the request
+// names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 176 and 192
+// exist for the promoted modes only; the score picks 176 at 4096^3 (768 tiles, 5.8 of 6
+// waves busy) and 192 at 8192^3, as measured best there.
+inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
+                          const PlanRequest& req = {}) {
+  (void)k;
+  GemmPlan plan;
+  const bool hopper = cc_major == 9 && cc_minor == 0;
+  plan.path = req.force_path >= 0 ? Path(req.force_path) : (hopper ? Path::kWgmma : Path::kMmaSync);
+  plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
+  plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
+  int cluster_size = 1;
+  if (plan.path == Path::kWgmma) {
+    plan.block_m = 128;
+    plan.accum = req.accum >= 0           ? AccumMode(req.accum)
+                 : req.force_block_n == 256 ? AccumMode::kFast
+                                            : PlannerDefaults::kAccum;
+    plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
+    if (req.force_block_n > 0) {
+      plan.block_n = req.force_block_n;
+    } else {
+      double best = -1.0;
+      for (int bn : {256, 192, 176, 128, 64}) {
+        if (bn == 256 && plan.accum != AccumMode::kFast) continue;
+        if ((bn == 192 || bn == 176) && !has_kernel(bn, plan.accum)) continue;
+        const int64_t tiles = tiles_for(m, n, plan.block_m, bn);
+        const int64_t waves = ceil_div<int64_t>(tiles, num_sms);
+        const double wave_fill = double(tiles) / double(waves * num_sms);
+        const double intensity = double(plan.block_m) * bn / double(plan.block_m + bn);
+        const double score = wave_fill * intensity;
+        if (score > best * 1.0001) {
+          best = score;
+          plan.block_n = bn;
+        }
+      }
+    }
+    // BN 64, 176 and 192 have only the kPromote kernel
+    if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
+    if (req.cluster >= 0) {
+      plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
+    } else {
+      // the default, minus any cluster dimension the problem has a single tile in
+      const ClusterMode c = PlannerDefaults::kCluster;
+      const bool along_m = cluster_m_of(c) > 1 && ceil_div<int64_t>(m, plan.block_m) >= 2;
+      const bool along_n = cluster_n_of(c) > 1 && ceil_div<int64_t>(n, plan.block_n) >= 2;
+      plan.cluster = along_m && along_n ? ClusterMode::kQuad
+                     : along_m          ? ClusterMode::kPairM
+                     : along_n          ? ClusterMode::kPairN
+                                        : ClusterMode::kNone;
+    }
+    if (int(plan.cluster) >= 0 && int(plan.cluster) <= 3)
+      cluster_size = cluster_m_of(plan.cluster) * cluster_n_of(plan.cluster);
+  } else {
+    plan.block_m = Sm89Policy::kBM;
+    plan.block_n = Sm89Policy::kBN;
+    plan.cluster = ClusterMode::kNone;
+  }
+  plan.tiles = int(tiles_for(m, n, plan.block_m, plan.block_n));
+  if (plan.path == Path::kMmaSync) {
+    plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
+    // two 256-thread blocks (40 KB shared each) fit an SM comfortably
+    plan.grid = plan.persistent ? (plan.tiles < 2 * num_sms ? plan.tiles : 2 * num_sms) : plan.tiles;
+  } else {
+    const int64_t units = ceil_div<int64_t>(m, plan.block_m * cluster_m_of(plan.cluster)) *
+                          ceil_div<int64_t>(n, plan.block_n * cluster_n_of(plan.cluster));
+    plan.split_k = choose_split_k(m, n, k, units * cluster_size, plan.block_m, plan.block_n, num_sms, req.split_k);
+    const int64_t work = units * plan.split_k;  // in units of cluster_size blocks
+    plan.persistent = req.persistent >= 0 ? req.persistent == 1 : int64_t(plan.tiles) * plan.split_k > num_sms;
+    const int64_t resident = num_sms / cluster_size;
+    plan.grid = int((plan.persistent ? (work < resident ? work : resident) : work) * cluster_size);
+  }
+  if (plan.grid < 1) plan.grid = 1;
+  return plan;
+}
+
+// A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
+inline bool plan_supported(const GemmPlan& plan) {
+  if (plan.path != Path::kWgmma) return plan.split_k == 1;
+  if (plan.promote_every != 1 && plan.promote_every != 2) return false;
+  if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
+  if (plan.split_k < 1 || plan.split_k > kMaxSplitK) return false;
+  return has_kernel(plan.block_n, plan.accum);
+}
+
+// Bytes of fp32 split-K partials a plan needs from the caller (0 without split-K).
+inline size_t gemm_workspace_bytes(const GemmPlan& plan, int64_t m, int64_t n) {
+  return plan.path == Path::kWgmma ? SplitKPartials::bytes(plan.split_k, m, n) : 0;
+}
+
+}  // namespace fp8::gemm

@@ -1,0 +1,117 @@
+// Host-only test of the FP8 GEMM planner's split-K choices (no GPU, no kernel launched):
+//   nvcc -std=c++17 -O2 -I csrc/kernels csrc/tests/fp8_plan_test.cu -o /tmp/fp8_plan_test && /tmp/fp8_plan_test
+// Checks, on an H200-like device (132 SMs, sm_90a): problems whose tiles fill the SMs get the
+// same plan as with split-K off (the big squares keep their tiles); automatic splits respect
+// PlannerDefaults (k-blocks per split, waves, only when tiles < SMs); the decode shapes of
+// results/h200/fp8.json get the split counts listed below; forced counts are capped at the
+// k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
+// workspace size follows the plan. Prints the decode plans and "N failure(s)".
+#include <cstdio>
+
+#include "fp8/gemm/plan.cuh"
+#include "fp8/gemm/scheduler.cuh"
+
+namespace {
+
+using namespace fp8::gemm;
+using fp8::ceil_div;
+
+constexpr int kSms = 132;
+int failures = 0;
+
+void expect(bool ok, const char* what, long long m, long long n, long long k) {
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL %s (M=%lld N=%lld K=%lld)\n", what, m, n, k);
+  }
+}
+
+GemmPlan plan_of(int64_t m, int64_t n, int64_t k, int split_k = 0, int path = -1) {
+  PlanRequest req;
+  req.split_k = split_k;
+  req.force_path = path;
+  return plan_gemm(m, n, k, kSms, 9, 0, req);
+}
+
+}  // namespace
+
+int main() {
+  const int64_t sizes[] = {1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 11008, 14336, 16384};
+  const int64_t depths[] = {16, 128, 272, 1040, 4096, 11008, 14336};
+  int split_plans = 0;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : depths) {
+        const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
+        const int64_t k_blocks = ceil_div<int64_t>(k, 128);
+        expect(off.split_k == 1, "split_k = 1 request splits", m, n, k);
+        expect(automatic.block_n == off.block_n && automatic.accum == off.accum && automatic.cluster == off.cluster,
+               "split-K changed the tile choice", m, n, k);
+        if (automatic.tiles >= kSms) {
+          expect(automatic.split_k == 1 && automatic.grid == off.grid && automatic.persistent == off.persistent,
+                 "a plan that fills the SMs changed", m, n, k);
+        }
+        if (automatic.split_k > 1) {
+          ++split_plans;
+          expect(automatic.tiles < kSms, "split with tiles >= SMs", m, n, k);
+          expect(k_blocks / automatic.split_k >= PlannerDefaults::kSplitMinKBlocks, "too few k-blocks per split", m, n,
+                 k);
+          expect(ceil_div<int64_t>(int64_t(automatic.tiles) * automatic.split_k, kSms) <= PlannerDefaults::kSplitMaxWaves,
+                 "too many waves", m, n, k);
+          expect(automatic.grid <= kSms || !automatic.persistent, "persistent grid above the SM count", m, n, k);
+          expect(gemm_workspace_bytes(automatic, m, n) ==
+                     size_t(automatic.split_k) * size_t(m) * size_t((n + 3) / 4 * 4) * sizeof(float),
+                 "workspace size", m, n, k);
+        } else {
+          expect(gemm_workspace_bytes(automatic, m, n) == 0, "workspace without split-K", m, n, k);
+        }
+        expect(plan_supported(automatic), "unsupported automatic plan", m, n, k);
+      }
+  expect(split_plans > 0, "no automatic split at all", 0, 0, 0);
+
+  // The decode shapes of results/h200/fp8.json, and the big squares (unchanged tiles).
+  struct Expected { int64_t m, n, k; int block_n, split_k; };
+  const Expected expected[] = {
+      {1, 4096, 4096, 64, 2},     {16, 4096, 4096, 64, 2},    {128, 4096, 4096, 64, 2},
+      {1, 4096, 14336, 64, 2},    {1, 11008, 4096, 128, 1},   {1, 11008, 14336, 128, 3},
+      {1, 14336, 14336, 128, 1},  {128, 14336, 4096, 128, 1}, {128, 14336, 14336, 128, 1},
+      {4096, 4096, 4096, 176, 1}, {8192, 8192, 8192, 192, 1},
+  };
+  for (const Expected& e : expected) {
+    const GemmPlan plan = plan_of(e.m, e.n, e.k);
+    std::printf("plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
+                (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
+                int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));
+    expect(plan.block_n == e.block_n && plan.split_k == e.split_k, "decode / square plan", e.m, e.n, e.k);
+  }
+
+  // Forced counts: capped at the k-blocks, ignored by the mma.sync path, 1 k-block never split.
+  expect(plan_of(16, 96, 272, 8).split_k == 3, "forced split above the k-blocks is capped", 16, 96, 272);
+  expect(plan_of(1, 4096, 4096, 7).split_k == 7, "forced split", 1, 4096, 4096);
+  expect(plan_of(1, 4096, 4096, 4, int(Path::kMmaSync)).split_k == 1, "mma.sync split", 1, 4096, 4096);
+  expect(plan_of(1, 4096, 128, 4).split_k == 1, "one k-block split", 1, 4096, 128);
+  expect(plan_of(1, 4096, 0, 4).split_k == 1, "K = 0 split", 1, 4096, 0);
+  GemmPlan too_many = plan_of(1, 4096, 4096, 2);
+  too_many.split_k = kMaxSplitK + 1;
+  expect(!plan_supported(too_many), "split_k above kMaxSplitK accepted", 1, 4096, 4096);
+
+  // split_k_range: contiguous, non-empty, sizes within one of each other, covering all k-blocks.
+  for (int k_blocks = 1; k_blocks <= 300; ++k_blocks)
+    for (int splits = 1; splits <= kMaxSplitK && splits <= k_blocks; ++splits) {
+      int expected_begin = 0, smallest = k_blocks, largest = 0;
+      bool ok = true;
+      for (int s = 0; s < splits; ++s) {
+        int begin, end;
+        split_k_range(s, splits, k_blocks, begin, end);
+        ok = ok && begin == expected_begin && end > begin;
+        smallest = end - begin < smallest ? end - begin : smallest;
+        largest = end - begin > largest ? end - begin : largest;
+        expected_begin = end;
+      }
+      ok = ok && expected_begin == k_blocks && largest - smallest <= 1;
+      expect(ok, "split_k_range partition", splits, 0, k_blocks);
+    }
+
+  std::printf("fp8_plan_test: %d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
