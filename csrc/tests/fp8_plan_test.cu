@@ -1,8 +1,9 @@
 // Host-only test of the FP8 GEMM planner's split-K choices (no GPU, no kernel launched):
 //   nvcc -std=c++17 -O2 -I csrc/kernels csrc/tests/fp8_plan_test.cu -o /tmp/fp8_plan_test && /tmp/fp8_plan_test
-// Checks, on an H200-like device (132 SMs, sm_90a): problems whose tiles fill the SMs get the
-// same plan as with split-K off (the big squares keep their tiles); automatic splits respect
-// PlannerDefaults (k-blocks per split, waves, only when tiles < SMs); the decode shapes of
+// Checks, on an H200-like device (132 SMs, sm_90a): automatic plans do not split while
+// PlannerDefaults::kAutoSplitK is off; the cost model (split_k_model) leaves problems whose
+// tiles fill the SMs as with split-K off (the big squares keep their tiles), its splits respect
+// PlannerDefaults (k-blocks per split, waves, only when tiles < SMs), and the decode shapes of
 // results/h200/fp8.json get the split counts listed below; forced counts are capped at the
 // k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
 // workspace size follows the plan. Prints the decode plans and "N failure(s)".
@@ -33,6 +34,15 @@ GemmPlan plan_of(int64_t m, int64_t n, int64_t k, int split_k = 0, int path = -1
   return plan_gemm(m, n, k, kSms, 9, 0, req);
 }
 
+// The plan with the split count of the cost model (split_k_model), whether or not the planner
+// applies it on its own (PlannerDefaults::kAutoSplitK).
+GemmPlan model_plan(int64_t m, int64_t n, int64_t k) {
+  const GemmPlan off = plan_of(m, n, k, 1);
+  if (off.path != Path::kWgmma) return off;
+  const int splits = split_k_model(m, n, k, off.tiles, off.block_m, off.block_n, kSms);
+  return splits > 1 ? plan_of(m, n, k, splits) : off;
+}
+
 }  // namespace
 
 int main() {
@@ -43,31 +53,33 @@ int main() {
     for (int64_t n : sizes)
       for (int64_t k : depths) {
         const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
+        expect(PlannerDefaults::kAutoSplitK || automatic.split_k == 1, "split while kAutoSplitK is off", m, n, k);
+        const GemmPlan modelled = model_plan(m, n, k);
         const int64_t k_blocks = ceil_div<int64_t>(k, 128);
         expect(off.split_k == 1, "split_k = 1 request splits", m, n, k);
-        expect(automatic.block_n == off.block_n && automatic.accum == off.accum && automatic.cluster == off.cluster,
+        expect(modelled.block_n == off.block_n && modelled.accum == off.accum && modelled.cluster == off.cluster,
                "split-K changed the tile choice", m, n, k);
-        if (automatic.tiles >= kSms) {
-          expect(automatic.split_k == 1 && automatic.grid == off.grid && automatic.persistent == off.persistent,
+        if (modelled.tiles >= kSms) {
+          expect(modelled.split_k == 1 && modelled.grid == off.grid && modelled.persistent == off.persistent,
                  "a plan that fills the SMs changed", m, n, k);
         }
-        if (automatic.split_k > 1) {
+        if (modelled.split_k > 1) {
           ++split_plans;
-          expect(automatic.tiles < kSms, "split with tiles >= SMs", m, n, k);
-          expect(k_blocks / automatic.split_k >= PlannerDefaults::kSplitMinKBlocks, "too few k-blocks per split", m, n,
+          expect(modelled.tiles < kSms, "split with tiles >= SMs", m, n, k);
+          expect(k_blocks / modelled.split_k >= PlannerDefaults::kSplitMinKBlocks, "too few k-blocks per split", m, n,
                  k);
-          expect(ceil_div<int64_t>(int64_t(automatic.tiles) * automatic.split_k, kSms) <= PlannerDefaults::kSplitMaxWaves,
+          expect(ceil_div<int64_t>(int64_t(modelled.tiles) * modelled.split_k, kSms) <= PlannerDefaults::kSplitMaxWaves,
                  "too many waves", m, n, k);
-          expect(automatic.grid <= kSms || !automatic.persistent, "persistent grid above the SM count", m, n, k);
-          expect(gemm_workspace_bytes(automatic, m, n) ==
-                     size_t(automatic.split_k) * size_t(m) * size_t((n + 3) / 4 * 4) * sizeof(float),
+          expect(modelled.grid <= kSms || !modelled.persistent, "persistent grid above the SM count", m, n, k);
+          expect(gemm_workspace_bytes(modelled, m, n) ==
+                     size_t(modelled.split_k) * size_t(m) * size_t((n + 3) / 4 * 4) * sizeof(float),
                  "workspace size", m, n, k);
         } else {
-          expect(gemm_workspace_bytes(automatic, m, n) == 0, "workspace without split-K", m, n, k);
+          expect(gemm_workspace_bytes(modelled, m, n) == 0, "workspace without split-K", m, n, k);
         }
-        expect(plan_supported(automatic), "unsupported automatic plan", m, n, k);
+        expect(plan_supported(modelled), "unsupported modelled plan", m, n, k);
       }
-  expect(split_plans > 0, "no automatic split at all", 0, 0, 0);
+  expect(split_plans > 0, "the model never splits", 0, 0, 0);
 
   // The decode shapes of results/h200/fp8.json, and the big squares (unchanged tiles).
   struct Expected { int64_t m, n, k; int block_n, split_k; };
@@ -78,7 +90,7 @@ int main() {
       {4096, 4096, 4096, 176, 1}, {8192, 8192, 8192, 192, 1},
   };
   for (const Expected& e : expected) {
-    const GemmPlan plan = plan_of(e.m, e.n, e.k);
+    const GemmPlan plan = model_plan(e.m, e.n, e.k);
     std::printf("plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
                 (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
                 int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));

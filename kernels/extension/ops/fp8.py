@@ -14,10 +14,10 @@
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. ``path`` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
   ``block_n`` 0 auto / 64 / 128 / 176 / 192 / 256; ``persistent`` -1 auto / 0 / 1; ``split_k``
-  0 auto / 1 none / 2..64 slices of K (WGMMA path; the planner splits only problems whose tiles
-  leave SMs idle, e.g. decode-sized M; the slices' fp32 partials go to a workspace the op
-  allocates from torch's caching allocator and a second kernel sums them in order, so results
-  are deterministic). Accuracy:
+  0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
+  workspace the op allocates from torch's caching allocator and a second kernel sums them in
+  order, so results are deterministic). The planner does not split on its own yet: on the H200
+  its split-K model won on some decode-sized shapes and lost on as many. Accuracy:
   every configuration accumulates in fp32 (WGMMA promotes the partial sum of every two
   128-deep k-blocks into fp32 registers; the error stays that of torch._scaled_mm's default),
   except ``path=0, block_n=256``, which keeps the WGMMA accumulator only (faster, like

@@ -38,6 +38,11 @@ struct PlannerDefaults {
   //   + (S > 1: kSplitReduceCost + the partials' write and read per SM, in k-block loads)
   // and keeps S = 1 unless that estimate is kSplitMinGain lower. The costs are estimates
   // until the H200 measures fp8_test --time-only splitk (forced split counts sit beside).
+  // The model stays off by default: on the H200 (fp8 suite at af5d1f1, split_k 0 against 1)
+  // its splits gained 7-23% on 7 decode-sized shapes and lost 15-40% on 7 others (e.g.
+  // M=16 N=11008 K=4096: 19.5 against 32.4 TFLOP/s), with no K or N bound separating them.
+  // split_k = 0 means no split until the model is refitted; callers may still ask for S.
+  static constexpr bool kAutoSplitK = false;
   static constexpr int kSplitMinKBlocks = 4;
   static constexpr int kSplitMaxWaves = 4;
   static constexpr int kSplitMax = 32;
@@ -88,16 +93,12 @@ inline bool has_kernel(int block_n, AccumMode accum) {
 
 inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
 
-// K splits for a WGMMA plan of `blocks` blocks (tiles, phantom cluster tiles included): the
-// request's count (capped at the k-blocks), or with split_k = 0 the estimate of
-// PlannerDefaults. Only problems with fewer blocks than SMs split on their own.
-inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms,
-                          int requested) {
-  const int64_t k_blocks = ceil_div<int64_t>(k, 128);
-  if (k_blocks <= 1 || requested == 1) return 1;
-  if (requested > 1) return int(requested < k_blocks ? requested : k_blocks);
+// The split-K cost model of PlannerDefaults for a WGMMA plan of `blocks` blocks (tiles,
+// phantom cluster tiles included): only problems with fewer blocks than SMs split.
+inline int split_k_model(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms) {
   using D = PlannerDefaults;
-  if (blocks >= num_sms || num_sms <= 0) return 1;
+  const int64_t k_blocks = ceil_div<int64_t>(k, 128);
+  if (k_blocks <= 1 || blocks >= num_sms || num_sms <= 0) return 1;
   const double kblock_bytes = double(block_m + block_n) * 128;
   const auto cost = [&](int64_t splits) {
     const int64_t waves = ceil_div<int64_t>(blocks * splits, num_sms);
@@ -120,6 +121,17 @@ inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int b
     }
   }
   return best_splits;
+}
+
+// K splits for a WGMMA plan: the request's count (capped at the k-blocks), or with split_k = 0
+// the model's, while PlannerDefaults::kAutoSplitK allows it (off: no split).
+inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms,
+                          int requested) {
+  const int64_t k_blocks = ceil_div<int64_t>(k, 128);
+  if (k_blocks <= 1 || requested == 1) return 1;
+  if (requested > 1) return int(requested < k_blocks ? requested : k_blocks);
+  if (!PlannerDefaults::kAutoSplitK) return 1;
+  return split_k_model(m, n, k, blocks, block_m, block_n, num_sms);
 }
 
 // Tile shape from the problem and the SM count: among the candidate BN (128 / 64 promoted,
