@@ -1,16 +1,18 @@
 // Split-Q prefill (FlashAttention-2 style): the kernel body, templated on a tile
-// configuration (PrefillTiles, configs.cuh), math (tensor-core or scalar), Q schedule (dense
-// or packed ragged) and KV source (contiguous or paged), and its launcher. No torch.
+// configuration (PrefillTiles, configs.cuh), math (tensor-core or scalar; the tensor cores
+// through mma.sync, or through WGMMA on Hopper), Q schedule (dense or packed ragged) and KV
+// source (contiguous or paged), and its launcher. No torch.
 //
 // Work decomposition: grid = (q tiles, Hkv, B) dense, or (scheduled tiles, Hkv) packed, or
 // one linear longest-first grid for causal dense Q when the configuration asks for it.
 // A CTA owns kBlockM packed rows (query, head in group) of one kv head: the group's query
 // heads share every K/V tile, so K/V stream once per group.
-//   1. Q rows -> smem; K/V tiles through a kStages-deep cp.async ring (joint K+V groups, or
-//      separate K and V groups so Q K^T only waits for K and P V only for V).
-//   2. Warp w owns 16 * kMT rows: S = Q K^T (ldmatrix + mma.sync m16n8k16), masks only on
-//      tiles that need them (tail, causal diagonal, boolean mask), online softmax,
-//      O += P V with P taken from the S accumulators.
+//   1. Q rows -> smem; K/V tiles through a kStages-deep cp.async ring (joint K+V groups,
+//      separate K and V groups so Q K^T only waits for K and P V only for V, or K_i with
+//      V_{i-1} for the softmax overlap).
+//   2. Warp w owns 16 * kMT rows: S = Q K^T (ldmatrix + mma.sync m16n8k16, or its
+//      warpgroup's wgmma), masks only on tiles that need them (tail, causal diagonal, boolean
+//      mask), online softmax, O += P V with P taken from the S accumulators.
 //   3. O / rowsum -> bf16 output, LSE; a row that sees no key writes zeros and -inf.
 #pragma once
 
