@@ -86,32 +86,29 @@ from cutlass import Float32, Int32, const_expr
 
 from kernels.cute import launch
 from kernels.cute import tma
+from kernels.cute.barriers import NamedBarrier
 from kernels.cute.mask import apply_mask, key_limit, kv_block_count
+from kernels.cute.rowgroup import RowGroupFMHA
 from kernels.cute.softmax import LOG2_E, finalize_row, online_softmax_step
 from kernels.cute.tensors import bshd_tensor
-from kernels.k2 import K2FMHA
 
 IDEA = "TMA: Q/K/V tiles by cp.async.bulk.tensor on mbarriers into swizzled smem, K/V double-buffered"
 RUNG = "k3"
 HEAD_DIMS = (64, 128)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
+KNOBS = ()  # keyword arguments of the constructor (compile_kernel(problem, **knobs))
 
 
-class K3FMHA(K2FMHA):
-    """K2 with TMA loads: __init__, compute_scores, accumulate_pv and store_output are K2's."""
+class K3FMHA(RowGroupFMHA):
+    """Tile shape, thread ownership, compute_scores, accumulate_pv and store_output are K2's
+    (``kernels/cute/rowgroup.py``); what changes is how the tiles arrive."""
 
-    # Teaching choices, not tuned: one 64-row query tile per CTA, 64-key tiles, 4 threads/row.
-    block_m = 64  # Br: query rows per CTA
-    block_n = 64  # Bc: keys per KV tile
-    threads_per_row = 4  # THREADS_PER_ROW
-    num_compute_threads = block_m * threads_per_row  # 256, warps 0-7
+    num_compute_threads = RowGroupFMHA.block_m * RowGroupFMHA.threads_per_row  # 256, warps 0-7
     producer_warp = num_compute_threads // 32  # warp 8 issues the TMA loads
     num_threads = num_compute_threads + 32  # 288
     num_stages = 2  # K and V buffers each: tile n + 1 loads while tile n is used
-    vector = 8  # elements per 16-byte load / store
-    smem_pad_bytes = 16  # sS rows only; the TMA tiles are swizzled (see the module docstring)
-    compute_barrier_id = 1  # named barrier of the 256 compute threads (0 is __syncthreads)
+    compute_barrier_id = int(NamedBarrier.COMPUTE)  # the 256 compute threads (0 is __syncthreads)
 
     # ---- host side: shared-memory plan, TMA descriptors, grid, launch ------------------------
     @cute.jit
