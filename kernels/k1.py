@@ -58,6 +58,7 @@ RUNG = "k1"
 HEAD_DIMS = (64, 128)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
+KNOBS = ()  # keyword arguments of the constructor (compile_kernel(problem, **knobs))
 
 
 class K1FMHA:

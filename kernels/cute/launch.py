@@ -11,8 +11,10 @@ the head dimension (the last, contiguous mode) is static, re-imposed inside the 
 dynamic values (4 int32 extents, 3 int64 strides for BSHD), so the compiled function
 accepts any batch, sequence length, head count and strides.
 
-Compile-time key (one compiled function per value): rung, head_dim, causal, dtype, and
-whether the LSE output is written. The softmax scale is a runtime ``Float32`` argument.
+Compile-time key (one compiled function per value): rung, head_dim, causal, dtype, whether
+the LSE output is written, and the rung's tuning knobs (keyword arguments of its constructor,
+e.g. a tile plan; the rung's defaults when none are given). The softmax scale is a runtime
+``Float32`` argument.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class CompileKey:
     dtype: str
     has_lse: bool
     arch: str = "device"  # "device" = the GPU present; INSPECT_ARCH for CPU-only builds
+    knobs: tuple = ()  # sorted (name, value) pairs passed to the rung's constructor
 
 
 _COMPILED: dict[CompileKey, object] = {}
@@ -123,14 +126,15 @@ COMPILE_SECONDS: dict[CompileKey, float] = {}
 
 
 def compile_fmha(kernel_cls: Callable, key: CompileKey, options: str | None = None):
-    """Trace and compile ``kernel_cls(head_dim, causal, dtype)`` once per key.
+    """Trace and compile ``kernel_cls(head_dim, causal, dtype, **knobs)`` once per key.
 
     The JIT host function signature shared by all rungs is
     ``(mQ, mK, mV, mO, mLSE | None, softmax_scale: Float32, stream)``.
     """
     if key in _COMPILED:
         return _COMPILED[key]
-    fmha = kernel_cls(head_dim=key.head_dim, causal=key.causal, dtype=CUTE_DTYPES[key.dtype])
+    fmha = kernel_cls(head_dim=key.head_dim, causal=key.causal, dtype=CUTE_DTYPES[key.dtype],
+                      **dict(key.knobs))
     dtype = CUTE_DTYPES[key.dtype]
     args = (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
             fake_lse() if key.has_lse else None, cutlass.Float32(1.0), make_fake_stream())
@@ -148,7 +152,7 @@ class CompiledFMHA:
     The variant that writes LSE is compiled on first use with an ``lse`` tensor.
     """
 
-    def __init__(self, rung: str, kernel_cls: Callable, problem: AttentionProblem):
+    def __init__(self, rung: str, kernel_cls: Callable, problem: AttentionProblem, knobs: tuple = ()):
         import torch
 
         if not torch.cuda.is_available():
@@ -161,17 +165,19 @@ class CompiledFMHA:
         self.causal = problem.causal
         self.dtype = problem.dtype
         self.softmax_scale = float(problem.softmax_scale)
+        self.knobs = knobs
         self.function(has_lse=False)
 
     def key(self, has_lse: bool) -> CompileKey:
-        return CompileKey(self.rung, self.head_dim, self.causal, self.dtype, has_lse)
+        return CompileKey(self.rung, self.head_dim, self.causal, self.dtype, has_lse, knobs=self.knobs)
 
     def function(self, has_lse: bool):
         return compile_fmha(self.kernel_cls, self.key(has_lse))
 
     def __repr__(self) -> str:
+        knobs = "".join(f", {name}={value}" for name, value in self.knobs)
         return (f"CompiledFMHA({self.rung}, head_dim={self.head_dim}, causal={self.causal}, "
-                f"dtype={self.dtype}, scale={self.softmax_scale:.6g})")
+                f"dtype={self.dtype}, scale={self.softmax_scale:.6g}{knobs})")
 
 
 def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
@@ -195,9 +201,10 @@ def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
                  cutlass.Float32(compiled.softmax_scale), current_stream(q.device))
 
 
-def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProblem, *, has_lse: bool = False):
+def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProblem, *, has_lse: bool = False,
+                        knobs: tuple = ()):
     """Compile for sm_90a on a machine without a GPU; the result has ``__ptx__``/``__cubin__``."""
-    key = CompileKey(rung, problem.head_dim, problem.causal, problem.dtype, has_lse, INSPECT_ARCH)
+    key = CompileKey(rung, problem.head_dim, problem.causal, problem.dtype, has_lse, INSPECT_ARCH, knobs)
     INSPECT_DUMP_DIR.mkdir(parents=True, exist_ok=True)
     return compile_fmha(kernel_cls, key, INSPECT_OPTIONS)
 
@@ -206,8 +213,16 @@ class RungAPI:
     """The interface every rung module exports (``can_implement``, ``compile_kernel``,
     ``run_kernel``, ``compile_for_inspect``), written once for all of them."""
 
-    def __init__(self, rung: str, kernel_cls: Callable, head_dims: tuple, dtypes: tuple):
+    def __init__(self, rung: str, kernel_cls: Callable, head_dims: tuple, dtypes: tuple,
+                 tile_configs: dict | None = None):
         self.rung, self.kernel_cls, self.head_dims, self.dtypes = rung, kernel_cls, head_dims, dtypes
+        # Hopper rungs: head_dim -> default TilePlan (the smem plan the compile report shows).
+        self.tile_configs = tile_configs
+
+    def shared_bytes(self, head_dim: int, dtype_bytes: int = 2) -> int | None:
+        """Dynamic shared memory of the default tile plan at ``head_dim`` (None if not planned)."""
+        plan = (self.tile_configs or {}).get(head_dim)
+        return plan.shared_bytes(dtype_bytes) if plan is not None else None
 
     def can_implement(self, problem: AttentionProblem) -> str | None:
         """None if the rung supports ``problem``, else the reason."""
@@ -222,17 +237,19 @@ class RungAPI:
         if reason is not None:
             raise ValueError(reason)
 
-    def compile_kernel(self, problem: AttentionProblem) -> CompiledFMHA:
-        """Compile (or fetch from the cache) for ``problem``'s head_dim, causal flag and dtype."""
+    def compile_kernel(self, problem: AttentionProblem, **knobs) -> CompiledFMHA:
+        """Compile (or fetch from the cache) for ``problem``'s head_dim, causal flag and dtype;
+        ``knobs`` are tuning keywords of the rung's constructor (e.g. ``plan=TilePlan(...)``)."""
         self._require_supported(problem)
-        return CompiledFMHA(self.rung, self.kernel_cls, problem)
+        return CompiledFMHA(self.rung, self.kernel_cls, problem, tuple(sorted(knobs.items())))
 
     @staticmethod
     def run_kernel(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
         """out[...] = attention(q, k, v) on torch's current stream; lse (fp32 [B, Hq, Sq]) if given."""
         run_fmha(compiled, q, k, v, out, lse)
 
-    def compile_for_inspect(self, problem: AttentionProblem, has_lse: bool = False):
+    def compile_for_inspect(self, problem: AttentionProblem, has_lse: bool = False, **knobs):
         """sm_90a build without a GPU; the result has ``__ptx__`` and ``__cubin__``."""
         self._require_supported(problem)
-        return compile_for_inspect(self.rung, self.kernel_cls, problem, has_lse=has_lse)
+        return compile_for_inspect(self.rung, self.kernel_cls, problem, has_lse=has_lse,
+                                   knobs=tuple(sorted(knobs.items())))

@@ -14,7 +14,7 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, const_expr
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
@@ -75,3 +75,90 @@ def finalize_row(row_max: Float32, row_sum: Float32):
     inv_sum = cute.arch.rcp_approx(row_sum if seen_a_key else Float32(1.0))
     lse = (row_max + cute.math.log2(row_sum if seen_a_key else Float32(1.0), fastmath=True)) * LN_2
     return (inv_sum if seen_a_key else Float32(0.0)), (lse if seen_a_key else -Float32.inf)
+
+
+# ---- K4 onwards: the softmax state of a thread's rows in a WGMMA accumulator ------------------
+@cute.jit
+def max_of(values: cute.Tensor, init: Float32) -> Float32:
+    """Max over a thread's share of a row, four independent chains (FMNMX latency hides)."""
+    chains = [init, values[0], values[1], values[2]]
+    for i in cutlass.range_constexpr(3, cute.size(values)):
+        chains[i % 4] = cute.arch.fmax(chains[i % 4], values[i])
+    return cute.arch.fmax(cute.arch.fmax(chains[0], chains[1]), cute.arch.fmax(chains[2], chains[3]))
+
+
+@cute.jit
+def sum_of(values: cute.Tensor, init: Float32) -> Float32:
+    """Sum over a thread's share of a row, four independent chains."""
+    chains = [init, values[0], values[1], values[2]]
+    for i in cutlass.range_constexpr(3, cute.size(values)):
+        chains[i % 4] = chains[i % 4] + values[i]
+    return (chains[0] + chains[1]) + (chains[2] + chains[3])
+
+
+class OnlineSoftmax:
+    """Running max and sum of the rows a thread holds in a WGMMA score fragment (K4 onwards).
+
+    ``acc_S`` holds raw scores ``q . k``; the scale is folded into the exponent, so each score
+    costs one FFMA and one MUFU.EX2: ``p = exp2(s * scale_log2 - max * scale_log2)``. The row
+    max is taken over raw scores, which orders them the same way because the scale is positive
+    (``AttentionProblem`` refuses any other). ``row_sum`` holds this thread's partial sum of its
+    share of the row; the four lanes of a quad agree on the max, so their partial sums add up
+    only once, in :meth:`finalize`, instead of two shuffles per row and tile.
+
+    State lives in register tensors (``row_max``, ``row_sum``: one entry per row of the thread),
+    updated in place, so the object can be used across runtime loops.
+    """
+
+    def __init__(self, scale_log2: Float32, num_rows: int, threads_per_row: int = 4):
+        self.scale_log2 = scale_log2
+        self.num_rows = num_rows
+        self.threads_per_row = threads_per_row
+        self.row_max = cute.make_rmem_tensor((num_rows,), Float32)
+        self.row_sum = cute.make_rmem_tensor((num_rows,), Float32)
+
+    @cute.jit
+    def reset(self):
+        self.row_max.fill(-Float32.inf)
+        self.row_sum.fill(0.0)
+
+    @cute.jit
+    def update(self, acc_S_mn: cute.Tensor, is_first: cutlass.Constexpr[bool] = False) -> cute.Tensor:
+        """Fold one tile of raw scores into the state; ``acc_S_mn`` (rows, columns) is overwritten
+        with ``P``. Returns the per-row factor the caller rescales ``O`` by (1 on the first tile).
+        Rows that have seen no key keep ``row_max = -inf`` and give ``P = 0`` (see ``safe_max``)."""
+        row_scale = cute.make_rmem_tensor((self.num_rows,), Float32)
+        for r in cutlass.range_constexpr(self.num_rows):
+            row = acc_S_mn[r, None]
+            prev_max = self.row_max[r]
+            tile_max = max_of(row, -Float32.inf if const_expr(is_first) else prev_max)
+            new_max = row_group_max(tile_max, self.threads_per_row)
+            max_scaled = safe_max(new_max) * self.scale_log2
+            for c in cutlass.range_constexpr(cute.size(row)):
+                row[c] = exp2f(row[c] * self.scale_log2 - max_scaled)
+            if const_expr(is_first):
+                row_scale[r] = Float32(1.0)
+                self.row_sum[r] = sum_of(row, Float32(0.0))
+            else:
+                row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled)
+                self.row_sum[r] = sum_of(row, self.row_sum[r] * row_scale[r])
+            self.row_max[r] = new_max
+        return row_scale
+
+    @cute.jit
+    def finalize(self):
+        """``(inv_sum, lse)`` per row: ``1 / row_sum`` (0 for a row that saw no key) and the
+        natural-log LSE of the scaled scores (``-inf`` for such a row)."""
+        inv_sum = cute.make_rmem_tensor((self.num_rows,), Float32)
+        lse = cute.make_rmem_tensor((self.num_rows,), Float32)
+        for r in cutlass.range_constexpr(self.num_rows):
+            row_sum = row_group_sum(self.row_sum[r], self.threads_per_row)
+            inv_sum[r], lse[r] = finalize_row(self.row_max[r] * self.scale_log2, row_sum)
+        return inv_sum, lse
+
+
+@cute.jit
+def rescale_rows(acc_mn: cute.Tensor, row_scale: cute.Tensor):
+    """Multiply row ``r`` of ``acc_mn`` (rows, columns) by ``row_scale[r]``."""
+    for r in cutlass.range_constexpr(cute.size(row_scale)):
+        acc_mn[r, None].store(acc_mn[r, None].load() * row_scale[r])

@@ -31,8 +31,11 @@ WARPGROUP_THREADS = 128
 
 
 # ---- trace time: layouts and MMA atoms ------------------------------------------------------
-def make_warpgroup_mma(dtype, n: int, *, b_mn_major: bool = False, a_in_registers: bool = False):
-    """One warpgroup's ``m64 n{n} k16`` MMA: bf16/fp16 in, fp32 accumulators in registers.
+def make_warpgroup_mma(dtype, n: int, *, warpgroups: int = 1, b_mn_major: bool = False,
+                       a_in_registers: bool = False):
+    """``m64 n{n} k16`` MMAs of ``warpgroups`` warpgroups stacked along M (warpgroup ``w`` owns
+    rows ``64 w .. 64 w + 63`` of a ``64 * warpgroups``-row tile): bf16/fp16 in, fp32
+    accumulators in registers.
 
     A is K-major (rows of Q, or P from registers); B is K-major (rows of K) or, for
     ``b_mn_major``, MN-major (V read through its transposed view).
@@ -42,7 +45,7 @@ def make_warpgroup_mma(dtype, n: int, *, b_mn_major: bool = False, a_in_register
         cute.nvgpu.OperandMajorMode.K,
         cute.nvgpu.OperandMajorMode.MN if b_mn_major else cute.nvgpu.OperandMajorMode.K,
         cutlass.Float32,
-        atom_layout_mnk=(1, 1, 1),
+        atom_layout_mnk=(warpgroups, 1, 1),
         tiler_mn=(WGMMA_M, n),
         a_source=warpgroup.OperandSource.RMEM if a_in_registers else warpgroup.OperandSource.SMEM,
     )
@@ -83,6 +86,22 @@ def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
     stride = ((div.stride[0][0], div.stride[0][1], div.stride[0][2][0]), div.stride[1],
               (div.stride[0][2][1], div.stride[2]))
     return cute.make_tensor(acc.iterator, cute.make_layout(shape, stride=stride))
+
+
+@cute.jit
+def scores_to_a_operand(acc_S: cute.Tensor, dtype: cutlass.Constexpr) -> cute.Tensor:
+    """``P`` (the fp32 score fragment, exponentiated in place) as the ``dtype`` A operand of
+    ``O += P V``: a regrouping of modes (:func:`acc_as_a_operand`) and a packed conversion,
+    two fp32 into one bf16x2 register (``F2FP.BF16.F32.PACK_AB``)."""
+    tOrP = cute.make_rmem_tensor_like(acc_as_a_operand(acc_S), dtype)
+    convert_scores_into(acc_S, tOrP)
+    return tOrP
+
+
+@cute.jit
+def convert_scores_into(acc_S: cute.Tensor, tOrP: cute.Tensor):
+    """:func:`scores_to_a_operand` into an existing A fragment (one that outlives a loop)."""
+    tOrP.store(acc_as_a_operand(acc_S).load().to(tOrP.element_type))
 
 
 # ---- device: one warpgroup GEMM ---------------------------------------------------------------

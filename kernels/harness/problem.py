@@ -39,6 +39,9 @@ class AttentionProblem:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            # The kernels take the row max over unscaled scores (see kernels/cute/softmax.py).
+            raise ValueError(f"scale must be a positive finite number, got {self.scale!r}")
 
     # ---- derived quantities -------------------------------------------------------------
     @property

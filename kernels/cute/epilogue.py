@@ -1,0 +1,75 @@
+"""Epilogues of the WGMMA rungs (K4 onwards): the normalised O fragment and the LSE to memory.
+
+A consumer thread ends the CTA's query tile with its share of ``acc_O`` (its warpgroup's 64 x D
+rows, partitioned like every WGMMA accumulator: rows ``16 w + l / 4`` and ``+ 8``, column pairs
+``2 (l % 4) + {0, 1}`` in each group of 8) and one LSE per row. Two ways to write O:
+
+* :func:`store_o_direct`: every thread stores its own pairs of columns straight from registers
+  (``STG``), rows past ``Sq`` predicated off. No shared memory, no barrier.
+* :func:`store_o_tma`: the consumers stage the bf16 tile in shared memory with ``stmatrix``,
+  and one warp writes it with a single TMA store (``UTMASTG``); the tensor map clips rows past
+  ``Sq``. Fewer, wider transactions, and the copy leaves the registers at once.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+
+from kernels.cute import tma
+from kernels.cute import wgmma as wg
+
+
+@cute.jit
+def store_o_direct(rO: cute.Tensor, mO: cute.Tensor, thr_mma_pv, tile_mo: cutlass.Constexpr, m_block: Int32,
+                   head_idx: Int32, batch_idx: Int32):
+    """``rO`` (this thread's bf16 share of the CTA's ``tile_mo = (Br, D)`` output tile
+    ``m_block``) -> ``mO``, the ``(S, D, H, B)`` view of the output. Each thread writes its two
+    rows, pair by pair; rows past ``Sq`` are skipped."""
+    # gO: (Br, D) the CTA's rows of the output (may run past Sq: those are predicated off)
+    gO = cute.local_tile(mO[None, None, head_idx, batch_idx], tile_mo, (m_block, 0))
+    tOgO_mn = wg.acc_rows_view(thr_mma_pv.partition_C(gO))
+    tOcO_mn = wg.acc_rows_view(thr_mma_pv.partition_C(cute.make_identity_tensor(tile_mo)))
+    rO_mn = wg.acc_rows_view(rO)
+    rows_left = cute.size(mO, mode=[0]) - m_block * tile_mo[0]
+    for r in cutlass.range_constexpr(cute.size(rO_mn, mode=[0])):
+        if tOcO_mn[r, 0][0] < rows_left:
+            tOgO_mn[r, None].store(rO_mn[r, None].load())
+
+
+@cute.jit
+def store_o_tma(rO: cute.Tensor, mO: cute.Tensor, sO: cute.Tensor, tma_atom_O: cute.CopyAtom,
+                tiled_mma_pv: cute.TiledMma, tidx: Int32, barrier_id: cutlass.Constexpr,
+                num_threads: cutlass.Constexpr, m_block: Int32, head_idx: Int32, batch_idx: Int32):
+    """``rO`` -> ``stmatrix`` into ``sO`` (the CTA's ``(Br, D)`` Q tile, free once every
+    warpgroup's last S has completed) -> one TMA store of the box ``m_block`` of the
+    ``(S, D, H, B)`` TMA tensor ``mO``. The ``num_threads`` consumer threads meet at
+    ``barrier_id`` between the two; returns after the TMA has *read* ``sO``."""
+    smem_copy_O = cute.make_tiled_copy_C(
+        cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), rO.element_type), tiled_mma_pv)
+    thr_copy_O = smem_copy_O.get_slice(tidx)
+    cute.copy(smem_copy_O, thr_copy_O.retile(rO), thr_copy_O.partition_D(sO))
+    # Generic-proxy smem writes -> visible to the TMA (async proxy); then one warp stores.
+    cute.arch.fence_view_async_shared()
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
+    if tidx < 32:
+        # gO: (Br, D) the CTA's rows of the output; the tensor map clips rows >= Sq
+        gO = cute.local_tile(mO[None, None, head_idx, batch_idx], (cute.size(sO, mode=[0]), cute.size(sO, mode=[1])),
+                             (m_block, 0))
+        tOsO, tOgO = tma.partition(tma_atom_O, sO, gO)
+        cute.copy(tma_atom_O, tOsO, tOgO)
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem must outlive the copy
+
+
+@cute.jit
+def store_lse(lse: cute.Tensor, mLSE: cute.Tensor, thr_mma, tile_mn: cutlass.Constexpr, m_block: Int32,
+              head_idx: Int32, batch_idx: Int32, seqlen_q: Int32):
+    """The quad lane holding column 0 of each row writes that row's LSE (``mLSE`` [B, Hq, Sq])."""
+    tXcX_mn = wg.acc_rows_view(thr_mma.partition_C(cute.make_identity_tensor(tile_mn)))
+    if tXcX_mn[0, 0][1] == 0:
+        for r in cutlass.range_constexpr(cute.size(lse)):
+            row_idx = m_block * tile_mn[0] + tXcX_mn[r, 0][0]
+            if row_idx < seqlen_q:
+                mLSE[batch_idx, head_idx, row_idx] = lse[r]
