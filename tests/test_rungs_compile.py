@@ -7,22 +7,34 @@ through SHFL", "K4 runs on HGMMA"), checked against the disassembly.
 import pytest
 
 from kernels.harness import AttentionProblem
-from kernels.registry import rung_names
+from kernels.registry import rung_module, rung_names
 from tools.inspect import inspect
 
 # rung -> (opcodes that must appear, opcodes that must not)
+SPILLS = {"LDL", "STL"}
 EXPECTED = {
-    "k1": ({"FFMA", "LDG", "MUFU"}, {"HGMMA", "HMMA", "LDL", "STL"}),
-    "k2": ({"FFMA", "LDS", "STS", "SHFL", "MUFU", "BAR"}, {"HGMMA", "HMMA", "LDL", "STL"}),
+    "k1": ({"FFMA", "LDG", "MUFU"}, {"HGMMA", "HMMA"} | SPILLS),
+    "k2": ({"FFMA", "LDS", "STS", "SHFL", "MUFU", "BAR"}, {"HGMMA", "HMMA"} | SPILLS),
     # TMA rungs: every Q/K/V tile arrives by UTMALDG, so no LDG at all.
-    "k3": ({"FFMA", "LDS", "SHFL", "UTMALDG", "SYNCS"}, {"LDG", "HGMMA", "HMMA", "LDL", "STL"}),
-    "k4": ({"HGMMA", "UTMALDG", "SYNCS", "SHFL", "MUFU"}, {"LDG", "HMMA", "LDL", "STL"}),
+    "k3": ({"FFMA", "LDS", "SHFL", "UTMALDG", "SYNCS"}, {"LDG", "HGMMA", "HMMA"} | SPILLS),
+    # WGMMA; O leaves from the fragments (STG), no register reallocation yet.
+    "k4": ({"HGMMA", "UTMALDG", "SYNCS", "SHFL", "MUFU", "STG"}, {"LDG", "HMMA", "USETMAXREG", "UTMASTG"} | SPILLS),
+    # Warp specialization: setmaxnreg on both sides of the role switch.
+    "k5": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "STG"}, {"LDG", "HMMA", "UTMASTG"} | SPILLS),
+    "k6": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "STG", "BAR"}, {"LDG", "HMMA", "UTMASTG"} | SPILLS),
+    "k7": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "STG", "BAR"}, {"LDG", "HMMA", "UTMASTG"} | SPILLS),
+    # TMA-store epilogue: O leaves by UTMASTG, no STG left.
+    "k8": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
 }
-# Rungs whose dot products run on tensor cores: FFMA may remain in the softmax bookkeeping,
-# but a scalar dot-product loop over head_dim would show as hundreds of them.
-TENSOR_CORE_RUNGS = {"k4"}
-MAX_FFMA_WITH_TENSOR_CORES = 32
-VARIANTS = [(d, c) for d in (64, 128) for c in (False, True)]
+# Facts beyond the opcode mix (tools.inspect.sass_facts), from the rung that introduces them on.
+WARP_SPECIALIZED = {"k5", "k6", "k7", "k8"}  # every TMA load in the producer's region
+PINGPONG = {"k6", "k7", "k8"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
+# Rungs whose dot products run on tensor cores (derived: HGMMA is expected): FFMA may remain
+# in the softmax (one per score: the scale folded into the exponent), but a scalar
+# dot-product loop over head_dim would show as thousands of them.
+TENSOR_CORE_RUNGS = {name for name, (present, _) in EXPECTED.items() if "HGMMA" in present}
+MAX_FFMA_PER_HGMMA = 8
+VARIANTS = [(d, c) for d in (64, 128) for c in (False, True)] + [(256, False)]
 
 
 def test_every_rung_has_expectations():
@@ -45,6 +57,8 @@ def reports():
 @pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("name", rung_names())
 def test_rung_sass(name, head_dim, causal, reports):
+    if head_dim not in rung_module(name).HEAD_DIMS:
+        pytest.skip(f"{name} does not offer head_dim {head_dim}")
     report = reports(name, head_dim, causal)
     assert report["status"] == "ok", report["status"]
     present, absent = EXPECTED[name]
@@ -52,7 +66,25 @@ def test_rung_sass(name, head_dim, causal, reports):
     assert not [op for op in present if mix[op] == 0], f"missing from SASS: {present}, mix {mix}"
     assert not [op for op in absent if mix[op] > 0], f"unexpected in SASS: {absent}, mix {mix}"
     if name in TENSOR_CORE_RUNGS:
-        assert mix["FFMA"] <= MAX_FFMA_WITH_TENSOR_CORES, f"{mix['FFMA']} FFMA: a scalar dot-product loop?"
+        assert mix["FFMA"] <= MAX_FFMA_PER_HGMMA * mix["HGMMA"], f"{mix['FFMA']} FFMA: a scalar dot-product loop?"
     assert report["local_bytes"] == 0 and report["stack_frame_bytes"] == 0, \
         "registers spilled, or a register array went to local memory"
     assert 0 < report["registers"] <= 255
+    facts = report["sass_facts"]
+    if name in WARP_SPECIALIZED:
+        assert facts["tma_loads_in_producer"], "a TMA load outside the producer warpgroup's region"
+    if name in PINGPONG:
+        assert facts["named_barrier_syncs"] >= 1 and facts["named_barrier_arrives"] >= 2, facts
+    else:
+        assert facts["named_barrier_arrives"] == 0, f"{name}: named-barrier arrives before K6: {facts}"
+
+
+@pytest.mark.parametrize("name", [n for n in rung_names() if n in WARP_SPECIALIZED])
+def test_warp_specialized_rungs_take_a_tile_plan(name):
+    """The tuning knob pages use for ablations: a TilePlan other than the default compiles."""
+    from kernels.cute.fmha import TilePlan
+
+    module = rung_module(name)
+    plan = TilePlan(head_dim=128, consumer_warpgroups=2, block_n=64, num_stages=3, producer_warps=4)
+    compiled = module.compile_for_inspect(AttentionProblem(head_dim=128), plan=plan)
+    assert compiled.__cubin__

@@ -34,7 +34,8 @@ FAMILIES = {
     "MUFU": "special function (exp2, rcp)", "SHFL": "warp shuffle",
     "LDG": "global load", "STG": "global store", "LDS": "shared load", "STS": "shared store",
     "LDSM": "ldmatrix", "LDGSTS": "cp.async", "UTMALDG": "TMA load", "UTMASTG": "TMA store",
-    "SYNCS": "mbarrier", "BAR": "barrier", "LDL": "local load (spill)", "STL": "local store (spill)",
+    "SYNCS": "mbarrier", "BAR": "barrier", "USETMAXREG": "register reallocation (setmaxnreg)",
+    "LDL": "local load (spill)", "STL": "local store (spill)",
 }
 
 
@@ -70,6 +71,25 @@ def opcode_mix(sass: str) -> collections.Counter:
         if m:
             mix[m.group(1)] += 1
     return mix
+
+
+def sass_facts(sass: str) -> dict:
+    """Claims about a warp-specialized kernel that the opcode mix cannot show: named barriers
+    (``BAR.SYNC`` / ``BAR.ARV`` on an id other than 0, the CTA-wide ``__syncthreads``), and
+    whether every TMA load sits in the producer's region, between the producer's
+    ``USETMAXREG.DEALLOC`` and the consumers' ``USETMAXREG.TRY_ALLOC`` (the order in which the
+    compiler lays out the two branches of the role switch)."""
+    lines = sass.splitlines()
+    named_sync = sum(1 for ln in lines if re.search(r"\bBAR\.SYNC\S*\s+(?!0x0\b)\w+", ln))
+    named_arrive = sum(1 for ln in lines if re.search(r"\bBAR\.ARV\b", ln))
+    dealloc = [i for i, ln in enumerate(lines) if "USETMAXREG.DEALLOC" in ln]
+    alloc = [i for i, ln in enumerate(lines) if "USETMAXREG.TRY_ALLOC" in ln]
+    tma_loads = [i for i, ln in enumerate(lines) if re.search(r"\bUTMALDG\b", ln)]
+    in_producer = None
+    if len(dealloc) == 1 and len(alloc) == 1 and tma_loads:
+        in_producer = all(dealloc[0] < i < alloc[0] for i in tma_loads)
+    return {"named_barrier_syncs": named_sync, "named_barrier_arrives": named_arrive,
+            "tma_loads_in_producer": in_producer}
 
 
 def resource_usage(cubin: bytes) -> dict:
@@ -119,12 +139,13 @@ def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
     compiled = module.compile_for_inspect(problem)
     compile_s = time.perf_counter() - t0
     cubin = _artifact(compiled.__cubin__, binary=True)
-    mix = opcode_mix(sass_of(cubin))
+    sass = sass_of(cubin)
+    mix = opcode_mix(sass)
     report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
               "compile_s": round(compile_s, 1), **resource_usage(cubin),
               "dynamic_smem_bytes": dynamic_smem_bytes(module, problem),
               "sass_total": sum(mix.values()),
-              "sass_mix": {op: mix.get(op, 0) for op in FAMILIES}}
+              "sass_mix": {op: mix.get(op, 0) for op in FAMILIES}, "sass_facts": sass_facts(sass)}
     return report
 
 
