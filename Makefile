@@ -3,6 +3,9 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 KERNELS ?= k2 k4 fa4
+# make test-gpu runs the tests in a pytest-xdist worker: a test that hangs past its time limit
+# (tests/conftest.py) or crashes the process fails alone, and a fresh worker runs the rest.
+GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 
 .PHONY: setup compare test test-gpu inspect bench docs serve clean
 
@@ -21,7 +24,7 @@ test: setup             ## CPU tests always; GPU tests too where CUDA is present
 	$(PY) -m pytest -q
 
 test-gpu: setup
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -q -m gpu $(GPU_ISOLATION)
 
 inspect: setup
 	$(PY) -m tools.inspect
