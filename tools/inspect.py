@@ -105,8 +105,9 @@ def _artifact(value, binary: bool = False):
     return value
 
 
-def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
-    """Compile rung ``name`` for sm_90a (no GPU) and return its compile report."""
+def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False) -> dict:
+    """Compile rung ``name`` for sm_90a (no GPU) and return its compile report (of the variant
+    that also writes the LSE with ``has_lse``)."""
     from kernels.registry import rung_module
 
     os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
@@ -116,11 +117,12 @@ def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
     if reason:
         return {"kernel": name, "problem": problem.to_dict(), "status": f"unsupported: {reason}"}
     t0 = time.perf_counter()
-    compiled = module.compile_for_inspect(problem)
+    compiled = module.compile_for_inspect(problem, has_lse=has_lse)
     compile_s = time.perf_counter() - t0
     cubin = _artifact(compiled.__cubin__, binary=True)
     mix = opcode_mix(sass_of(cubin))
-    report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
+    report = {"kernel": name, "problem": problem.to_dict(), **({"has_lse": True} if has_lse else {}),
+              "status": "ok",
               "compile_s": round(compile_s, 1), **resource_usage(cubin),
               "dynamic_smem_bytes": dynamic_smem_bytes(module, problem),
               "sass_total": sum(mix.values()),
