@@ -1,7 +1,7 @@
 """Execute every notebook in notebooks/ in place, so that it is committed with its outputs.
 
-    python scripts/execute_notebooks.py                 # all notebooks/NN_*.ipynb
-    python scripts/execute_notebooks.py 02_k2_row_group # only these (name or file)
+    python -m tools.execute_notebooks                 # all notebooks/NN_*.ipynb
+    python -m tools.execute_notebooks 02_k2_row_group # only these (name or file)
 
 Run it on the H200 host after ``python notebooks/build.py``: the committed notebooks then show
 that GPU's checks and timings (the docs site renders them without executing). Each cell has a
@@ -32,7 +32,7 @@ def execute(path: Path, timeout_s: int, kernel: str):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/execute_notebooks.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.execute_notebooks", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="notebook names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
