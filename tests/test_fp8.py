@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.extension import fp8 as fp8_strategy
+from kernels.extension.backend import fp8 as fp8_strategy
 from kernels.extension.ops import fp8 as fp8_ops  # registers torch.ops.kernels.fp8_*
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

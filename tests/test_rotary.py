@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.extension.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
+from kernels.extension.backend.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
 
-# Half an output ulp: the documented bound (kernels/extension/rotary.py).
+# Half an output ulp: the documented bound (kernels/extension/backend/rotary.py).
 HALF_ULP = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-23}
 
 

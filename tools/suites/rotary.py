@@ -40,7 +40,7 @@ def complex_reference(q, k, freqs_cis):
 
 def run(ctx) -> list[dict]:
     from kernels.extension.ops import rotary as rotary_ops
-    from kernels.extension.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
+    from kernels.extension.backend.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
 
     rows = []
     task = ctx.progress.add_task("rotary", total=len(SHAPES))
