@@ -5,6 +5,9 @@ Layers (dependencies point down only):
               cuda -> fa4 -> torch, env override, strict selection with ``use_backend``),
               ``rotary`` (kernel or torch path, autograd), ``fp8`` (scaling recipes,
               ``fp8_autocast``, FP8 linear layers)
-    ops/      stateless wrappers, the only code that touches the compiled bindings
+    ops/      stateless wrappers, the only code that touches the compiled bindings; the
+              kernels' limits (e.g. ``ops.attention.HEAD_DIMS``) are defined there
     loader    finds and imports the modules ``python -m tools.build_ext`` put in lib/
+
+Nothing here imports ``kernels.registry``: the registry imports this layer.
 """

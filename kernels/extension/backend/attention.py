@@ -29,9 +29,6 @@ from ..ops import attention as ops
 BACKENDS = ("cuda", "fa4", "torch")
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
 DEBUG_ENV_VAR = "KERNELS_DEBUG"
-CUDA_HEAD_DIMS = (64, 128, 256)
-# Packed rows (query, head in group) up to which the split-KV decode kernel is used.
-DECODE_MAX_ROWS = 16
 
 _strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_backend", default=None)
 
@@ -115,6 +112,12 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
 
 
+def uses_decode_kernel(seqlen_q: int, group: int) -> bool:
+    """Whether the cuda backend runs a dense-query call on the split-KV decode kernel (one
+    query, or packed rows (query, head in group) that fit one decode CTA) rather than prefill."""
+    return seqlen_q == 1 or seqlen_q * group <= ops.DECODE_TILE_ROWS
+
+
 # ---- capability checks: reason or None -------------------------------------------------------
 
 def _cuda_unsupported(q, k, mask, paged, packed) -> str | None:
@@ -124,8 +127,8 @@ def _cuda_unsupported(q, k, mask, paged, packed) -> str | None:
         return "inputs are not on a CUDA device"
     if q.dtype != torch.bfloat16:
         return f"dtype {q.dtype} (the kernels are bf16)"
-    if q.shape[-1] not in CUDA_HEAD_DIMS:
-        return f"head_dim {q.shape[-1]} (supported: {CUDA_HEAD_DIMS})"
+    if q.shape[-1] not in ops.HEAD_DIMS:
+        return f"head_dim {q.shape[-1]} (supported: {ops.HEAD_DIMS})"
     arch = loader.build_info().get("arch", "90a")
     major, minor = torch.cuda.get_device_capability(q.device)
     if arch.endswith("a"):
@@ -219,7 +222,7 @@ def _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
                                  mask=mask, out=out, lse=lse, check_seqlens=False, debug=debug)
     batch, seqlen_q, heads_q = q.shape[:3]
     group = heads_q // k.shape[2]
-    small = seqlen_q * group <= DECODE_MAX_ROWS or seqlen_q == 1
+    small = uses_decode_kernel(seqlen_q, group)
     if page_table is not None:
         if small:
             return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask,
