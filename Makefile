@@ -7,7 +7,7 @@ KERNELS ?= k2 k4 fa4
 # (tests/conftest.py) or crashes the process fails alone, and a fresh worker runs the rest.
 GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 
-.PHONY: setup compare test test-gpu inspect bench docs serve clean
+.PHONY: setup compare test test-gpu lint inspect bench docs serve clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,9 @@ test: setup             ## CPU tests always; GPU tests too where CUDA is present
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu $(GPU_ISOLATION)
+
+lint: setup             ## ruff, with the rules in pyproject.toml
+	$(PY) -m ruff check .
 
 inspect: setup
 	$(PY) -m tools.inspect

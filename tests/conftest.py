@@ -39,7 +39,9 @@ def pytest_report_header(config):
     limit = config.getoption("--gpu-timeout")
     if not _timeout_plugin(config):
         return "gpu tests: NO time limit (pytest-timeout is not installed: pip install -e '.[test]')"
-    return f"gpu tests: {limit:g} s each (pytest-timeout, thread method)" if limit else "gpu tests: no time limit"
+    if not limit:
+        return "gpu tests: no time limit"
+    return f"gpu tests: {limit:g} s each (pytest-timeout, thread method)"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -96,7 +96,8 @@ def test_torch_fallback_paged_decode_and_ragged_prefill(page_size, guards):
     cu = torch.tensor([0, 5, 6, 9], dtype=torch.int32)
     out = attention(qp, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu, causal=True)
     for b, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
-        ref = reference_attention(qp[lo:hi].unsqueeze(0), k[b:b + 1], v[b:b + 1], causal=True, key_lens=lens[b:b + 1])[0]
+        ref = reference_attention(qp[lo:hi].unsqueeze(0), k[b:b + 1], v[b:b + 1], causal=True,
+                                  key_lens=lens[b:b + 1])[0]
         assert rel_err(out[lo:hi], ref[0]) < 1e-5
 
 

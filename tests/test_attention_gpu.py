@@ -9,8 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.harness import (AttentionProblem, check_output, make_inputs, paged_kv_cache, reference_attention,
-                             verify_attention)
+from kernels.harness import (
+    AttentionProblem,
+    check_output,
+    make_inputs,
+    paged_kv_cache,
+    reference_attention,
+    verify_attention,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +45,8 @@ def qkv(b, sq, sk, hq, hkv, d, seed=0):
 
 
 def check(out, ref, what, lse=None, ref_lse=None):
-    result = check_output(out.float(), ref, TOL, lse=lse, ref_lse=ref_lse, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    result = check_output(out.float(), ref, TOL, lse=lse, ref_lse=ref_lse, lse_atol=LSE_ATOL,
+                          lse_rtol=LSE_RTOL)
     assert result, f"{what}: {result.reason}"
 
 
@@ -75,7 +82,8 @@ def test_decode_split_counts(num_splits):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("sq,sk,hq,hkv", [(128, 128, 8, 8), (70, 333, 16, 2), (300, 200, 8, 1), (1, 50, 4, 1)])
+@pytest.mark.parametrize("sq,sk,hq,hkv", [(128, 128, 8, 8), (70, 333, 16, 2), (300, 200, 8, 1),
+                                         (1, 50, 4, 1)])
 def test_prefill(impl, d, causal, sq, sk, hq, hkv):
     problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal)
 
@@ -98,7 +106,8 @@ def test_masks(fn, mask_dims, guards):
     else:
         mask[0, 0] = False  # one fully masked row
     q, k, v, mask = guards.copies(**dict(zip("qkv", qkv(2, sq, 300, 16, 4, 128, seed=7))), mask=mask)
-    out, lse = guards.empty(q.shape, q.dtype, name="out"), guards.empty((2, 16, sq), torch.float32, name="lse")
+    out = guards.empty(q.shape, q.dtype, name="out")
+    lse = guards.empty((2, 16, sq), torch.float32, name="lse")
     getattr(ops, fn)(q, k, v, mask=mask, causal=True, out=out, lse=lse)
     ref, ref_lse = reference_attention(q, k, v, mask=mask, causal=True)
     check(out, ref, f"{fn} mask {mask_dims}-D", lse, ref_lse)
@@ -155,9 +164,10 @@ def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
     k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=g)
     q = rand(sum(q_lens), hq, d, seed=23)
     cu = torch.tensor([0, 70, 80, 210], dtype=torch.int32, device=DEV)
-    q, k_cache, v_cache, table, cu, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache, page_table=table,
-                                                         cu_seqlens_q=cu, seqlens_k=lens)
-    out, lse = guards.empty(q.shape, q.dtype, name="out"), guards.empty((hq, q.shape[0]), torch.float32, name="lse")
+    q, k_cache, v_cache, table, cu, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache,
+                                                         page_table=table, cu_seqlens_q=cu, seqlens_k=lens)
+    out = guards.empty(q.shape, q.dtype, name="out")
+    lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse")
     ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl=impl, out=out, lse=lse)
     guards.check()
     for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):

@@ -66,7 +66,8 @@ def test_gemm_bad_inputs_raise(case, error, match):
         a = a.unsqueeze(0)
     b = torch.empty(n, case.get("kb", k), dtype=case.get("db", E4M3), device="meta")
     s = torch.empty((), dtype=case.get("scale_dtype", torch.float32), device="meta")
-    bias = torch.empty(*case.get("bias_shape", (n,)), dtype=case.get("bias_dtype", torch.bfloat16), device="meta")
+    bias = torch.empty(*case.get("bias_shape", (n,)), dtype=case.get("bias_dtype", torch.bfloat16),
+                       device="meta")
     row_scale = torch.empty(*case.get("row_scale_shape", (m,)), dtype=torch.float32, device="meta")
     with pytest.raises(error, match=match):
         torch.ops.kernels.fp8_gemm(a, b, s, s, bias, row_scale, None)
@@ -109,7 +110,8 @@ def test_gemm_planner_split_k_host():
     import tempfile
     from pathlib import Path
 
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    default_nvcc = Path("/usr/local/cuda/bin/nvcc")
+    nvcc = shutil.which("nvcc") or (str(default_nvcc) if default_nvcc.exists() else None)
     if nvcc is None:
         pytest.skip("nvcc not found")
     csrc = Path(__file__).resolve().parents[1] / "csrc"
@@ -271,7 +273,8 @@ SHAPES = [(1, 64, 32), (7, 33, 48), (16, 256, 128), (129, 130, 144), (300, 77, 1
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", PATH_VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) or "auto")
+@pytest.mark.parametrize("variant", PATH_VARIANTS,
+                         ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) or "auto")
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gemm_paths_match_reference(variant, shape, guards):
     _need_module()
@@ -384,7 +387,8 @@ def test_gemm_plan_never_picks_fast_accumulation():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(), fp8_strategy.DelayedScaling(amax_history_len=4)],
+@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(),
+                                    fp8_strategy.DelayedScaling(amax_history_len=4)],
                          ids=["dynamic", "delayed"])
 def test_fp8_autocast_linear_forward_backward(recipe):
     _need_module()
@@ -403,7 +407,10 @@ def test_fp8_autocast_linear_forward_backward(recipe):
         with fp8_strategy.fp8_autocast(recipe=recipe):
             y = layer(x)
         y.backward(grad.to(torch.bfloat16))
-        rel = lambda got, want: float((got.float() - want).norm() / want.norm())
+
+        def rel(got, want):
+            return float((got.float() - want).norm() / want.norm())
+
         assert rel(y, y_ref) < 0.08, f"step {step}: forward rel {rel(y, y_ref):.3g}"
         assert rel(x.grad, x_ref.grad) < 0.15
         assert rel(layer.weight.grad, ref_layer.weight.grad) < 0.15
@@ -433,7 +440,8 @@ def test_gemm_empty_k_gives_bias(path):
                          ids=lambda s: "x".join(map(str, s)))
 def test_gemm_split_k_matches_reference(shape, split_k, extras, guards):
     _need_module()
-    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape) + split_k, extras=extras)
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape) + split_k,
+                                                 extras=extras)
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=split_k)
     _assert_gemm_close(out, ref, f"{shape} split_k={split_k}", u=_u_for({}))
 

@@ -8,9 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.harness import (AttentionProblem, GuardedAllocator, attention_sweep, causal_keep_mask, check_output,
-                             fa3_paper_shapes, make_inputs, paged_kv_cache, poison, reference_attention,
-                             reference_attention_numpy, verify_attention)
+from kernels.harness import (
+    AttentionProblem,
+    GuardedAllocator,
+    attention_sweep,
+    causal_keep_mask,
+    check_output,
+    fa3_paper_shapes,
+    make_inputs,
+    paged_kv_cache,
+    poison,
+    reference_attention,
+    reference_attention_numpy,
+    verify_attention,
+)
 from kernels.harness.timing import rotation_count
 
 
@@ -55,7 +66,8 @@ def test_problem_rejects_bad_shapes(bad):
 
 def test_default_shapes_are_the_fa3_set():
     shapes = fa3_paper_shapes(128, False, (1024, 4096, 16384))
-    assert [(p.batch, p.seqlen_q, p.heads_q) for p in shapes] == [(16, 1024, 16), (4, 4096, 16), (1, 16384, 16)]
+    assert [(p.batch, p.seqlen_q, p.heads_q) for p in shapes] == [(16, 1024, 16), (4, 4096, 16),
+                                                                  (1, 16384, 16)]
     assert all(p.batch * p.seqlen_q == 16384 for p in shapes)
 
 
@@ -284,7 +296,8 @@ def _writes_into_q(q, k, v, out, lse):
 
 @pytest.mark.parametrize("kernel,why", [
     (_skips_last_row, "NaN"), (_writes_past_the_end, "out-of-bounds writes: out"),
-    (_nan_lse_for_empty_rows, "NaN"), (_moving, "bit-identical"), (_writes_into_q, "first run: wrote into its inputs: q"),
+    (_nan_lse_for_empty_rows, "NaN"), (_moving, "bit-identical"),
+    (_writes_into_q, "first run: wrote into its inputs: q"),
 ], ids=lambda x: x.__name__.strip("_") if callable(x) else "")
 def test_verify_attention_catches_broken_kernels(kernel, why):
     result = verify_attention(kernel, CASE, device="cpu")

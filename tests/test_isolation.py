@@ -42,7 +42,8 @@ def test_a_hung_gpu_test_fails_alone(pytester, monkeypatch):
     """)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     start = time.monotonic()
-    result = pytester.runpytest_subprocess(*gpu_isolation_flags(), "--gpu-timeout", "3", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*gpu_isolation_flags(), "--gpu-timeout", "3",
+                                           "-p", "no:cacheprovider")
     assert time.monotonic() - start < 100, "the time limit did not end the hung test"
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*crashed while running 'test_gpu.py::test_hangs'*"])

@@ -199,7 +199,8 @@ def test_kernel_matches_reference(cfg, dtype, inplace, guards):
 def test_kernel_table_modes_and_strided_inputs(guards):
     _need_kernel()
     batch, seqlen, heads, d = 2, 11, 4, 64
-    qkv = guards.copy(torch.randn(batch, seqlen, 3, heads, d, device="cuda", dtype=torch.bfloat16), name="qkv")
+    packed = torch.randn(batch, seqlen, 3, heads, d, device="cuda", dtype=torch.bfloat16)
+    qkv = guards.copy(packed, name="qkv")
     q, k = qkv[:, :, 0], qkv[:, :, 1]  # strided views of a packed projection
     cos, sin = rotary_tables(64, d, device="cuda")
     expected = apply_rotary_torch(q, k, cos, sin)

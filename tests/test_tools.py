@@ -17,7 +17,8 @@ def test_compare_without_gpu_shows_compile_reports_and_recorded_numbers(capsys):
         assert r["status"] == "ok" and r["registers"] > 0 and r["sass_mix"]["FFMA"] > 0
     rec = result["recorded"]
     assert "error" not in rec, f"the recorded H200 numbers are missing: {rec['error']}"
-    assert {r["kernel"] for r in rec["rows"]} == {"k1", "k2", "fa4"}, "results/h200/ladder.json lacks a kernel"
+    kernels = {r["kernel"] for r in rec["rows"]}
+    assert kernels == {"k1", "k2", "fa4"}, f"results/h200/ladder.json has rows for {kernels} only"
 
 
 def test_compare_table_output(capsys):
@@ -84,7 +85,8 @@ def test_recorded_compile_reports_match_the_code():
         live = inspect.inspect(recorded["kernel"], problem)
         assert (live["registers"], live["sass_mix"]) == (recorded["registers"], recorded["sass_mix"]), \
             f"{recorded['kernel']}: results/inspect.json is stale: run python -m tools.inspect --record"
-    assert set(rung_names()) <= compared, "results/inspect.json lacks a head_dim 128 report: python -m tools.inspect --record"
+    assert set(rung_names()) <= compared, \
+        "results/inspect.json lacks a head_dim 128 report: run python -m tools.inspect --record"
 
 
 def test_build_ext_refuses_plain_sm90(capsys):

@@ -90,7 +90,8 @@ BAD_RUN_INPUTS = {
         d, q=torch.randn(1, 8, 2, 128, device=d).bfloat16()[..., ::2]), True),
     "heads_q % heads_kv": (ValueError, lambda d: _replace(
         d, q=torch.randn(1, 8, 3, 64, device=d).bfloat16(), k=torch.randn(1, 8, 2, 64, device=d).bfloat16(),
-        v=torch.randn(1, 8, 2, 64, device=d).bfloat16(), out=torch.empty(1, 8, 3, 64, device=d).bfloat16()), True),
+        v=torch.randn(1, 8, 2, 64, device=d).bfloat16(),
+        out=torch.empty(1, 8, 3, 64, device=d).bfloat16()), True),
     "out shape": (ValueError, lambda d: _replace(d, out=_good(d)[3][:, :4]), True),
     "strided q (contiguous BSHD contract)": (ValueError, lambda d: _replace(
         d, q=torch.randn(1, 8, 4, 64, device=d).bfloat16()[:, :, :2]), True),

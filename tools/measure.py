@@ -10,9 +10,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.harness import (AttentionProblem, check_output, empty_output, make_inputs, poison,
-                             reference_attention)
-from kernels.harness.timing import gbps, rotation_count, time_cuda, tflops
+from kernels.harness import (
+    AttentionProblem,
+    check_output,
+    empty_output,
+    make_inputs,
+    poison,
+    reference_attention,
+)
+from kernels.harness.timing import gbps, rotation_count, tflops, time_cuda
 from kernels.registry import Runner
 
 

@@ -116,7 +116,8 @@ def verify_attention(run: Callable, problem: AttentionProblem, *, seed: int = 0,
         damage = guards.damage()
         if damage:
             return CheckResult(False, result.rel_err, f"{when}: out-of-bounds writes: " + "; ".join(damage))
-        changed = [name for name, before, now in zip("qkv", inputs, (q, k, v)) if not torch.equal(before, now)]
+        changed = [name for name, before, now in zip("qkv", inputs, (q, k, v))
+                   if not torch.equal(before, now)]
         if changed:
             return CheckResult(False, result.rel_err, f"{when}: wrote into its inputs: {', '.join(changed)}")
         return None

@@ -114,8 +114,8 @@ def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None
             hk = kv_head_for(h, heads_q, heads_kv)
             for i in range(seqlen_q):
                 last = min(lens[b], i + lens[b] - seqlen_q + 1) if causal else lens[b]
-                seen = [j for j in range(max(0, last))
-                        if mask is None or j < mask.shape[-1] and (mask[b, j] if mask.ndim == 2 else mask[b, i, j])]
+                keep = None if mask is None else (mask[b] if mask.ndim == 2 else mask[b, i])
+                seen = [j for j in range(max(0, last)) if keep is None or j < len(keep) and keep[j]]
                 if not seen:
                     continue
                 s = k[b, seen, hk] @ q[b, i, h] * scale

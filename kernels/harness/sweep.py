@@ -58,7 +58,8 @@ def attention_sweep(head_dims=HEAD_DIMS, dtypes=("bf16",)) -> list[SweepCase]:
                 cases.append(SweepCase(AttentionProblem(3, sq, sk, 16, 4, d, causal=causal), LARGE_LOGITS))
             if "fp16" in dtypes:
                 for sq, sk in ((65, 1000), (1000, 65), (1000, 1000)):
-                    cases.append(SweepCase(AttentionProblem(3, sq, sk, 16, 4, d, causal=causal, dtype="fp16")))
+                    problem = AttentionProblem(3, sq, sk, 16, 4, d, causal=causal, dtype="fp16")
+                    cases.append(SweepCase(problem))
         # an explicit softmax scale with large logits
         cases.append(SweepCase(AttentionProblem(2, 333, 777, 4, 1, d, causal=True, scale=0.3), LARGE_LOGITS))
     return cases

@@ -16,8 +16,8 @@ from functools import cache
 
 from .peers import peer_runners
 from .production import production_runners
-from .runner import Launch, Runner
 from .rungs import rung_module, rung_names, rung_runners
+from .runner import Launch, Runner
 
 __all__ = ["Launch", "Runner", "all_runners", "get", "names", "rung_module", "rung_names"]
 

@@ -69,7 +69,8 @@ def _make(name, description, reasons, build):
             raise RuntimeError(reason)
         return build(problem)
 
-    return Runner(name=name, kind="production", description=description, unsupported=unsupported, prepare=prepare)
+    return Runner(name=name, kind="production", description=description, unsupported=unsupported,
+                  prepare=prepare)
 
 
 def _decode(impl):

@@ -30,7 +30,8 @@ BACKENDS = ("cuda", "fa4", "torch")
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
 DEBUG_ENV_VAR = "KERNELS_DEBUG"
 
-_strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_backend", default=None)
+_strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "attention_backend", default=None)
 
 
 @contextlib.contextmanager
@@ -71,7 +72,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
     if paged and seqlens_k is None:
         raise ValueError("a paged cache needs seqlens_k [B] int32")
     if q.dim() != (3 if packed else 4):
-        raise ValueError(f"q must be {'[total_q, Hq, D]' if packed else '[B, Sq, Hq, D]'}, got shape {tuple(q.shape)}")
+        expected = "[total_q, Hq, D]" if packed else "[B, Sq, Hq, D]"
+        raise ValueError(f"q must be {expected}, got shape {tuple(q.shape)}")
     if k.dim() != 4 or k.shape != v.shape:
         raise ValueError(f"k and v must be 4-D with one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     heads_q, head_dim = q.shape[-2], q.shape[-1]
@@ -92,7 +94,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             if t.dtype != torch.int32:
                 raise TypeError(f"{name} must be int32, got {t.dtype}")
             if t.dim() != dims or t.shape[0] != batch:
-                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, got {tuple(t.shape)}")
+                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, "
+                                 f"got {tuple(t.shape)}")
         if packed:
             if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
                 raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
@@ -101,7 +104,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             lo, hi = (int(x) for x in torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist())
             if lo < 0 or hi > capacity:
                 raise ValueError(
-                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], got values in [{lo}, {hi}]"
+                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
+                    f"got values in [{lo}, {hi}]"
                 )
     if mask is not None:
         if mask.dtype != torch.bool:
@@ -181,7 +185,8 @@ def _choose(q, k, mask, paged, packed) -> tuple[str, list[str]]:
     if strict is not None:
         reason = _UNSUPPORTED[strict](q, k, mask, paged, packed)
         if reason is not None:
-            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run this call: {reason}")
+            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run "
+                               f"this call: {reason}")
         return strict, []
     order = list(BACKENDS)
     preferred = os.environ.get(ENV_VAR)
@@ -308,10 +313,10 @@ def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
 def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
     if page_table is None:
         lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
-        o, l = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
+        o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
     elif cu_seqlens_q is None:
         length = max(1, int(seqlens_k.max()))
-        o, l = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
+        o, o_lse = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
                             causal, scale, seqlens_k, mask, lse is not None)
     else:
         cu = cu_seqlens_q.tolist()
@@ -329,9 +334,9 @@ def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q
             if lb is not None:
                 lses.append(lb[0])
         o = torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
-        l = torch.cat(lses, dim=1) if lse is not None and lses else None
+        o_lse = torch.cat(lses, dim=1) if lse is not None and lses else None
     if lse is not None:
-        lse.copy_(l)
+        lse.copy_(o_lse)
     if out is not None:
         out.copy_(o)
         return out
