@@ -9,10 +9,10 @@ GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 
 .PHONY: setup compare test test-gpu lint inspect bench docs serve clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[test,docs]"
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e ".[test,docs]"
 	touch $@
 
 setup: $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/.installed)
