@@ -41,7 +41,7 @@ class Case:
 
 
 def measure(runner: Runner, case: Case, timed: bool = True) -> dict:
-    """A results row (DESIGN.md schema) for ``runner`` on ``case``."""
+    """A results row (docs/design.md schema) for ``runner`` on ``case``."""
     p = case.problem
     row = {"kernel": runner.name, "problem": p.to_dict(), "ms": None, "tflops": None,
            "gbps": None, "rel_err": None, "status": "ok"}

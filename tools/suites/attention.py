@@ -1,6 +1,6 @@
 """The production attention suite: our CUDA kernels with their peers in the same run.
 
-Rows (DESIGN.md schema): paged decode B in {1, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128 at
+Rows (docs/design.md schema): paged decode B in {1, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128 at
 pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
 (cuDNN and flash backends) on the gathered dense KV; B=1 contiguous decode latency; prefill
 D 128 4k (TFLOP/s, target >= 350) with torch SDPA (cuDNN, flash) and FA4; a ragged causal

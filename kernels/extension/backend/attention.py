@@ -7,7 +7,7 @@ Order: ``cuda`` (our kernels, kernels.extension.ops.attention), then ``fa4``
 - ``with use_backend(name):`` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
 
-Layouts (DESIGN.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
+Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
 [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
 ragged queries packed as q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 (paged only).
 mask: bool [B, Sk] or [B, Sq, Sk], True = keep. Causal is bottom-right aligned per batch.
