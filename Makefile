@@ -3,13 +3,16 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 KERNELS ?= k2 k4 fa4
+# make test-gpu runs the tests in a pytest-xdist worker: a test that hangs past its time limit
+# (tests/conftest.py) or crashes the process fails alone, and a fresh worker runs the rest.
+GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 
-.PHONY: setup compare test test-gpu inspect bench docs serve clean
+.PHONY: setup compare test test-gpu lint inspect bench docs serve clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[test,docs]"
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e ".[test,docs]"
 	touch $@
 
 setup: $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/.installed)
@@ -21,7 +24,10 @@ test: setup             ## CPU tests always; GPU tests too where CUDA is present
 	$(PY) -m pytest -q
 
 test-gpu: setup
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -q -m gpu $(GPU_ISOLATION)
+
+lint: setup             ## ruff, with the rules in pyproject.toml
+	$(PY) -m ruff check .
 
 inspect: setup
 	$(PY) -m tools.inspect

@@ -9,7 +9,7 @@ reference; time against the previous rung and the peers; the table recorded on t
 GPU steps are guarded, so every notebook also runs top to bottom on a CPU-only machine.
 The notebooks import the rung from kernels/ and use tools.inspect / tools.compare /
 tools.report; they never redefine a kernel. After rewriting them, execute them on the GPU
-host with ``python scripts/execute_notebooks.py`` and commit them with their outputs.
+host with ``python -m tools.execute_notebooks`` and commit them with their outputs.
 """
 
 from __future__ import annotations

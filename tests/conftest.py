@@ -2,8 +2,18 @@ import os
 
 import pytest
 
+from kernels.harness.guards import GuardedAllocator
+
+pytest_plugins = ("pytester",)  # tests of the test machinery (guards, time limits) run pytest in pytest
+
 # Compiles on CPU-only machines target Hopper.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+# A hung kernel blocks the process in a CUDA call that never returns; pytest-timeout's thread
+# method still ends it after this long, dumping every thread's stack under the test's name.
+# Under pytest-xdist (make test-gpu: -n 1) only the worker dies: the test is reported as
+# crashed and the run goes on in a fresh worker. First calls compile, hence the generous limit.
+GPU_TEST_TIMEOUT_S = 300
 
 
 def cuda_available() -> bool:
@@ -14,14 +24,51 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--gpu-timeout", type=float, default=GPU_TEST_TIMEOUT_S, metavar="SECONDS",
+                     help=f"time limit of each gpu-marked test (default {GPU_TEST_TIMEOUT_S}; 0: none)")
+
+
+def _timeout_plugin(config) -> bool:
+    return config.pluginmanager.hasplugin("timeout")
+
+
+def pytest_report_header(config):
+    if not cuda_available():
+        return "gpu tests: skipped (no CUDA device)"
+    limit = config.getoption("--gpu-timeout")
+    if not _timeout_plugin(config):
+        return "gpu tests: NO time limit (pytest-timeout is not installed: pip install -e '.[test]')"
+    if not limit:
+        return "gpu tests: no time limit"
+    return f"gpu tests: {limit:g} s each (pytest-timeout, thread method)"
+
+
 def pytest_collection_modifyitems(config, items):
     group_by_kernel(items)
-    if cuda_available():
+    if not cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    limit = config.getoption("--gpu-timeout")
+    if limit and _timeout_plugin(config):
+        for item in items:
+            if "gpu" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(limit, method="thread"))
+
+
+@pytest.fixture
+def guards():
+    """A GuardedAllocator (kernels/harness/guards.py) on the GPU, or the CPU without one:
+    ``guards.copy(t)`` / ``guards.copies(q=q, ...)`` for inputs, ``guards.empty(shape, dtype)``
+    for NaN-poisoned outputs, ``guards.check()`` after the run. Guards not checked by the test
+    are checked when it ends."""
+    allocator = GuardedAllocator("cuda" if cuda_available() else "cpu")
+    yield allocator
+    if allocator.unchecked:
+        allocator.check()
 
 
 def group_by_kernel(items):

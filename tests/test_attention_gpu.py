@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_attention_reference import make_paged, reference, rel_err
+from kernels.harness import (
+    AttentionProblem,
+    check_output,
+    make_inputs,
+    paged_kv_cache,
+    reference_attention,
+    verify_attention,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -22,6 +29,8 @@ if not ops.available():
     pytest.skip("extension module 'attention' not built (python -m tools.build_ext)", allow_module_level=True)
 
 TOL = 1e-2
+# LSE: |lse - ref| <= LSE_ATOL + LSE_RTOL * |ref|
+LSE_ATOL, LSE_RTOL = 2e-2, 1e-3
 DEV = "cuda"
 IMPLS = ("tc", "scalar")
 
@@ -32,59 +41,63 @@ def rand(*shape, seed=0):
 
 
 def qkv(b, sq, sk, hq, hkv, d, seed=0):
-    return rand(b, sq, hq, d, seed=seed), rand(b, sk, hkv, d, seed=seed + 1), rand(b, sk, hkv, d, seed=seed + 2)
+    return make_inputs(AttentionProblem(b, sq, sk, hq, hkv, d), seed=seed)
 
 
-def check(out, ref, what):
-    err = rel_err(out, ref)
-    assert err == err, f"{what}: NaN in output"
-    assert err <= TOL, f"{what}: rel err {err:.2e} > {TOL}"
+def check(out, ref, what, lse=None, ref_lse=None):
+    result = check_output(out.float(), ref, TOL, lse=lse, ref_lse=ref_lse, lse_atol=LSE_ATOL,
+                          lse_rtol=LSE_RTOL)
+    assert result, f"{what}: {result.reason}"
 
 
 # ---- contiguous --------------------------------------------------------------------------------
+# verify_attention: every tensor in NaN guard regions, outputs NaN-poisoned, rows that see no
+# key exactly zero with LSE -inf, and a repeated run bit-identical.
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk,hq,hkv", [(1, 1000, 32, 8), (3, 257, 8, 1), (1, 37, 4, 4), (5, 4096, 8, 8)])
 def test_decode(impl, d, causal, sq, sk, hq, hkv):
-    q, k, v = qkv(2, sq, sk, hq, hkv, d)
-    lse = torch.full((2, hq, sq), float("nan"), device=DEV)
-    out = torch.full_like(q, float("nan"))
-    ops.decode(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
-    ref, ref_lse = reference(q, k, v, causal=causal)
-    check(out, ref, f"decode {impl} d{d} causal={causal} sq{sq} sk{sk} {hq}/{hkv}")
-    torch.testing.assert_close(lse, ref_lse, atol=2e-2, rtol=1e-3)
+    problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal)
+
+    def run(q, k, v, out, lse):
+        ops.decode(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
+
+    result = verify_attention(run, problem, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode {impl} {problem.label()}: {result.reason}"
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 64])
 def test_decode_split_counts(num_splits):
-    q, k, v = qkv(3, 1, 3000, 32, 8, 128, seed=3)
-    out = ops.decode(q, k, v, num_splits=num_splits)
-    check(out, reference(q, k, v)[0], f"decode num_splits={num_splits}")
+    problem = AttentionProblem(3, 1, 3000, 32, 8, 128)
+
+    def run(q, k, v, out, lse):
+        ops.decode(q, k, v, num_splits=num_splits, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=3, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode num_splits={num_splits}: {result.reason}"
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("sq,sk,hq,hkv", [(128, 128, 8, 8), (70, 333, 16, 2), (300, 200, 8, 1), (1, 50, 4, 1)])
+@pytest.mark.parametrize("sq,sk,hq,hkv", [(128, 128, 8, 8), (70, 333, 16, 2), (300, 200, 8, 1),
+                                         (1, 50, 4, 1)])
 def test_prefill(impl, d, causal, sq, sk, hq, hkv):
-    q, k, v = qkv(2, sq, sk, hq, hkv, d, seed=5)
-    lse = torch.full((2, hq, sq), float("nan"), device=DEV)
-    out = torch.full_like(q, float("nan"))
-    ops.prefill(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
-    ref, ref_lse = reference(q, k, v, causal=causal)
-    check(out, ref, f"prefill {impl} d{d} causal={causal} sq{sq} sk{sk} {hq}/{hkv}")
-    finite = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), finite), "LSE -inf pattern differs (rows that see no key)"
-    torch.testing.assert_close(lse[finite], ref_lse[finite], atol=2e-2, rtol=1e-3)
+    problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal)
+
+    def run(q, k, v, out, lse):
+        ops.prefill(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=5, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"prefill {impl} {problem.label()}: {result.reason}"
 
 
 @pytest.mark.parametrize("fn", ["decode", "prefill"])
 @pytest.mark.parametrize("mask_dims", [2, 3])
-def test_masks(fn, mask_dims):
+def test_masks(fn, mask_dims, guards):
     sq = 2 if fn == "decode" else 90
-    q, k, v = qkv(2, sq, 300, 16, 4, 128, seed=7)
     g = torch.Generator(device=DEV).manual_seed(1)
     shape = (2, 300) if mask_dims == 2 else (2, sq, 300)
     mask = torch.rand(shape, device=DEV, generator=g) > 0.3
@@ -92,17 +105,23 @@ def test_masks(fn, mask_dims):
         mask[0] = False  # every row of batch 0 sees no key: zeros, not NaN
     else:
         mask[0, 0] = False  # one fully masked row
-    out = getattr(ops, fn)(q, k, v, mask=mask, causal=True)
-    ref = reference(q, k, v, mask=mask, causal=True)[0]
-    check(out, ref, f"{fn} mask {mask_dims}-D")
-    assert not torch.isnan(out).any()
+    q, k, v, mask = guards.copies(**dict(zip("qkv", qkv(2, sq, 300, 16, 4, 128, seed=7))), mask=mask)
+    out = guards.empty(q.shape, q.dtype, name="out")
+    lse = guards.empty((2, 16, sq), torch.float32, name="lse")
+    getattr(ops, fn)(q, k, v, mask=mask, causal=True, out=out, lse=lse)
+    ref, ref_lse = reference_attention(q, k, v, mask=mask, causal=True)
+    check(out, ref, f"{fn} mask {mask_dims}-D", lse, ref_lse)
+    guards.check()
 
 
-def test_prefill_scale_and_strided_q():
+def test_prefill_scale_and_strided_q(guards):
     q_big, k, v = qkv(2, 100, 100, 8, 8, 64, seed=9)
     q = torch.cat([q_big, q_big], dim=2)[:, :, 4:12]  # non-contiguous head/token strides
-    out = ops.prefill(q, k, v, scale=0.05)
-    check(out, reference(q, k, v, scale=0.05)[0], "prefill strided q, scale 0.05")
+    q, k, v = guards.copies(q=q, k=k, v=v)  # the strided q keeps its strides; its gaps are guards too
+    out = guards.empty(q.shape, q.dtype, name="out")
+    ops.prefill(q, k, v, scale=0.05, out=out)
+    check(out, reference_attention(q, k, v, scale=0.05)[0], "prefill strided q, scale 0.05")
+    guards.check()
 
 
 # ---- paged ---------------------------------------------------------------------------------------
@@ -113,15 +132,19 @@ def test_prefill_scale_and_strided_q():
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("page_size", [1, 5, 12, 16, 24, 48, 64, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal):
+def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal, guards):
     b, sk, hq, hkv, d = 4, 700, 32, 8, 128
     q, k, v = qkv(b, 1, sk, hq, hkv, d, seed=11)
     lens = torch.tensor([700, 1, 333, 64], dtype=torch.int32, device=DEV)
     g = torch.Generator().manual_seed(page_size)
-    k_cache, v_cache, table = make_paged(k, v, lens, page_size, generator=g)
-    out = ops.paged_decode(q, k_cache, v_cache, table, lens, causal=causal, impl=impl)
-    ref = reference(q, k, v, causal=causal, key_lens=lens)[0]
-    check(out, ref, f"paged decode {impl} page {page_size}")
+    k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=g)
+    q, k_cache, v_cache, table, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache, page_table=table,
+                                                     seqlens_k=lens)
+    out, lse = guards.empty(q.shape, q.dtype, name="out"), guards.empty((b, hq, 1), torch.float32, name="lse")
+    ops.paged_decode(q, k_cache, v_cache, table, lens, causal=causal, impl=impl, out=out, lse=lse)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, key_lens=lens)
+    check(out, ref, f"paged decode {impl} page {page_size}", lse, ref_lse)
+    guards.check()
     # Same answer as the contiguous kernel on the full-length batch entry.
     contiguous = ops.decode(q[:1], k[:1], v[:1], causal=causal, impl=impl)
     check(out[:1], contiguous.float(), "paged vs contiguous")
@@ -130,32 +153,35 @@ def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("page_size", [1, 12, 16, 48, 64])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("d", [64, 128, 256])
-def test_paged_prefill_ragged(impl, page_size, causal, d):
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
+def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
     q_lens, k_lens = [70, 10, 130], [90, 10, 400]
     hq, hkv = 16, 2
     g = torch.Generator().manual_seed(page_size + d)
     sk = max(k_lens)
     k, v = rand(len(q_lens), sk, hkv, d, seed=21), rand(len(q_lens), sk, hkv, d, seed=22)
     lens = torch.tensor(k_lens, dtype=torch.int32, device=DEV)
-    k_cache, v_cache, table = make_paged(k, v, lens, page_size, generator=g)
+    k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=g)
     q = rand(sum(q_lens), hq, d, seed=23)
     cu = torch.tensor([0, 70, 80, 210], dtype=torch.int32, device=DEV)
-    lse = torch.full((hq, q.shape[0]), float("nan"), device=DEV)
-    out = ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl=impl, lse=lse)
+    q, k_cache, v_cache, table, cu, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache,
+                                                         page_table=table, cu_seqlens_q=cu, seqlens_k=lens)
+    out = guards.empty(q.shape, q.dtype, name="out")
+    lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse")
+    ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl=impl, out=out, lse=lse)
+    guards.check()
     for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
-        ref, ref_lse = reference(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=causal,
-                                 key_lens=lens[bi:bi + 1])
-        check(out[lo:hi], ref[0], f"paged prefill {impl} d{d} page {page_size} batch {bi}")
-        finite = torch.isfinite(ref_lse[0])
-        torch.testing.assert_close(lse[:, lo:hi][finite], ref_lse[0][finite], atol=2e-2, rtol=1e-3)
+        ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=causal,
+                                           key_lens=lens[bi:bi + 1])
+        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill {impl} d{d} page {page_size} batch {bi}",
+              lse[:, lo:hi].unsqueeze(0), ref_lse)
 
 
 def test_paged_decode_cuda_graph_replay():
     b, hq, hkv, d, page = 8, 32, 8, 128, 16
     q, k, v = qkv(b, 1, 1024, hq, hkv, d, seed=31)
     lens = torch.full((b,), 1024, dtype=torch.int32, device=DEV)
-    k_cache, v_cache, table = make_paged(k, v, lens, page, generator=torch.Generator().manual_seed(0))
+    k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
     splits = ops.decode_num_splits(b, hkv, 1, hq // hkv, table.shape[1] * page, d)
     workspace = torch.empty(max(1, ops.decode_workspace_size(splits, b, hq, 1, d)), device=DEV)
     out = torch.empty_like(q)
@@ -172,7 +198,7 @@ def test_paged_decode_cuda_graph_replay():
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        ref = reference(q, k, v, key_lens=lens)[0]
+        ref = reference_attention(q, k, v, key_lens=lens)[0]
         check(out, ref, f"graph replay step {step}")
 
 
@@ -195,7 +221,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="scale"):
         ops.prefill(q, k, v, scale=-1.0)
     lens = torch.tensor([65], dtype=torch.int32, device=DEV)
-    k_cache, v_cache, table = make_paged(k, v, lens, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16)
     with pytest.raises(ValueError, match="seqlens_k"):
         ops.paged_decode(q[:, :1], k_cache, v_cache, table, lens)
     bad_table = table.clone()
@@ -213,9 +239,9 @@ def test_backend_picks_cuda_and_matches():
     q, k, v = qkv(2, 200, 300, 16, 4, 128, seed=41)
     assert select_backend(q, k, v) == "cuda"
     out = attention(q, k, v, causal=True)
-    check(out, reference(q, k, v, causal=True)[0], "backend cuda")
+    check(out, reference_attention(q, k, v, causal=True)[0], "backend cuda")
     with use_backend("torch"):
         ref = attention(q, k, v, causal=True)
-    check(ref, reference(q, k, v, causal=True)[0], "backend torch")
+    check(ref, reference_attention(q, k, v, causal=True)[0], "backend torch")
     with use_backend("cuda"), pytest.raises(RuntimeError, match="cannot run"):
         attention(q.float(), k.float(), v.float())

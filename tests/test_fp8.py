@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.extension import fp8 as fp8_strategy
+from kernels.extension.backend import fp8 as fp8_strategy
 from kernels.extension.ops import fp8 as fp8_ops  # registers torch.ops.kernels.fp8_*
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -66,7 +66,8 @@ def test_gemm_bad_inputs_raise(case, error, match):
         a = a.unsqueeze(0)
     b = torch.empty(n, case.get("kb", k), dtype=case.get("db", E4M3), device="meta")
     s = torch.empty((), dtype=case.get("scale_dtype", torch.float32), device="meta")
-    bias = torch.empty(*case.get("bias_shape", (n,)), dtype=case.get("bias_dtype", torch.bfloat16), device="meta")
+    bias = torch.empty(*case.get("bias_shape", (n,)), dtype=case.get("bias_dtype", torch.bfloat16),
+                       device="meta")
     row_scale = torch.empty(*case.get("row_scale_shape", (m,)), dtype=torch.float32, device="meta")
     with pytest.raises(error, match=match):
         torch.ops.kernels.fp8_gemm(a, b, s, s, bias, row_scale, None)
@@ -109,7 +110,8 @@ def test_gemm_planner_split_k_host():
     import tempfile
     from pathlib import Path
 
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    default_nvcc = Path("/usr/local/cuda/bin/nvcc")
+    nvcc = shutil.which("nvcc") or (str(default_nvcc) if default_nvcc.exists() else None)
     if nvcc is None:
         pytest.skip("nvcc not found")
     csrc = Path(__file__).resolve().parents[1] / "csrc"
@@ -185,9 +187,9 @@ def _is_hopper():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
 @pytest.mark.parametrize("shape", [(128, 256), (77, 45), (3, 5, 64), (1000, 24), (1, 8)])
-def test_quantize_matches_torch(dtype, shape):
+def test_quantize_matches_torch(dtype, shape, guards):
     _need_module()
-    x = (torch.randn(*shape, device="cuda") * 5).to(torch.bfloat16)
+    x = guards.copy((torch.randn(*shape, device="cuda") * 5).to(torch.bfloat16), name="x")
     fmax = fp8_ops.FP8_MAX[dtype]
     scale = torch.tensor(2 * fmax, device="cuda") / x.float().abs().amax()  # saturates the top half
     out, out_t, amax = torch.ops.kernels.fp8_quantize(x, scale, dtype, True, True)
@@ -199,10 +201,10 @@ def test_quantize_matches_torch(dtype, shape):
 
 
 @pytest.mark.gpu
-def test_quantize_strided_rows_and_amax_only():
+def test_quantize_strided_rows_and_amax_only(guards):
     _need_module()
     base = torch.randn(64, 96, device="cuda").to(torch.bfloat16)
-    x = base[:, :64]  # row stride 96
+    x = guards.copy(base[:, :64], name="x")  # row stride 96; the 32 columns between rows are guards too
     one = torch.ones((), device="cuda")
     out, _, amax = torch.ops.kernels.fp8_quantize(x, one, E4M3, True, False)
     assert torch.equal(out.view(torch.uint8), x.float().to(E4M3).view(torch.uint8))
@@ -210,7 +212,9 @@ def test_quantize_strided_rows_and_amax_only():
     assert float(amax_only) == float(amax) == float(x.float().abs().amax())
 
 
-def _gemm_case(m, n, k, da, db, seed=0, extras=False):
+def _gemm_case(m, n, k, da, db, guards, seed=0, extras=False):
+    """Operands inside NaN guard regions (a read past any of them makes the output NaN) and
+    the fp64 reference with its magnitude sum_k |a_k b_k|."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", generator=g).to(da)
     b = torch.randn(n, k, device="cuda", generator=g).to(db)
@@ -218,6 +222,8 @@ def _gemm_case(m, n, k, da, db, seed=0, extras=False):
     bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if extras else None
     rs = torch.rand(m, device="cuda", generator=g) + 0.5 if extras else None
     cs = torch.rand(n, device="cuda", generator=g) + 0.5 if extras else None
+    a, b, sa, sb, bias, rs, cs = guards.copies(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, row_scale=rs,
+                                               col_scale=cs)
     af, bf = a.double(), b.double()
     ref, mag = (af @ bf.t()) * 0.125, (af.abs() @ bf.abs().t()) * 0.125
     if extras:
@@ -267,22 +273,23 @@ SHAPES = [(1, 64, 32), (7, 33, 48), (16, 256, 128), (129, 130, 144), (300, 77, 1
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", PATH_VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) or "auto")
+@pytest.mark.parametrize("variant", PATH_VARIANTS,
+                         ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) or "auto")
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gemm_paths_match_reference(variant, shape):
+def test_gemm_paths_match_reference(variant, shape, guards):
     _need_module()
     if variant.get("path") == 0 and not _is_hopper():
         pytest.skip("WGMMA path is sm_90a only")
-    a, b, sa, sb, _, _, _, ref = _gemm_case(*shape, E4M3, E4M3, seed=sum(shape))
+    a, b, sa, sb, _, _, _, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape))
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, **variant)
     _assert_gemm_close(out, ref, f"{shape} {variant}", u=_u_for(variant))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", range(1, 17))
-def test_gemm_small_m(m):
+def test_gemm_small_m(m, guards):
     _need_module()
-    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, 96, 272, E4M3, E4M3, seed=m, extras=True)
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, 96, 272, E4M3, E4M3, guards, seed=m, extras=True)
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs)
     _assert_gemm_close(out, ref, f"M={m}", u=_u_for({}))
 
@@ -290,12 +297,12 @@ def test_gemm_small_m(m):
 @pytest.mark.gpu
 @pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
 @pytest.mark.parametrize("path", [0, 1])
-def test_gemm_formats_vs_scaled_mm(da, db, path):
+def test_gemm_formats_vs_scaled_mm(da, db, path, guards):
     _need_module()
     if path == 0 and not _is_hopper():
         pytest.skip("WGMMA path is sm_90a only")
     m, n, k = 192, 320, 512
-    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(m, n, k, da, db, seed=3, extras=False)
+    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(m, n, k, da, db, guards, seed=3, extras=False)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
     ref = ref + bias.double()
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, path=path)
@@ -312,13 +319,13 @@ def _rel(out, ref):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(128, 256, 128), (256, 512, 4096), (64, 1024, 16384)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_gemm_accuracy_vs_scaled_mm(shape):
+def test_gemm_accuracy_vs_scaled_mm(shape, guards):
     """Same inputs, fp64 reference: the promoted kernel is as accurate as torch._scaled_mm
     (fp32 accumulation); block_n=256 as accurate as torch._scaled_mm(use_fast_accum=True)."""
     _need_module()
     if not _is_hopper():
         pytest.skip("WGMMA path is sm_90a only")
-    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(*shape, E4M3, E4M3, seed=11)
+    a, b, sa, sb, _, _, _, (ref, mag) = _gemm_case(*shape, E4M3, E4M3, guards, seed=11)
     def scaled_mm(fast):
         return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                                 use_fast_accum=fast)
@@ -380,7 +387,8 @@ def test_gemm_plan_never_picks_fast_accumulation():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(), fp8_strategy.DelayedScaling(amax_history_len=4)],
+@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(),
+                                    fp8_strategy.DelayedScaling(amax_history_len=4)],
                          ids=["dynamic", "delayed"])
 def test_fp8_autocast_linear_forward_backward(recipe):
     _need_module()
@@ -399,7 +407,10 @@ def test_fp8_autocast_linear_forward_backward(recipe):
         with fp8_strategy.fp8_autocast(recipe=recipe):
             y = layer(x)
         y.backward(grad.to(torch.bfloat16))
-        rel = lambda got, want: float((got.float() - want).norm() / want.norm())
+
+        def rel(got, want):
+            return float((got.float() - want).norm() / want.norm())
+
         assert rel(y, y_ref) < 0.08, f"step {step}: forward rel {rel(y, y_ref):.3g}"
         assert rel(x.grad, x_ref.grad) < 0.15
         assert rel(layer.weight.grad, ref_layer.weight.grad) < 0.15
@@ -427,9 +438,10 @@ def test_gemm_empty_k_gives_bias(path):
 @pytest.mark.parametrize("split_k", [0, 2, 3, 5])
 @pytest.mark.parametrize("shape", [(1, 200, 1040), (16, 333, 2064), (128, 200, 1040), (5, 4096, 4096)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_gemm_split_k_matches_reference(shape, split_k, extras):
+def test_gemm_split_k_matches_reference(shape, split_k, extras, guards):
     _need_module()
-    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, seed=sum(shape) + split_k, extras=extras)
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape) + split_k,
+                                                 extras=extras)
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=split_k)
     _assert_gemm_close(out, ref, f"{shape} split_k={split_k}", u=_u_for({}))
 
@@ -438,21 +450,21 @@ def test_gemm_split_k_matches_reference(shape, split_k, extras):
 @pytest.mark.parametrize("variant", [dict(path=0, block_n=64), dict(path=0, block_n=192),
                                      dict(path=0, block_n=256), dict(path=0, persistent=1)],
                          ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
-def test_gemm_split_k_tile_variants(variant):
+def test_gemm_split_k_tile_variants(variant, guards):
     _need_module()
     if not _is_hopper():
         pytest.skip("WGMMA path is sm_90a only")
-    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 333, 2064, E4M3, E4M3, seed=5, extras=True)
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 333, 2064, E4M3, E4M3, guards, seed=5, extras=True)
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=4, **variant)
     _assert_gemm_close(out, ref, f"split_k=4 {variant}", u=_u_for(variant))
 
 
 @pytest.mark.gpu
-def test_gemm_split_k_is_deterministic_and_graph_safe():
+def test_gemm_split_k_is_deterministic_and_graph_safe(guards):
     """The reduction sums the splits in order: repeated calls, and replays of a captured CUDA
     graph (workspace from the graph's pool), give the same bits."""
     _need_module()
-    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 4096, 4096, E4M3, E4M3, seed=9, extras=True)
+    a, b, sa, sb, bias, rs, cs, ref = _gemm_case(16, 4096, 4096, E4M3, E4M3, guards, seed=9, extras=True)
     first = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6)
     _assert_gemm_close(first, ref, "split_k=6", u=_u_for({}))
     assert torch.equal(first, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, split_k=6))

@@ -1,13 +1,27 @@
-"""Harness math: FLOP / byte counts, causal alignment, GQA mapping, the references, checks."""
+"""Harness math: FLOP / byte counts, causal alignment, GQA mapping, the references, checks,
+guard regions and the sweep."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from kernels.harness import (AttentionProblem, causal_keep_mask, check_output, fa3_paper_shapes,
-                             make_inputs, poison, reference_attention, reference_attention_numpy)
+from kernels.harness import (
+    AttentionProblem,
+    GuardedAllocator,
+    attention_sweep,
+    causal_keep_mask,
+    check_output,
+    fa3_paper_shapes,
+    make_inputs,
+    paged_kv_cache,
+    poison,
+    reference_attention,
+    reference_attention_numpy,
+    verify_attention,
+)
 from kernels.harness.timing import rotation_count
 
 
@@ -52,7 +66,8 @@ def test_problem_rejects_bad_shapes(bad):
 
 def test_default_shapes_are_the_fa3_set():
     shapes = fa3_paper_shapes(128, False, (1024, 4096, 16384))
-    assert [(p.batch, p.seqlen_q, p.heads_q) for p in shapes] == [(16, 1024, 16), (4, 4096, 16), (1, 16384, 16)]
+    assert [(p.batch, p.seqlen_q, p.heads_q) for p in shapes] == [(16, 1024, 16), (4, 4096, 16),
+                                                                  (1, 16384, 16)]
     assert all(p.batch * p.seqlen_q == 16384 for p in shapes)
 
 
@@ -68,6 +83,44 @@ def test_reference_matches_numpy_fp64(sq, sk, hq, hkv, causal):
     np.testing.assert_array_equal(np.isinf(lse.numpy()), np.isinf(lse_np))
     finite = np.isfinite(lse_np)
     np.testing.assert_allclose(lse.numpy()[finite], lse_np[finite], atol=2e-5)
+
+
+@pytest.mark.parametrize("mask_dims", [None, 2, 3])
+def test_reference_key_lengths_and_masks_match_numpy_fp64(mask_dims):
+    p = AttentionProblem(batch=3, seqlen_q=6, seqlen_k=11, heads_q=4, heads_kv=2, head_dim=16, causal=True)
+    q, k, v = make_inputs(p, seed=2, device="cpu")
+    key_lens = torch.tensor([11, 7, 3])          # batch 2: rows 0-2 see no key (offset 3 - 6)
+    mask = None
+    if mask_dims:
+        shape = (3, 13) if mask_dims == 2 else (3, 6, 9)   # longer / shorter than Sk: cut / padded
+        mask = torch.rand(shape, generator=torch.Generator().manual_seed(0)) > 0.3
+    out, lse = reference_attention(q, k, v, causal=True, key_lens=key_lens, mask=mask)
+    out_np, lse_np = reference_attention_numpy(q.float(), k.float(), v.float(), causal=True,
+                                               key_lens=key_lens, mask=mask)
+    np.testing.assert_allclose(out.numpy(), out_np, atol=2e-6)
+    np.testing.assert_array_equal(np.isinf(lse.numpy()), np.isinf(lse_np))
+    finite = np.isfinite(lse_np)
+    np.testing.assert_allclose(lse.numpy()[finite], lse_np[finite], atol=2e-5)
+    assert torch.all(out[2, :3] == 0) and torch.isneginf(lse[2, :, :3]).all()
+
+
+def test_reference_matches_torch_sdpa():
+    q, k, v = torch.randn(2, 7, 4, 16), torch.randn(2, 11, 2, 16), torch.randn(2, 11, 2, 16)
+    out, lse = reference_attention(q, k, v, causal=True)
+    kr, vr = k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2), attn_mask=causal_keep_mask(7, 11))
+    torch.testing.assert_close(out, sdpa.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    assert lse.shape == (2, 4, 7)
+
+
+def test_paged_cache_holds_the_sequence_in_table_order():
+    k, v = torch.randn(2, 10, 3, 8), torch.randn(2, 10, 3, 8)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4, generator=torch.Generator().manual_seed(1))
+    assert table.dtype == torch.int32 and table.shape == (2, 3) and k_cache.shape == (2 * 3 + 3, 4, 3, 8)
+    assert len(set(table.flatten().tolist())) == 6
+    gathered = k_cache[table.long()].reshape(2, 12, 3, 8)[:, :10]
+    assert torch.equal(gathered, k) and torch.equal(v_cache[table.long()].reshape(2, 12, 3, 8)[:, :10], v)
 
 
 def test_reference_gqa_uses_grouped_kv_heads():
@@ -117,6 +170,152 @@ def test_check_output_catches_unwritten_and_wrong_values():
     assert not check_output(ref * 1.1, ref)       # 10% off
     assert check_output(ref + 1e-4 * torch.randn_like(ref), ref)
     assert not check_output(ref[:, :4], ref)      # wrong shape
+
+
+def test_check_output_holds_rows_without_keys_to_zero_and_lse_to_minus_inf():
+    p = AttentionProblem(batch=1, seqlen_q=5, seqlen_k=3, heads_q=2, heads_kv=2, head_dim=16, causal=True)
+    q, k, v = make_inputs(p, device="cpu")
+    ref, ref_lse = reference_attention(q, k, v, causal=True)        # rows 0 and 1 see no key
+    assert check_output(ref.clone(), ref, lse=ref_lse.clone(), ref_lse=ref_lse)
+    out = ref.clone()
+    out[0, 1] = 1e-6                                                # tiny, within rel_err
+    result = check_output(out, ref, ref_lse=ref_lse)
+    assert not result and "no key" in result.reason
+    for bad_value, why in ((float("nan"), "NaN"), (0.0, "-inf")):
+        lse = ref_lse.clone()
+        lse[0, 0, 0] = bad_value
+        result = check_output(ref, ref, lse=lse, ref_lse=ref_lse)
+        assert not result and why in result.reason
+    lse = ref_lse.clone()
+    lse[0, 1, 4] += 0.05
+    assert not check_output(ref, ref, lse=lse, ref_lse=ref_lse)
+    assert check_output(ref, ref, lse=lse, ref_lse=ref_lse, lse_atol=0.06)
+
+
+# ---- guard regions ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                                   torch.float8_e5m2])
+def test_guarded_outputs_are_nan_and_reads_past_the_end_give_nan(dtype):
+    guards = GuardedAllocator("cpu")
+    out = guards.empty((3, 5), dtype, name="out")
+    assert torch.isnan(out.float()).all()
+    src = torch.randn(4, 6).to(dtype)
+    x = guards.copy(src, name="x")
+    assert torch.equal(x.view(torch.uint8), src.view(torch.uint8))
+    past_end = torch.as_strided(x, (1,), (1,), x.storage_offset() + x.numel())
+    before = torch.as_strided(x, (1,), (1,), x.storage_offset() - 1)
+    assert torch.isnan(past_end.float()).all() and torch.isnan(before.float()).all()
+    guards.check()
+
+
+def test_guarded_integers_read_minus_one_past_the_end():
+    guards = GuardedAllocator("cpu")
+    table = guards.copy(torch.arange(6, dtype=torch.int32).view(2, 3))
+    assert torch.as_strided(table, (1,), (1,), table.storage_offset() + 6).item() == -1
+
+
+@pytest.mark.parametrize("where", ["after", "before", "gap"])
+def test_guards_report_writes_outside_a_tensor(where):
+    guards = GuardedAllocator("cpu")
+    base = torch.randn(4, 8)
+    strided = guards.copy(base[:, :6], name="out")                # row stride 8: two gap elements per row
+    assert strided.stride() == (8, 1) and torch.equal(strided, base[:, :6])
+    offset = {"after": 3 * 8 + 6, "before": -1, "gap": 6}[where]
+    torch.as_strided(strided, (1,), (1,), strided.storage_offset() + offset).fill_(1.0)
+    with pytest.raises(AssertionError, match="out: written outside"):
+        guards.check()
+
+
+def test_guards_fixture_checks_when_the_test_forgets(pytester):
+    pytester.makeconftest("""
+        import pytest
+        from kernels.harness.guards import GuardedAllocator
+
+        @pytest.fixture
+        def guards():
+            allocator = GuardedAllocator("cpu")
+            yield allocator
+            if allocator.unchecked:
+                allocator.check()
+    """)
+    pytester.makepyfile("""
+        import torch
+
+        def test_forgets(guards):
+            out = guards.empty((4,), torch.float32, name="out")
+            torch.as_strided(out, (1,), (1,), out.storage_offset() + 4).fill_(0.0)
+    """)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*out: written outside its elements (4 bytes after the end)*"])
+
+
+# ---- verify_attention: the one check every attention kernel passes -------------------------------
+
+def _torch_attention(q, k, v, out, lse, problem):
+    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal, scale=problem.softmax_scale)
+    out.copy_(ref)
+    if lse is not None:
+        lse.copy_(ref_lse)
+
+
+CASE = AttentionProblem(batch=2, seqlen_q=9, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=16, causal=True)
+
+
+def test_verify_attention_passes_a_correct_kernel():
+    result = verify_attention(lambda *a: _torch_attention(*a, CASE), CASE, device="cpu", magnitude=20.0)
+    assert result, result.reason
+
+
+def _skips_last_row(q, k, v, out, lse):
+    saved = out[:, -1].clone()
+    _torch_attention(q, k, v, out, lse, CASE)
+    out[:, -1] = saved
+
+
+def _writes_past_the_end(q, k, v, out, lse):
+    _torch_attention(q, k, v, out, lse, CASE)
+    torch.as_strided(out, (8,), (1,), out.storage_offset() + out.numel()).zero_()
+
+
+def _nan_lse_for_empty_rows(q, k, v, out, lse):
+    _torch_attention(q, k, v, out, lse, CASE)
+    lse[torch.isinf(lse)] = float("nan")
+
+
+def _moving(q, k, v, out, lse, calls=itertools.count(1)):
+    _torch_attention(q, k, v, out, lse, CASE)
+    out[0, -1, 0, 0] += 1e-2 * next(calls)                  # a different result on every call
+
+
+def _writes_into_q(q, k, v, out, lse):
+    _torch_attention(q, k, v, out, lse, CASE)
+    q[0, 0, 0, 0] += 1
+
+
+@pytest.mark.parametrize("kernel,why", [
+    (_skips_last_row, "NaN"), (_writes_past_the_end, "out-of-bounds writes: out"),
+    (_nan_lse_for_empty_rows, "NaN"), (_moving, "bit-identical"),
+    (_writes_into_q, "first run: wrote into its inputs: q"),
+], ids=lambda x: x.__name__.strip("_") if callable(x) else "")
+def test_verify_attention_catches_broken_kernels(kernel, why):
+    result = verify_attention(kernel, CASE, device="cpu")
+    assert not result and why in result.reason
+
+
+def test_sweep_covers_every_head_dim_and_the_awkward_shapes():
+    cases = attention_sweep(head_dims=(64, 128, 256), dtypes=("bf16", "fp16"))
+    assert {c.problem.head_dim for c in cases} == {64, 128, 256}
+    assert {c.problem.dtype for c in cases} == {"bf16", "fp16"}
+    problems = [c.problem for c in cases]
+    assert any(p.causal and p.seqlen_q > p.seqlen_k for p in problems)       # rows without keys
+    assert any(p.heads_q != p.heads_kv and p.batch > 1 for p in problems)
+    assert any(p.scale is not None for p in problems) and any(c.magnitude > 1 for c in cases)
+    assert {1, 63, 64, 65, 1000, 4096} <= {p.seqlen_k for p in problems}
+    ids = [c.id for c in cases]
+    assert len(set(ids)) == len(ids) and len({c.seed for c in cases}) == len(cases)
+    assert all(c.problem.dtype == "bf16" for c in attention_sweep(head_dims=(64,)))
 
 
 def test_rotation_overflows_l2(monkeypatch):

@@ -40,7 +40,7 @@ def test_notebook_matches_its_source(path):
     build = build_module()
     rung = next(r for r in build.RUNGS if r.filename == path.name)
     assert build.sources(nbformat.read(path, as_version=4)) == build.sources(build.notebook(rung)), \
-        "out of date: python notebooks/build.py, then python scripts/execute_notebooks.py on the GPU host"
+        "out of date: python notebooks/build.py, then python -m tools.execute_notebooks on the GPU host"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -59,9 +59,8 @@ def test_notebook_executes(path, tmp_path):
     """Top to bottom in a fresh kernel (on a CPU machine: compile and inspect, GPU cells skipped)."""
     pytest.importorskip("nbclient", reason="nbclient not installed: pip install -e '.[test]'")
     pytest.importorskip("ipykernel", reason="ipykernel not installed: pip install -e '.[test]'")
-    spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "scripts" / "execute_notebooks.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
-    nb = runner.execute(path, timeout_s=600, kernel="python3")  # raises CellExecutionError on any error
+    from tools.execute_notebooks import execute
+
+    nb = execute(path, timeout_s=600, kernel="python3")  # raises CellExecutionError on any error
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.extension.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
+from kernels.extension.backend.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
 
-# Half an output ulp: the documented bound (kernels/extension/rotary.py).
+# Half an output ulp: the documented bound (kernels/extension/backend/rotary.py).
 HALF_ULP = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-23}
 
 
@@ -178,25 +178,29 @@ GPU_CONFIGS = CONFIGS + [
 @pytest.mark.parametrize("cfg", GPU_CONFIGS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("inplace", [False, True])
-def test_kernel_matches_reference(cfg, dtype, inplace):
+def test_kernel_matches_reference(cfg, dtype, inplace, guards):
     _need_kernel()
     batch, seqlen, hq, hk, d, r, interleaved = cfg
     q, k, cos, sin, pos = make_case(batch, seqlen, hq, hk, d, r, dtype, "cuda")
-    q_in, k_in = q.clone(), k.clone()
-    q_out, k_out = apply_rotary_emb(q_in, k_in, cos, sin, pos.int(), interleaved=interleaved,
+    # Every tensor in NaN guard regions: a read past one makes the output NaN, a write past q or
+    # k (in place) changes a guard.
+    q_in, k_in, cos_in, sin_in, pos_in = guards.copies(q=q, k=k, cos=cos, sin=sin, positions=pos.int())
+    q_out, k_out = apply_rotary_emb(q_in, k_in, cos_in, sin_in, pos_in, interleaved=interleaved,
                                     inplace=inplace, backend="kernel")
     if inplace:
         assert q_out.data_ptr() == q_in.data_ptr() and k_out.data_ptr() == k_in.data_ptr()
     cos_rows, sin_rows = cos[pos], sin[pos]
     assert_within_bound(q_out, reference(q, cos_rows, sin_rows, interleaved), q, "q")
     assert_within_bound(k_out, reference(k, cos_rows, sin_rows, interleaved), k, "k")
+    guards.check()
 
 
 @pytest.mark.gpu
-def test_kernel_table_modes_and_strided_inputs():
+def test_kernel_table_modes_and_strided_inputs(guards):
     _need_kernel()
     batch, seqlen, heads, d = 2, 11, 4, 64
-    qkv = torch.randn(batch, seqlen, 3, heads, d, device="cuda", dtype=torch.bfloat16)
+    packed = torch.randn(batch, seqlen, 3, heads, d, device="cuda", dtype=torch.bfloat16)
+    qkv = guards.copy(packed, name="qkv")
     q, k = qkv[:, :, 0], qkv[:, :, 1]  # strided views of a packed projection
     cos, sin = rotary_tables(64, d, device="cuda")
     expected = apply_rotary_torch(q, k, cos, sin)

@@ -16,7 +16,9 @@ def test_compare_without_gpu_shows_compile_reports_and_recorded_numbers(capsys):
     for r in result["inspect"]:
         assert r["status"] == "ok" and r["registers"] > 0 and r["sass_mix"]["FFMA"] > 0
     rec = result["recorded"]
-    assert "error" in rec or {r["kernel"] for r in rec["rows"]} <= {"k1", "k2", "fa4"}
+    assert "error" not in rec, f"the recorded H200 numbers are missing: {rec['error']}"
+    kernels = {r["kernel"] for r in rec["rows"]}
+    assert kernels == {"k1", "k2", "fa4"}, f"results/h200/ladder.json has rows for {kernels} only"
 
 
 def test_compare_table_output(capsys):
@@ -37,6 +39,14 @@ def test_inspect_cli_json(capsys):
     (report,) = json.loads(capsys.readouterr().out)
     assert report["kernel"] == "k1" and report["problem"]["head_dim"] == 64
     assert report["local_bytes"] == 0 and report["registers"] > 0
+
+
+def test_inspect_reports_the_lse_variant():
+    from kernels.harness import AttentionProblem
+
+    report = inspect.inspect("k1", AttentionProblem(head_dim=64), has_lse=True)
+    assert report["status"] == "ok" and report["has_lse"] and report["registers"] > 0
+    assert "has_lse" not in inspect.inspect("k1", AttentionProblem(head_dim=64))
 
 
 def test_inspect_reports_unsupported_problems():
@@ -66,13 +76,17 @@ def test_recorded_compile_reports_match_the_code():
     """The docs show results/inspect.json; it must describe the rungs as they are now."""
     from kernels.harness import AttentionProblem
 
+    compared = set()
     for recorded in inspect.load_recorded()["reports"]:
         problem = AttentionProblem.from_dict(recorded["problem"])
         if problem.head_dim != 128 or problem.causal:
             continue
+        compared.add(recorded["kernel"])
         live = inspect.inspect(recorded["kernel"], problem)
         assert (live["registers"], live["sass_mix"]) == (recorded["registers"], recorded["sass_mix"]), \
             f"{recorded['kernel']}: results/inspect.json is stale: run python -m tools.inspect --record"
+    assert set(rung_names()) <= compared, \
+        "results/inspect.json lacks a head_dim 128 report: run python -m tools.inspect --record"
 
 
 def test_build_ext_refuses_plain_sm90(capsys):

@@ -67,12 +67,63 @@ def test_rungs_say_why_they_cannot_run(name):
     assert get(name).unsupported(P) is None
 
 
+# ---- the rungs' run_kernel: every bad input raises before anything is launched -------------------
+# Compiled for P (head_dim 64, bf16); each builder returns (q, k, v, out, lse) on `device`.
+
+def _good(device, head_dim=64):
+    q = torch.randn(1, 8, 2, head_dim, device=device).bfloat16()
+    k = torch.randn(1, 8, 1, head_dim, device=device).bfloat16()
+    return q, k, k.clone(), torch.empty_like(q), None
+
+
+def _replace(device, **changes):
+    q, k, v, out, lse = _good(device)
+    return tuple(changes.get(n, t) for n, t in zip(("q", "k", "v", "out", "lse"), (q, k, v, out, lse)))
+
+
+BAD_RUN_INPUTS = {
+    # name: (exception types, builder, also checkable without a GPU)
+    "fp32 q": (TypeError, lambda d: _replace(d, q=_good(d)[0].float()), True),
+    "3-D q": (ValueError, lambda d: _replace(d, q=_good(d)[0][0]), True),
+    "head_dim 128 vs compiled 64": (ValueError, lambda d: _good(d, head_dim=128), True),
+    "non-contiguous last dim": (ValueError, lambda d: _replace(
+        d, q=torch.randn(1, 8, 2, 128, device=d).bfloat16()[..., ::2]), True),
+    "heads_q % heads_kv": (ValueError, lambda d: _replace(
+        d, q=torch.randn(1, 8, 3, 64, device=d).bfloat16(), k=torch.randn(1, 8, 2, 64, device=d).bfloat16(),
+        v=torch.randn(1, 8, 2, 64, device=d).bfloat16(),
+        out=torch.empty(1, 8, 3, 64, device=d).bfloat16()), True),
+    "out shape": (ValueError, lambda d: _replace(d, out=_good(d)[3][:, :4]), True),
+    "strided q (contiguous BSHD contract)": (ValueError, lambda d: _replace(
+        d, q=torch.randn(1, 8, 4, 64, device=d).bfloat16()[:, :, :2]), True),
+    "lse fp16": ((TypeError, ValueError), lambda d: _replace(
+        d, lse=torch.empty(1, 2, 8, device=d, dtype=torch.float16)), True),
+    "lse shape": (ValueError, lambda d: _replace(d, lse=torch.empty(1, 8, 2, device=d)), True),
+    "misaligned q": (ValueError, lambda d: _replace(
+        d, q=torch.randn(8 * 2 * 64 + 1, device=d).bfloat16()[1:].view(1, 8, 2, 64)), True),
+    "out not a tensor": (TypeError, lambda d: _replace(d, out=None), False),
+    "cpu k": (ValueError, lambda d: _replace(d, k=_good(d)[1].cpu()), False),
+    "fp16 inputs": (TypeError, lambda d: tuple(None if t is None else t.half() for t in _good(d)), True),
+}
+
+
+@pytest.mark.parametrize("case", [n for n, (_, _, cpu) in BAD_RUN_INPUTS.items() if cpu])
+def test_rung_input_checks_refuse_bad_tensors(case):
+    """What run_kernel checks before a launch (kernels.cute.launch.run_fmha), on CPU tensors."""
+    from kernels.cute.launch import check_vector_alignment
+
+    error, build, _ = BAD_RUN_INPUTS[case]
+    q, k, v, out, lse = build("cpu")
+    with pytest.raises(error):
+        validate_attention_inputs(q, k, v, out, lse, name="rung", head_dims=(64,), require_cuda=False)
+        check_vector_alignment("rung", q=q, k=k, v=v, out=out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(BAD_RUN_INPUTS))
 @pytest.mark.parametrize("name", rung_names())
-def test_rungs_refuse_bad_tensors_before_launch(name):
+def test_rungs_refuse_bad_tensors_before_launch(name, case):
     module = rung_module(name)
-    q, k, v = tensors()
-    out = torch.empty_like(q)
-    with pytest.raises((TypeError, ValueError)):
-        module.run_kernel(None, q.float(), k, v, out)      # wrong dtype
-    with pytest.raises((TypeError, ValueError)):
-        module.run_kernel(None, q, k, v, out)              # CPU tensors
+    compiled = module.compile_kernel(P)
+    error, build, _ = BAD_RUN_INPUTS[case]
+    with pytest.raises(error):
+        module.run_kernel(compiled, *build("cuda"))

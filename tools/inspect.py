@@ -125,8 +125,9 @@ def _artifact(value, binary: bool = False):
     return value
 
 
-def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
-    """Compile rung ``name`` for sm_90a (no GPU) and return its compile report."""
+def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False) -> dict:
+    """Compile rung ``name`` for sm_90a (no GPU) and return its compile report (of the variant
+    that also writes the LSE with ``has_lse``)."""
     from kernels.registry import rung_module
 
     os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
@@ -136,12 +137,13 @@ def inspect(name: str, problem: AttentionProblem | None = None) -> dict:
     if reason:
         return {"kernel": name, "problem": problem.to_dict(), "status": f"unsupported: {reason}"}
     t0 = time.perf_counter()
-    compiled = module.compile_for_inspect(problem)
+    compiled = module.compile_for_inspect(problem, has_lse=has_lse)
     compile_s = time.perf_counter() - t0
     cubin = _artifact(compiled.__cubin__, binary=True)
     sass = sass_of(cubin)
     mix = opcode_mix(sass)
-    report = {"kernel": name, "problem": problem.to_dict(), "status": "ok",
+    report = {"kernel": name, "problem": problem.to_dict(), **({"has_lse": True} if has_lse else {}),
+              "status": "ok",
               "compile_s": round(compile_s, 1), **resource_usage(cubin),
               "dynamic_smem_bytes": dynamic_smem_bytes(module, problem),
               "sass_total": sum(mix.values()),
@@ -163,7 +165,8 @@ def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
             ["stack frame / local memory (bytes)",
              *[f"{r.get('stack_frame_bytes', '-')} / {r.get('local_bytes', '-')}" for r in reports]],
             ["spill instructions (STL / LDL)",
-             *[f"{r['sass_mix']['STL']} / {r['sass_mix']['LDL']}" if "sass_mix" in r else "-" for r in reports]],
+             *[f"{r['sass_mix']['STL']} / {r['sass_mix']['LDL']}" if "sass_mix" in r else "-"
+               for r in reports]],
             ["SASS instructions", *[str(r.get("sass_total", "-")) for r in reports]],
             ["compile time (s)", *[str(r.get("compile_s", "-")) for r in reports]]]
     shown = [op for op in FAMILIES if any(r.get("sass_mix", {}).get(op) for r in reports)]
@@ -192,14 +195,16 @@ def record(names: list[str], head_dims=(64, 128), causals=(False, True)) -> dict
 
 def load_recorded() -> dict:
     if not RECORD_PATH.exists():
-        raise FileNotFoundError(f"{RECORD_PATH.relative_to(ROOT)} missing: run python -m tools.inspect --record")
+        raise FileNotFoundError(f"{RECORD_PATH.relative_to(ROOT)} missing: "
+                                "run python -m tools.inspect --record")
     return json.loads(RECORD_PATH.read_text())
 
 
 def main(argv=None) -> int:
 
     from kernels.registry import rung_names
-    from tools.report import console as report_console, rich_table
+    from tools.report import console as report_console
+    from tools.report import rich_table
 
     parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
@@ -207,7 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.add_argument("--record", action="store_true",
-                        help="compile every rung at head_dim 64/128, causal and not, into results/inspect.json")
+                        help="compile every rung at head_dim 64/128, causal and not, "
+                             "into results/inspect.json")
     args = parser.parse_args(argv)
     names = args.kernels or rung_names()
     unknown = [n for n in names if n not in rung_names()]
@@ -223,7 +229,8 @@ def main(argv=None) -> int:
         print(json.dumps(reports, indent=1))
     else:
         headers, rows = resources_rows(reports)
-        report_console().print(rich_table(headers, rows, title=f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"))
+        title = f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"
+        report_console().print(rich_table(headers, rows, title=title))
     return 0
 
 

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.harness import (AttentionProblem, check_output, empty_output, make_inputs, poison,
-                             reference_attention)
-from kernels.harness.timing import gbps, rotation_count, time_cuda, tflops
+from kernels.harness import (
+    AttentionProblem,
+    check_output,
+    empty_output,
+    make_inputs,
+    poison,
+    reference_attention,
+)
+from kernels.harness.timing import gbps, rotation_count, tflops, time_cuda
 from kernels.registry import Runner
 
 
@@ -35,7 +41,7 @@ class Case:
 
 
 def measure(runner: Runner, case: Case, timed: bool = True) -> dict:
-    """A results row (DESIGN.md schema) for ``runner`` on ``case``."""
+    """A results row (docs/design.md schema) for ``runner`` on ``case``."""
     p = case.problem
     row = {"kernel": runner.name, "problem": p.to_dict(), "ms": None, "tflops": None,
            "gbps": None, "rel_err": None, "status": "ok"}

@@ -19,7 +19,7 @@ STATUS_PREFIXES = ("ok", "unsupported", "wrong")
 
 
 class ResultsError(ValueError):
-    """A results file is missing or does not follow the DESIGN.md schema."""
+    """A results file is missing or does not follow the schema in docs/design.md."""
 
 
 def results_path(suite: str, gpu: str = "h200") -> Path:

@@ -1,12 +1,15 @@
-"""Output poisoning, coverage and error metrics."""
+"""Output poisoning, coverage and error metrics, and the one check every attention kernel passes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-# DESIGN.md: bf16 must land at or under 1e-2 relative Frobenius error (expect ~2e-3).
+from .problem import AttentionProblem
+
+# docs/design.md: bf16 must land at or under 1e-2 relative Frobenius error (expect ~2e-3).
 BF16_TOLERANCE = 1e-2
 
 
@@ -36,8 +39,14 @@ class CheckResult:
 
 
 def check_output(out: torch.Tensor, ref: torch.Tensor, tol: float = BF16_TOLERANCE,
-                 lse: torch.Tensor | None = None, ref_lse: torch.Tensor | None = None) -> CheckResult:
-    """Coverage (no NaN / inf left, i.e. every element written) then the error bound."""
+                 lse: torch.Tensor | None = None, ref_lse: torch.Tensor | None = None, *,
+                 lse_atol: float = 1e-2, lse_rtol: float = 0.0) -> CheckResult:
+    """Coverage (no NaN / inf left, i.e. every element written), then the error bound.
+
+    With ``ref_lse`` ([B, Hq, Sq] for a BSHD ``out``): rows that see no key (reference LSE
+    -inf) must be exactly zero. With ``lse`` too: the same rows must have LSE -inf (not NaN),
+    and the others ``|lse - ref_lse| <= lse_atol + lse_rtol * |ref_lse|``.
+    """
     if out.shape != ref.shape:
         return CheckResult(False, float("nan"), f"shape {tuple(out.shape)} != {tuple(ref.shape)}")
     bad = (~torch.isfinite(out)).sum().item()
@@ -47,11 +56,85 @@ def check_output(out: torch.Tensor, ref: torch.Tensor, tol: float = BF16_TOLERAN
     err = rel_err(out, ref)
     if not err <= tol:
         return CheckResult(False, err, f"rel_err {err:.2e} > {tol:.0e}")
-    if lse is not None and ref_lse is not None:
-        finite = torch.isfinite(ref_lse)
-        if not torch.equal(torch.isfinite(lse), finite) or (lse[~finite] > 0).any():
-            return CheckResult(False, err, "lse: finite / -inf pattern differs from the reference")
-        lse_err = (lse[finite] - ref_lse[finite]).abs().max().item() if finite.any() else 0.0
-        if not lse_err <= 1e-2:
-            return CheckResult(False, err, f"lse max abs error {lse_err:.2e} > 1e-2")
+    if ref_lse is None:
+        return CheckResult(True, err)
+    finite = torch.isfinite(ref_lse)
+    if out.dim() == 4 and ref_lse.shape == (out.shape[0], out.shape[2], out.shape[1]):
+        unseen = ~finite.transpose(1, 2)                        # [B, Sq, Hq]
+        if unseen.any() and (out[unseen] != 0).any():
+            rows = int((out[unseen] != 0).any(-1).sum())
+            return CheckResult(False, err, f"{rows} rows that see no key are not exactly zero")
+    if lse is None:
+        return CheckResult(True, err)
+    if lse.shape != ref_lse.shape:
+        return CheckResult(False, err, f"lse shape {tuple(lse.shape)} != {tuple(ref_lse.shape)}")
+    if torch.isnan(lse).any():
+        return CheckResult(False, err, f"{int(torch.isnan(lse).sum())} lse entries are NaN (unwritten?)")
+    if not torch.equal(lse[~finite], ref_lse[~finite]):
+        return CheckResult(False, err, "lse of rows that see no key is not -inf")
+    if not torch.isfinite(lse[finite]).all():
+        return CheckResult(False, err, "lse is infinite on rows that see keys")
+    if finite.any():
+        excess = (lse[finite] - ref_lse[finite]).abs() - (lse_atol + lse_rtol * ref_lse[finite].abs())
+        if excess.max().item() > 0:
+            worst = (lse[finite] - ref_lse[finite]).abs().max().item()
+            return CheckResult(False, err, f"lse error {worst:.2e} > {lse_atol:g} + {lse_rtol:g} |lse|")
     return CheckResult(True, err)
+
+
+def verify_attention(run: Callable, problem: AttentionProblem, *, seed: int = 0, magnitude: float = 1.0,
+                     with_lse: bool = True, repeat: bool = True, tol: float = BF16_TOLERANCE,
+                     lse_atol: float = 1e-2, lse_rtol: float = 0.0, device: str = "cuda") -> CheckResult:
+    """Hold ``run(q, k, v, out, lse)`` (writing BSHD ``out`` and, if not None, ``lse [B, Hq, Sq]``
+    in place) to the fp32 reference on ``problem``, with every tensor in guard regions.
+
+    Checks, in order: coverage (outputs start NaN), the relative error, rows that see no key
+    exactly zero with LSE -inf, the LSE error, no write outside any tensor (guards intact), and
+    with ``repeat`` a second run that is bit-identical (a moving result is a race). Inputs are
+    ``make_inputs(problem, seed, magnitude=magnitude)``: magnitude 20 makes large logits.
+    """
+    from .guards import GuardedAllocator
+    from .inputs import make_inputs
+    from .reference import reference_attention
+
+    guards = GuardedAllocator(device)
+    inputs = make_inputs(problem, seed=seed, device=device, magnitude=magnitude)
+    q, k, v = guards.copies(**dict(zip("qkv", inputs)))
+    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal, scale=problem.softmax_scale)
+
+    def launch():
+        out = guards.empty((problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim),
+                           problem.torch_dtype, name="out")
+        lse = guards.empty((problem.batch, problem.heads_q, problem.seqlen_q), torch.float32,
+                           name="lse") if with_lse else None
+        run(q, k, v, out, lse)
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        return out, lse
+
+    def side_effects(when: str) -> CheckResult | None:
+        damage = guards.damage()
+        if damage:
+            return CheckResult(False, result.rel_err, f"{when}: out-of-bounds writes: " + "; ".join(damage))
+        changed = [name for name, before, now in zip("qkv", inputs, (q, k, v))
+                   if not torch.equal(before, now)]
+        if changed:
+            return CheckResult(False, result.rel_err, f"{when}: wrote into its inputs: {', '.join(changed)}")
+        return None
+
+    out, lse = launch()
+    result = check_output(out.float(), ref, tol, lse=lse, ref_lse=ref_lse, lse_atol=lse_atol,
+                          lse_rtol=lse_rtol)
+    if not result:
+        return result
+    failure = side_effects("first run")
+    if failure is not None:
+        return failure
+    if repeat:
+        again, again_lse = launch()
+        if not torch.equal(out, again) or (with_lse and not torch.equal(lse, again_lse)):
+            return CheckResult(False, result.rel_err, "a repeated run is not bit-identical (race?)")
+        failure = side_effects("repeated run")
+        if failure is not None:
+            return failure
+    return result

@@ -33,3 +33,25 @@ def empty_output(problem: AttentionProblem, device: str | torch.device = "cuda")
 def empty_lse(problem: AttentionProblem, device: str | torch.device = "cuda") -> torch.Tensor:
     p = problem
     return torch.empty(p.batch, p.heads_q, p.seqlen_q, dtype=torch.float32, device=device)
+
+
+def paged_kv_cache(k: torch.Tensor, v: torch.Tensor, page_size: int,
+                   generator: torch.Generator | None = None, extra_pages: int = 3):
+    """Scatter contiguous ``k, v [B, Sk, Hkv, D]`` into a paged cache with randomly permuted pages.
+
+    Returns ``k_cache, v_cache [num_pages, page_size, Hkv, D]`` and ``page_table [B, max_pages]``
+    int32 (the FlashAttention-4 / vLLM layout). The slots past ``Sk`` in the last page and the
+    ``extra_pages`` no table points to hold other random values, as a reused cache would.
+    """
+    batch, seqlen_k = k.shape[:2]
+    max_pages = -(-seqlen_k // page_size)
+    num_pages = batch * max_pages + extra_pages
+    perm = torch.randperm(num_pages, generator=generator)[: batch * max_pages].view(batch, max_pages)
+    k_cache = torch.randn(num_pages, page_size, *k.shape[2:], device=k.device).to(k.dtype)
+    v_cache = torch.randn(num_pages, page_size, *v.shape[2:], device=v.device).to(v.dtype)
+    for b in range(batch):
+        for p in range(max_pages):
+            lo, hi = p * page_size, min((p + 1) * page_size, seqlen_k)
+            k_cache[perm[b, p], : hi - lo] = k[b, lo:hi]
+            v_cache[perm[b, p], : hi - lo] = v[b, lo:hi]
+    return k_cache, v_cache, perm.to(torch.int32).to(k.device)

@@ -1,6 +1,6 @@
 """The attention problem: shapes, conventions and exact FLOP / byte counts.
 
-Conventions (DESIGN.md): tensors are BSHD, ``q [B, Sq, Hq, D]``, ``k, v [B, Sk, Hkv, D]``;
+Conventions (docs/design.md): tensors are BSHD, ``q [B, Sq, Hq, D]``, ``k, v [B, Sk, Hkv, D]``;
 scale defaults to 1/sqrt(D); q head ``h`` reads kv head ``h // (Hq // Hkv)``; causal masking
 is bottom-right aligned (query ``i`` sees keys ``j <= i + Sk - Sq``).
 """

@@ -1,7 +1,9 @@
 """Reference attention in fp32 (torch, any device) and fp64 (numpy, small cases).
 
-Both follow DESIGN.md: bottom-right causal alignment, GQA head mapping, and rows that see
-no key produce zeros with LSE = -inf.
+Both follow the conventions of docs/design.md: bottom-right causal alignment (per batch entry
+when key lengths are given), GQA head mapping, and rows that see no key produce zeros with
+LSE = -inf. These are the repository's only attention references: the tests, the benchmarks
+and the notebooks all check against them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,34 @@ def kv_head_for(q_head: int, heads_q: int, heads_kv: int) -> int:
     return q_head // (heads_q // heads_kv)
 
 
-def reference_attention(q, k, v, causal: bool = False, scale: float | None = None,
-                        max_chunk_elems: int = 1 << 28):
+def _visible_lengths(key_lens, batch: int, seqlen_k: int) -> list[int]:
+    """Per batch entry, how many leading keys exist (all ``seqlen_k`` without ``key_lens``)."""
+    if key_lens is None:
+        return [seqlen_k] * batch
+    lens = [int(x) for x in (key_lens.tolist() if hasattr(key_lens, "tolist") else key_lens)]
+    if len(lens) != batch or not all(0 <= n <= seqlen_k for n in lens):
+        raise ValueError(f"key_lens must be {batch} lengths in [0, {seqlen_k}], got {lens}")
+    return lens
+
+
+def _mask_rows(mask, b: int, r0: int, r1: int, seqlen_k: int):
+    """Rows ``r0:r1`` of batch ``b`` of a [B, Sk'] or [B, Sq, Sk'] keep-mask, cut or padded
+    (with False) to ``seqlen_k`` keys; [1, Sk] or [rows, Sk]."""
+    m = mask[b:b + 1] if mask.dim() == 2 else mask[b, r0:r1]
+    m = m[..., :seqlen_k]
+    if m.shape[-1] < seqlen_k:
+        m = torch.nn.functional.pad(m, (0, seqlen_k - m.shape[-1]), value=False)
+    return m
+
+
+def reference_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
+                        mask=None, key_lens=None, max_chunk_elems: int = 1 << 28):
     """fp32 attention on the inputs' device: returns ``(out [B,Sq,Hq,D] fp32, lse [B,Hq,Sq])``.
+
+    ``key_lens`` ([B] ints, e.g. the ``seqlens_k`` of a paged cache) hides keys ``j >= key_lens[b]``
+    and aligns the causal diagonal to that length (query ``i`` sees ``j <= i + key_lens[b] - Sq``).
+    ``mask`` (bool ``[B, Sk]`` or ``[B, Sq, Sk]``, True = keep) hides more keys. Rows that see
+    no key give zeros with LSE -inf.
 
     Works one (batch, kv head group) at a time, and splits the query rows so that the score
     matrix stays under ``max_chunk_elems`` elements (16k x 16k problems fit on one GPU).
@@ -34,47 +61,66 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    lens = _visible_lengths(key_lens, batch, seqlen_k)
+    if mask is not None:
+        mask = mask.to(q.device)
     out = torch.empty(batch, seqlen_q, heads_q, head_dim, dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device)
     rows_per_chunk = max(1, max_chunk_elems // max(1, group * seqlen_k))
-    keep_all = causal_keep_mask(seqlen_q, seqlen_k, q.device) if causal else None
+    keys = torch.arange(seqlen_k, device=q.device).unsqueeze(0)        # [1, Sk]
     for b in range(batch):
-        for hk in range(heads_kv):
-            kf = k[b, :, hk].float()                       # [Sk, D]
-            vf = v[b, :, hk].float()
-            heads = slice(hk * group, (hk + 1) * group)
-            for r0 in range(0, seqlen_q, rows_per_chunk):
-                r1 = min(seqlen_q, r0 + rows_per_chunk)
-                qf = q[b, r0:r1, heads].float().transpose(0, 1)   # [G, rows, D]
-                s = torch.matmul(qf, kf.t()) * scale               # [G, rows, Sk]
-                if keep_all is not None:
-                    s = s.masked_fill(~keep_all[r0:r1], float("-inf"))
-                row_lse = torch.logsumexp(s, dim=-1)               # -inf for empty rows
+        for r0 in range(0, seqlen_q, rows_per_chunk):
+            r1 = min(seqlen_q, r0 + rows_per_chunk)
+            keep = None                                                  # None: every key
+            if lens[b] < seqlen_k:
+                keep = keys < lens[b]
+            if causal:
+                rows = torch.arange(r0, r1, device=q.device).unsqueeze(1)
+                diagonal = keys <= rows + (lens[b] - seqlen_q)
+                keep = diagonal if keep is None else keep & diagonal
+            if mask is not None:
+                rows_mask = _mask_rows(mask, b, r0, r1, seqlen_k)
+                keep = rows_mask if keep is None else keep & rows_mask
+            for hk in range(heads_kv):
+                kf = k[b, :, hk].float()                                 # [Sk, D]
+                vf = v[b, :, hk].float()
+                heads = slice(hk * group, (hk + 1) * group)
+                qf = q[b, r0:r1, heads].float().transpose(0, 1)          # [G, rows, D]
+                s = torch.matmul(qf, kf.t()) * scale                     # [G, rows, Sk]
+                if keep is not None:
+                    s = s.masked_fill(~keep, float("-inf"))
+                row_lse = torch.logsumexp(s, dim=-1)                     # -inf for empty rows
                 p = torch.exp(s - row_lse.unsqueeze(-1))
-                p = torch.nan_to_num(p, nan=0.0)                   # empty rows: exp(-inf + inf)
+                p = torch.nan_to_num(p, nan=0.0)                         # empty rows: exp(-inf + inf)
                 out[b, r0:r1, heads] = torch.matmul(p, vf).transpose(0, 1)
                 lse[b, heads, r0:r1] = row_lse
     return out, lse
 
 
-def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None = None):
-    """Plain fp64 loops over (batch, head) in numpy: the independent check of the torch one."""
+def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None = None, *,
+                              mask=None, key_lens=None):
+    """Plain fp64 loops over (batch, head, row) in numpy: the independent check of the torch
+    one (same ``mask`` and ``key_lens`` conventions)."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    lens = _visible_lengths(key_lens, batch, seqlen_k)
+    mask = None if mask is None else np.asarray(mask, dtype=bool)
     out = np.zeros((batch, seqlen_q, heads_q, head_dim))
     lse = np.full((batch, heads_q, seqlen_q), -np.inf)
     for b in range(batch):
         for h in range(heads_q):
             hk = kv_head_for(h, heads_q, heads_kv)
             for i in range(seqlen_q):
-                last = i + seqlen_k - seqlen_q if causal else seqlen_k - 1
-                if last < 0:
+                last = min(lens[b], i + lens[b] - seqlen_q + 1) if causal else lens[b]
+                keep = None if mask is None else (mask[b] if mask.ndim == 2 else mask[b, i])
+                seen = [j for j in range(max(0, last)) if keep is None or j < len(keep) and keep[j]]
+                if not seen:
                     continue
-                s = k[b, : last + 1, hk] @ q[b, i, h] * scale
+                s = k[b, seen, hk] @ q[b, i, h] * scale
                 m = s.max()
                 w = np.exp(s - m)
-                out[b, i, h] = w @ v[b, : last + 1, hk] / w.sum()
+                out[b, i, h] = w @ v[b, seen, hk] / w.sum()
                 lse[b, h, i] = m + np.log(w.sum())
     return out, lse

@@ -1,2 +1,2 @@
 """Benchmark suites: each module ``tools/suites/<name>.py`` has ``run(ctx) -> list[dict]``
-returning rows in the results schema (DESIGN.md). tools.bench adds the provenance."""
+returning rows in the results schema (docs/design.md). tools.bench adds the provenance."""

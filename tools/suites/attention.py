@@ -1,6 +1,6 @@
 """The production attention suite: our CUDA kernels with their peers in the same run.
 
-Rows (DESIGN.md schema): paged decode B in {1, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128 at
+Rows (docs/design.md schema): paged decode B in {1, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128 at
 pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
 (cuDNN and flash backends) on the gathered dense KV; B=1 contiguous decode latency; prefill
 D 128 4k (TFLOP/s, target >= 350) with torch SDPA (cuDNN, flash) and FA4; a ragged causal
@@ -50,7 +50,8 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
     except Exception as exc:  # noqa: BLE001 (a row, not a crash: the other rows still get measured)
         # A peer that cannot run a shape is unsupported; our own kernel raising is a failure.
         verdict = "unsupported" if kernel.startswith(PEER_PREFIXES) else "wrong"
-        return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        first_line = str(exc).splitlines()[0][:200]
+        return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {first_line}")
     err = _rel_err(out, ref)
     if not err <= TOL:
         return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
@@ -150,8 +151,10 @@ def run(ctx) -> list[dict]:
             rows.append(_measure(ctx, "fa4-paged-decode", pdict, lambda: _first(fa4.flash_attn_varlen_func(
                 q, k_cache, v_cache, seqused_k=lens, page_table=table)), ref, nbytes=kv_bytes))
         dense = problem.to_dict()
-        rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref, nbytes=kv_bytes))
-        rows.append(_measure(ctx, "cuda-decode-split-scalar", dense, lambda: ops.decode(q, k, v, impl="scalar"),
+        rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref,
+                             nbytes=kv_bytes))
+        rows.append(_measure(ctx, "cuda-decode-split-scalar", dense,
+                             lambda: ops.decode(q, k, v, impl="scalar"),
                              ref, nbytes=kv_bytes))
         for name, backend in SDPA_BACKENDS:
             rows.append(_measure(ctx, name, dense, _sdpa(q, k, v, False, backend), ref, nbytes=kv_bytes))
@@ -164,7 +167,8 @@ def run(ctx) -> list[dict]:
         q, k, v = (rand(4, 4096, 16, D) for _ in range(3))
         ref = reference_attention(q, k, v, causal=causal)[0]
         pdict, flops = problem.to_dict(), problem.flops()
-        rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref, flops))
+        rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref,
+                             flops))
         for name, backend in SDPA_BACKENDS:
             rows.append(_measure(ctx, name, pdict, _sdpa(q, k, v, causal, backend), ref, flops))
         rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
@@ -172,7 +176,8 @@ def run(ctx) -> list[dict]:
         del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
     q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
-    rows.append(_measure(ctx, "cuda-prefill-scalar", small.to_dict(), lambda: ops.prefill(q, k, v, impl="scalar"),
+    rows.append(_measure(ctx, "cuda-prefill-scalar", small.to_dict(),
+                         lambda: ops.prefill(q, k, v, impl="scalar"),
                          reference_attention(q, k, v)[0], small.flops()))
     ctx.progress.advance(task)
 

@@ -86,7 +86,8 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
             rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}", plan=plan))
             continue
         ms = ctx.time(ours, arg_sets)
-        rows.append(_row(name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12, rel_err=rel, plan=plan))
+        tflops = flops / (ms["median"] * 1e-3) / 1e12
+        rows.append(_row(name, problem, ms, tflops=tflops, rel_err=rel, plan=plan))
 
     peers = [("torch._scaled_mm", False)]
     if m == n == k:
@@ -127,7 +128,8 @@ def _quantize_rows(ctx, rows_, cols) -> list[dict]:
 
         out, out_t, amax = ours()
         exact = torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
-        exact = exact and (not transpose or torch.equal(out_t.view(torch.uint8), ref.t().contiguous().view(torch.uint8)))
+        ref_t = ref.t().contiguous()
+        exact = exact and (not transpose or torch.equal(out_t.view(torch.uint8), ref_t.view(torch.uint8)))
         exact = exact and float(amax) == float(x.float().abs().amax())
         ms = ctx.time(ours) if exact else None
         out_rows.append(_row(name, problem, ms, gbps=nbytes / (ms["median"] * 1e-3) / 1e9 if ms else None,

@@ -39,60 +39,64 @@ def complex_reference(q, k, freqs_cis):
 
 
 def run(ctx) -> list[dict]:
-    from kernels.extension.ops import rotary as rotary_ops
-    from kernels.extension.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
-
     rows = []
     task = ctx.progress.add_task("rotary", total=len(SHAPES))
     for shape in SHAPES:
-        b, s, hq, hk, d, r, inter = shape
-        problem = _problem(shape)
-        ctx.progress.update(task, description=f"rotary {problem}")
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(b, s, hq, d, device="cuda", generator=gen).to(torch.bfloat16)
-        k = torch.randn(b, s, hk, d, device="cuda", generator=gen).to(torch.bfloat16)
-        cos, sin = rotary_tables(s, r, device="cuda")
-        nbytes = _bytes(q, k, cos)
-        ref_q, ref_k = apply_rotary_torch(q.float(), k.float(), cos, sin, interleaved=inter)
-
-        def check(out_q, out_k):
-            num = (out_q.float() - ref_q).square().sum() + (out_k.float() - ref_k).square().sum()
-            den = ref_q.square().sum() + ref_k.square().sum()
-            rel = float((num / den).sqrt())
-            max_abs = float(max((out_q.float() - ref_q).abs().max(), (out_k.float() - ref_k).abs().max()))
-            return rel, max_abs
-
-        candidates = []
-        if rotary_ops.is_available():
-            candidates.append(("rotary", lambda: apply_rotary_emb(q, k, cos, sin, interleaved=inter,
-                                                                 backend="kernel")))
-            q_ip, k_ip = q.clone(), k.clone()
-            candidates.append(("rotary-inplace", lambda: apply_rotary_emb(
-                q_ip, k_ip, cos, sin, interleaved=inter, inplace=True, backend="kernel")))
-        else:
-            rows.append({"kernel": "rotary", "problem": problem, "ms": None, "tflops": None,
-                         "gbps": None, "rel_err": None,
-                         "status": "unsupported: rotary module not built"})
-        candidates.append(("torch-rotary", lambda: apply_rotary_torch(q, k, cos, sin,
-                                                                      interleaved=inter)))
-        if inter and r == d:
-            freqs_cis = torch.complex(cos, sin).view(1, s, 1, -1)
-            candidates.append(("torch-complex", lambda: complex_reference(q, k, freqs_cis)))
-
-        for name, fn in candidates:
-            if name == "rotary-inplace":
-                q_ip.copy_(q)
-                k_ip.copy_(k)
-            out_q, out_k = fn()
-            torch.cuda.synchronize()
-            rel, max_abs = check(out_q, out_k)
-            status = "ok" if rel <= 1e-2 and max_abs == max_abs else f"wrong: rel_err {rel:.3g}"
-            del out_q, out_k
-            ms = ctx.time(fn) if status == "ok" else None
-            rows.append({"kernel": name, "problem": problem, "ms": ms, "tflops": None,
-                         "gbps": nbytes / (ms["median"] * 1e-3) / 1e9 if ms else None,
-                         "rel_err": rel, "max_abs_err": max_abs, "status": status})
-        del q, k, ref_q, ref_k
-        torch.cuda.empty_cache()
+        ctx.progress.update(task, description=f"rotary {_problem(shape)}")
+        rows += _measure_shape(ctx, shape)
+        torch.cuda.empty_cache()  # the shape's tensors went with _measure_shape's frame
         ctx.progress.advance(task)
+    return rows
+
+
+def _measure_shape(ctx, shape) -> list[dict]:
+    from kernels.extension.backend.rotary import apply_rotary_emb, apply_rotary_torch, rotary_tables
+    from kernels.extension.ops import rotary as rotary_ops
+
+    b, s, hq, hk, d, r, inter = shape
+    problem = _problem(shape)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, s, hq, d, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(b, s, hk, d, device="cuda", generator=gen).to(torch.bfloat16)
+    cos, sin = rotary_tables(s, r, device="cuda")
+    nbytes = _bytes(q, k, cos)
+    ref_q, ref_k = apply_rotary_torch(q.float(), k.float(), cos, sin, interleaved=inter)
+
+    def check(out_q, out_k):
+        num = (out_q.float() - ref_q).square().sum() + (out_k.float() - ref_k).square().sum()
+        den = ref_q.square().sum() + ref_k.square().sum()
+        rel = float((num / den).sqrt())
+        max_abs = float(max((out_q.float() - ref_q).abs().max(), (out_k.float() - ref_k).abs().max()))
+        return rel, max_abs
+
+    rows, candidates = [], []
+    if rotary_ops.is_available():
+        candidates.append(("rotary", lambda: apply_rotary_emb(q, k, cos, sin, interleaved=inter,
+                                                             backend="kernel")))
+        q_ip, k_ip = q.clone(), k.clone()
+        candidates.append(("rotary-inplace", lambda: apply_rotary_emb(
+            q_ip, k_ip, cos, sin, interleaved=inter, inplace=True, backend="kernel")))
+    else:
+        rows.append({"kernel": "rotary", "problem": problem, "ms": None, "tflops": None,
+                     "gbps": None, "rel_err": None,
+                     "status": "unsupported: rotary module not built"})
+    candidates.append(("torch-rotary", lambda: apply_rotary_torch(q, k, cos, sin,
+                                                                  interleaved=inter)))
+    if inter and r == d:
+        freqs_cis = torch.complex(cos, sin).view(1, s, 1, -1)
+        candidates.append(("torch-complex", lambda: complex_reference(q, k, freqs_cis)))
+
+    for name, fn in candidates:
+        if name == "rotary-inplace":
+            q_ip.copy_(q)
+            k_ip.copy_(k)
+        out_q, out_k = fn()
+        torch.cuda.synchronize()
+        rel, max_abs = check(out_q, out_k)
+        status = "ok" if rel <= 1e-2 and max_abs == max_abs else f"wrong: rel_err {rel:.3g}"
+        del out_q, out_k
+        ms = ctx.time(fn) if status == "ok" else None
+        rows.append({"kernel": name, "problem": problem, "ms": ms, "tflops": None,
+                     "gbps": nbytes / (ms["median"] * 1e-3) / 1e9 if ms else None,
+                     "rel_err": rel, "max_abs_err": max_abs, "status": status})
     return rows

@@ -1,4 +1,7 @@
-"""Policy over the ops: which implementation runs a call (capabilities, fallbacks, overrides)."""
+"""Policy over the ops: which implementation runs a call (capabilities, fallbacks, overrides).
+
+``attention`` (re-exported here), ``rotary`` and ``fp8`` are the entry points of each family.
+"""
 
 from .attention import BACKENDS, ENV_VAR, attention, select_backend, use_backend
 

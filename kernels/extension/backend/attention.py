@@ -7,7 +7,7 @@ Order: ``cuda`` (our kernels, kernels.extension.ops.attention), then ``fa4``
 - ``with use_backend(name):`` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
 
-Layouts (DESIGN.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
+Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
 [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
 ragged queries packed as q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 (paged only).
 mask: bool [B, Sk] or [B, Sq, Sk], True = keep. Causal is bottom-right aligned per batch.
@@ -29,11 +29,9 @@ from ..ops import attention as ops
 BACKENDS = ("cuda", "fa4", "torch")
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
 DEBUG_ENV_VAR = "KERNELS_DEBUG"
-CUDA_HEAD_DIMS = (64, 128, 256)
-# Packed rows (query, head in group) up to which the split-KV decode kernel is used.
-DECODE_MAX_ROWS = 16
 
-_strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_backend", default=None)
+_strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "attention_backend", default=None)
 
 
 @contextlib.contextmanager
@@ -74,7 +72,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
     if paged and seqlens_k is None:
         raise ValueError("a paged cache needs seqlens_k [B] int32")
     if q.dim() != (3 if packed else 4):
-        raise ValueError(f"q must be {'[total_q, Hq, D]' if packed else '[B, Sq, Hq, D]'}, got shape {tuple(q.shape)}")
+        expected = "[total_q, Hq, D]" if packed else "[B, Sq, Hq, D]"
+        raise ValueError(f"q must be {expected}, got shape {tuple(q.shape)}")
     if k.dim() != 4 or k.shape != v.shape:
         raise ValueError(f"k and v must be 4-D with one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     heads_q, head_dim = q.shape[-2], q.shape[-1]
@@ -95,7 +94,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             if t.dtype != torch.int32:
                 raise TypeError(f"{name} must be int32, got {t.dtype}")
             if t.dim() != dims or t.shape[0] != batch:
-                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, got {tuple(t.shape)}")
+                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, "
+                                 f"got {tuple(t.shape)}")
         if packed:
             if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
                 raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
@@ -104,7 +104,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             lo, hi = (int(x) for x in torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist())
             if lo < 0 or hi > capacity:
                 raise ValueError(
-                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], got values in [{lo}, {hi}]"
+                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
+                    f"got values in [{lo}, {hi}]"
                 )
     if mask is not None:
         if mask.dtype != torch.bool:
@@ -113,6 +114,12 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask must be [B, Sk] or [B, Sq, Sk] with B = {batch}, got {tuple(mask.shape)}")
         if not paged and mask.shape[-1] != k.shape[1]:
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
+
+
+def uses_decode_kernel(seqlen_q: int, group: int) -> bool:
+    """Whether the cuda backend runs a dense-query call on the split-KV decode kernel (one
+    query, or packed rows (query, head in group) that fit one decode CTA) rather than prefill."""
+    return seqlen_q == 1 or seqlen_q * group <= ops.DECODE_TILE_ROWS
 
 
 # ---- capability checks: reason or None -------------------------------------------------------
@@ -124,8 +131,8 @@ def _cuda_unsupported(q, k, mask, paged, packed) -> str | None:
         return "inputs are not on a CUDA device"
     if q.dtype != torch.bfloat16:
         return f"dtype {q.dtype} (the kernels are bf16)"
-    if q.shape[-1] not in CUDA_HEAD_DIMS:
-        return f"head_dim {q.shape[-1]} (supported: {CUDA_HEAD_DIMS})"
+    if q.shape[-1] not in ops.HEAD_DIMS:
+        return f"head_dim {q.shape[-1]} (supported: {ops.HEAD_DIMS})"
     arch = loader.build_info().get("arch", "90a")
     major, minor = torch.cuda.get_device_capability(q.device)
     if arch.endswith("a"):
@@ -178,7 +185,8 @@ def _choose(q, k, mask, paged, packed) -> tuple[str, list[str]]:
     if strict is not None:
         reason = _UNSUPPORTED[strict](q, k, mask, paged, packed)
         if reason is not None:
-            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run this call: {reason}")
+            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run "
+                               f"this call: {reason}")
         return strict, []
     order = list(BACKENDS)
     preferred = os.environ.get(ENV_VAR)
@@ -219,7 +227,7 @@ def _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
                                  mask=mask, out=out, lse=lse, check_seqlens=False, debug=debug)
     batch, seqlen_q, heads_q = q.shape[:3]
     group = heads_q // k.shape[2]
-    small = seqlen_q * group <= DECODE_MAX_ROWS or seqlen_q == 1
+    small = uses_decode_kernel(seqlen_q, group)
     if page_table is not None:
         if small:
             return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask,
@@ -305,10 +313,10 @@ def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
 def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
     if page_table is None:
         lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
-        o, l = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
+        o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
     elif cu_seqlens_q is None:
         length = max(1, int(seqlens_k.max()))
-        o, l = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
+        o, o_lse = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
                             causal, scale, seqlens_k, mask, lse is not None)
     else:
         cu = cu_seqlens_q.tolist()
@@ -326,9 +334,9 @@ def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q
             if lb is not None:
                 lses.append(lb[0])
         o = torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
-        l = torch.cat(lses, dim=1) if lse is not None and lses else None
+        o_lse = torch.cat(lses, dim=1) if lse is not None and lses else None
     if lse is not None:
-        lse.copy_(l)
+        lse.copy_(o_lse)
     if out is not None:
         out.copy_(o)
         return out

@@ -1,6 +1,6 @@
 """Attention kernels (module ``attention``): thin calls into the binding.
 
-Conventions: bf16; head_dim 64 / 128 / 256; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
+Conventions: bf16; head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
 paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
 seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
 bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
@@ -18,6 +18,14 @@ from __future__ import annotations
 from .. import loader
 
 MODULE = "attention"
+
+# The kernels' limits, defined once for Python (the backend's capability checks, the registry
+# and the tests read them here). The binding enforces the same values (csrc attention.cu
+# check_head_dim, configs.cuh); it could report them as module attributes, which would then
+# replace these constants.
+HEAD_DIMS = (64, 128, 256)
+# Packed rows (query, head in the GQA group) that one split-KV decode CTA owns.
+DECODE_TILE_ROWS = 16
 
 
 def _module():

@@ -100,7 +100,8 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
     _check_scalar(scale_a, "scale_a", a.device)
     _check_scalar(scale_b, "scale_b", a.device)
     m, n = a.shape[0], b.shape[0]
-    for name, t, size, dtype in (("bias", bias, n, torch.bfloat16), ("row_scale", row_scale, m, torch.float32),
+    for name, t, size, dtype in (("bias", bias, n, torch.bfloat16),
+                                 ("row_scale", row_scale, m, torch.float32),
                                  ("col_scale", col_scale, n, torch.float32)):
         if t is None:
             continue
@@ -118,7 +119,8 @@ MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
 
 
 def check_plan_args(path, block_n, persistent, split_k=0) -> None:
-    for name, value, allowed in (("path", path, (-1, 0, 1)), ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
+    for name, value, allowed in (("path", path, (-1, 0, 1)),
+                                 ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
                                  ("persistent", persistent, (-1, 0, 1))):
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")

@@ -2,7 +2,7 @@
 
 Normalises shapes, allocates outputs and calls the binding; raises when the module is not
 built. Policy (when to use the kernel, the torch path, autograd) is in
-``kernels/extension/rotary.py``.
+``kernels/extension/backend/rotary.py``.
 
 Shapes: ``q [B, S, Hq, D]`` or ``[T, Hq, D]``; ``k`` the same with ``Hk`` heads (or None).
 Tables ``cos, sin`` float32 ``[rows, R/2]`` (rotary_dim ``R = 2 * cos.shape[-1] <= D``):

@@ -1,6 +1,6 @@
 """FP8 strategy layer: scaling recipes, ``fp8_autocast`` and FP8 linear layers.
 
-The primitives (``ops/fp8.py``: quantize, GEMM) are stateless; this module owns the state a
+The primitives (``kernels/extension/ops/fp8.py``: quantize, GEMM) are stateless; this module owns the state a
 recipe needs and the policy of when to use them.
 
 Recipes (how a tensor's quantization multiplier ``scale = fp8_max / (amax * 2^margin)`` is
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .ops import fp8 as fp8_ops
+from ..ops import fp8 as fp8_ops
 
 __all__ = ["DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState", "fp8_autocast",
            "fp8_linear", "get_recipe", "is_fp8_enabled", "quantize_dynamic"]

@@ -1,27 +1,17 @@
-"""Registry entries for the production attention kernels (kernels.registry imports
-``runners()``). Every runner works on an AttentionProblem with contiguous q, k, v; the paged
-runners view k / v as a paged cache with an identity page table (zero copy, page 64), so
-compare / bench reach the paged code path on the same data as every other kernel."""
+"""The production attention kernels (kernels.extension) as registry entries.
+
+Every runner works on an AttentionProblem with contiguous q, k, v; the paged runners view k / v
+as a paged cache with an identity page table (zero copy, page 64), so compare / bench reach
+the paged code path on the same data as every other kernel. The limits come from the
+extension layer (``ops.attention.HEAD_DIMS``, the backend's choice of the decode kernel).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from kernels.extension.backend.attention import uses_decode_kernel
+from kernels.extension.ops import attention as ops
 
-try:
-    from kernels.registry import Runner
-except ImportError:  # the registry module is written by the lead; same shape
-
-    @dataclass(frozen=True)
-    class Runner:
-        name: str
-        kind: str
-        description: str
-        unsupported: Callable
-        prepare: Callable
-
-from .backend.attention import CUDA_HEAD_DIMS, DECODE_MAX_ROWS
-from .ops import attention as ops
+from .runner import Runner
 
 PAGE_SIZE = 64
 
@@ -35,14 +25,14 @@ def _common_reason(name, problem) -> str | None:
         return f"{name}: no CUDA device"
     if problem.dtype != "bf16":
         return f"{name}: dtype {problem.dtype} (bf16 only)"
-    if problem.head_dim not in CUDA_HEAD_DIMS:
-        return f"{name}: head_dim {problem.head_dim} (supported: {CUDA_HEAD_DIMS})"
+    if problem.head_dim not in ops.HEAD_DIMS:
+        return f"{name}: head_dim {problem.head_dim} (supported: {ops.HEAD_DIMS})"
     return None
 
 
 def _decode_reason(name, problem) -> str | None:
-    if problem.seqlen_q * problem.group_size > DECODE_MAX_ROWS and problem.seqlen_q > 1:
-        return f"{name}: decode kernel is for seqlen_q * group <= {DECODE_MAX_ROWS}"
+    if not uses_decode_kernel(problem.seqlen_q, problem.group_size):
+        return f"{name}: decode kernel is for seqlen_q == 1 or seqlen_q * group <= {ops.DECODE_TILE_ROWS}"
     return None
 
 
@@ -79,7 +69,8 @@ def _make(name, description, reasons, build):
             raise RuntimeError(reason)
         return build(problem)
 
-    return Runner(name=name, kind="production", description=description, unsupported=unsupported, prepare=prepare)
+    return Runner(name=name, kind="production", description=description, unsupported=unsupported,
+                  prepare=prepare)
 
 
 def _decode(impl):
@@ -121,7 +112,7 @@ def _paged_prefill(problem):
     return fn
 
 
-def runners() -> list[Runner]:
+def production_runners() -> list[Runner]:
     return [
         _make("cuda-decode-split", "split-KV decode, mma.sync m16n8k16 + cp.async ring, GQA rows packed",
               [_common_reason, _decode_reason], _decode("tc")),

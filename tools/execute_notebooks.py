@@ -1,7 +1,7 @@
 """Execute every notebook in notebooks/ in place, so that it is committed with its outputs.
 
-    python scripts/execute_notebooks.py                 # all notebooks/NN_*.ipynb
-    python scripts/execute_notebooks.py 02_k2_row_group # only these (name or file)
+    python -m tools.execute_notebooks                 # all notebooks/NN_*.ipynb
+    python -m tools.execute_notebooks 02_k2_row_group # only these (name or file)
 
 Run it on the H200 host after ``python notebooks/build.py``: the committed notebooks then show
 that GPU's checks and timings (the docs site renders them without executing). Each cell has a
@@ -32,7 +32,8 @@ def execute(path: Path, timeout_s: int, kernel: str):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/execute_notebooks.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.execute_notebooks",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="notebook names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
         wanted = {Path(n).stem for n in args.names}
         unknown = wanted - {p.stem for p in paths}
         if unknown:
-            parser.error(f"no such notebook: {', '.join(sorted(unknown))} (have: {', '.join(p.stem for p in paths)})")
+            have = ", ".join(p.stem for p in paths)
+            parser.error(f"no such notebook: {', '.join(sorted(unknown))} (have: {have})")
         paths = [p for p in paths if p.stem in wanted]
 
     failed = 0
@@ -59,7 +61,8 @@ def main(argv=None) -> int:
         except Exception as exc:  # CellExecutionError, timeouts, a dead kernel: report and go on
             failed += 1
             first = str(exc).strip().splitlines()
-            print(f"FAIL  {path.name:28} {time.perf_counter() - t0:6.1f} s  {first[-1] if first else type(exc).__name__}")
+            why = first[-1] if first else type(exc).__name__
+            print(f"FAIL  {path.name:28} {time.perf_counter() - t0:6.1f} s  {why}")
             continue
         nbformat.write(nb, path)
         size = path.stat().st_size / 1024

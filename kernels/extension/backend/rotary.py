@@ -9,7 +9,7 @@ rotates q and k (one launch on the kernel path). Rules:
   It computes in float32 and is differentiable w.r.t. q and k.
 
 ``backend="kernel"`` / ``"torch"`` forces one side (``"kernel"`` raises when it cannot run).
-Both paths share the table conventions documented in ``ops/rotary.py`` and give NaN for the
+Both paths share the table conventions documented in ``kernels/extension/ops/rotary.py`` and give NaN for the
 rotated dims of a token whose position is outside the table (no out-of-bounds reads).
 
 Accuracy: both paths compute in fp32 from the stored inputs and round once, so the maximum
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops import rotary as rotary_ops
+from ..ops import rotary as rotary_ops
 
 BACKENDS = ("auto", "kernel", "torch")
 

@@ -1,0 +1,75 @@
+"""Peers: torch SDPA backends and FlashAttention-4, run on the same inputs as our kernels."""
+
+from __future__ import annotations
+
+import warnings
+
+from kernels.harness.problem import AttentionProblem
+
+from .runner import Launch, Runner
+
+
+def sdpa_runner(name: str, backend_name: str, description: str) -> Runner:
+    def unsupported(problem: AttentionProblem) -> str | None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"{name}: needs a CUDA device"
+        return None
+
+    def prepare(problem: AttentionProblem) -> Launch:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.bias import causal_lower_right
+
+        backend = getattr(SDPBackend, backend_name)
+        gqa = problem.heads_q != problem.heads_kv
+        # SDPA's is_causal is top-left aligned; the repository's convention is bottom-right.
+        mask = None
+        if problem.causal and problem.seqlen_q != problem.seqlen_k:
+            mask = causal_lower_right(problem.seqlen_q, problem.seqlen_k)
+        is_causal = problem.causal and mask is None
+
+        def launch(q, k, v, out):
+            with sdpa_kernel(backend):
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                    is_causal=is_causal, scale=problem.softmax_scale, enable_gqa=gqa)
+            out.copy_(o.transpose(1, 2))
+
+        return launch
+
+    return Runner(name, "peer", description, unsupported, prepare)
+
+
+def fa4_runner() -> Runner:
+    def unsupported(problem: AttentionProblem) -> str | None:
+        try:
+            import flash_attn.cute.interface  # noqa: F401
+        except Exception as exc:  # ImportError, or a CUDA-less import failure
+            return f"fa4: flash_attn.cute not importable ({type(exc).__name__})"
+        return None
+
+    def prepare(problem: AttentionProblem) -> Launch:
+        from flash_attn.cute.interface import flash_attn_func
+
+        # FA4 passes a host-side helper object through the DSL, which warns on every compile.
+        warnings.filterwarnings("ignore", message=".*cannot be converted to a JitArgument")
+
+        def launch(q, k, v, out):
+            result = flash_attn_func(q, k, v, softmax_scale=problem.softmax_scale,
+                                     causal=problem.causal)
+            out.copy_(result[0] if isinstance(result, tuple) else result)
+
+        return launch
+
+    return Runner("fa4", "peer", "FlashAttention-4 (CuTe DSL), flash_attn.cute", unsupported, prepare)
+
+
+def peer_runners() -> list[Runner]:
+    return [
+        sdpa_runner("sdpa-math", "MATH", "torch SDPA, math backend (unfused)"),
+        sdpa_runner("sdpa-flash", "FLASH_ATTENTION", "torch SDPA, FlashAttention-2 backend"),
+        sdpa_runner("sdpa-cudnn", "CUDNN_ATTENTION", "torch SDPA, cuDNN backend"),
+        fa4_runner(),
+    ]
