@@ -79,12 +79,19 @@ def attention_label(problem: dict) -> str:
     return AttentionProblem.from_dict(problem).label()
 
 
+class AnyOf(tuple):
+    """A ``where`` value that matches any of its items: ``{"m": AnyOf((1, 16))}``."""
+
+
+def matches(problem: dict, where: dict) -> bool:
+    return all(problem.get(k) in v if isinstance(v, AnyOf) else problem.get(k) == v for k, v in where.items())
+
+
 def select(doc: dict, kernels=None, where=None) -> list[dict]:
     """Rows whose kernel is in ``kernels`` (all if None) and whose problem matches ``where``."""
     where = where or {}
     return [r for r in doc["rows"]
-            if (kernels is None or r["kernel"] in kernels)
-            and all(r["problem"].get(k) == v for k, v in where.items())]
+            if (kernels is None or r["kernel"] in kernels) and matches(r["problem"], where)]
 
 
 def cell(row: dict | None, value: str = "tflops") -> str:
@@ -97,10 +104,11 @@ def cell(row: dict | None, value: str = "tflops") -> str:
 
 
 def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
-          label=None) -> tuple[list[str], list[list[str]]]:
+          label=None, complete: bool = False) -> tuple[list[str], list[list[str]]]:
     """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order.
 
     The first header names what the row labels mean (``problem_header``: e.g. ``M x N x K``).
+    ``complete`` keeps only the problems that every kernel shown has a row for.
     """
     label = label or problem_label
     rows = select(doc, kernels, where)
@@ -109,6 +117,8 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     problems: dict[str, dict] = {}
     for r in rows:
         problems.setdefault(label(r["problem"]), {})[r["kernel"]] = r
+    if complete:
+        problems = {name: by_kernel for name, by_kernel in problems.items() if len(by_kernel) == len(kernel_order)}
     headers = [problem_header([r["problem"] for r in rows])] + kernel_order
     body = [[name] + [cell(by_kernel.get(k), value) for k in kernel_order]
             for name, by_kernel in problems.items()]
