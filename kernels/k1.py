@@ -38,7 +38,7 @@ Constraints
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
     python -m tools.inspect k1        # SASS mix on a CPU-only machine (FFMA, LDG, MUFU.EX2)
-    python scripts/check_rungs.py --rungs k1   # GPU correctness sweep
+    pytest -m gpu tests/test_rungs_gpu.py -k k1    # GPU correctness sweep
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ Constraints
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
     python -m tools.inspect k2        # SASS mix on a CPU-only machine (FFMA, LDS, SHFL)
-    python scripts/check_rungs.py --rungs k2   # GPU correctness sweep
+    pytest -m gpu tests/test_rungs_gpu.py -k k2    # GPU correctness sweep
 """
 
 from __future__ import annotations

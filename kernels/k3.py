@@ -73,7 +73,7 @@ Constraints
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
     python -m tools.inspect k3        # SASS mix on a CPU-only machine (UTMALDG, SYNCS, FFMA, LDS)
-    python scripts/check_k3_k4.py --rungs k3   # GPU correctness sweep and timing against K2
+    pytest -m gpu tests/test_rungs_gpu.py -k k3    # GPU correctness sweep
 """
 
 from __future__ import annotations

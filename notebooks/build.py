@@ -1,20 +1,29 @@
-"""Write notebooks/NN_kN_<name>.ipynb, one per rung, from the one template below.
+"""Write notebooks/NN_kN_<name>.ipynb, one per rung of kernels/, from the one template below.
 
-    python notebooks/build.py            # (re)write every notebook, outputs cleared
-    python notebooks/build.py --check    # exit 1 if a committed notebook's cells differ
+    python notebooks/build.py                  # (re)write every notebook
+    python notebooks/build.py --check          # exit 1 if a notebook's cells differ from these
+    python notebooks/build.py --clear-outputs  # rewrite them without any outputs
 
-Every notebook has the same steps, so they stay consistent: set-up; the idea (from the rung's
-own docstring); compile for sm_90a and inspect (no GPU needed); run and check against the fp32
-reference; time against the previous rung and the peers; the table recorded on the H200.
-GPU steps are guarded, so every notebook also runs top to bottom on a CPU-only machine.
-The notebooks import the rung from kernels/ and use tools.inspect / tools.compare /
-tools.report; they never redefine a kernel. After rewriting them, execute them on the GPU
-host with ``python -m tools.execute_notebooks`` and commit them with their outputs.
+Every notebook has the same steps, so they stay consistent: set-up; the idea (the rung's own
+module docstring, quoted into the notebook's text here, so the text is only as old as the last
+build and tests/test_notebooks.py fails once it drifts); compile for sm_90a and inspect (no GPU
+needed); run and check against the fp32 reference; time against the previous rung and the peers;
+the table recorded on the H200. GPU steps are guarded, so every notebook also runs top to bottom
+on a CPU-only machine. The notebooks import the rung from kernels/ and use tools.inspect /
+tools.compare / tools.report; they never redefine a kernel.
+
+Rewriting keeps the outputs of every code cell whose source is unchanged (they come from the
+last run on the GPU host); a changed or new code cell has none until the notebooks are
+executed there again (python -m tools.execute_notebooks) and committed with their outputs.
+Rungs are found in kernels/ (kN.py); RUNG_TEXT adds the hand-written parts, and a rung without
+an entry gets a notebook from its page title and IDEA alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +31,7 @@ from pathlib import Path
 import nbformat
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
 
 
@@ -30,7 +40,7 @@ class Rung:
     number: int
     name: str   # file name part: 01_k1_<name>.ipynb
     title: str
-    learn: str  # what the reader learns, one sentence
+    learn: str | None  # what the reader learns, one sentence (None: the rung's IDEA stands in)
     look_for: str  # what to look for in the compile report
 
     @property
@@ -46,7 +56,9 @@ class Rung:
         return f"{self.number:02d}_{self.rung}_{self.name}.ipynb"
 
 
-RUNGS = (
+# The hand-written parts of each notebook, by rung: file name, title, what you learn, what to
+# look for in the compile report.
+RUNG_TEXT = (
     Rung(1, "naive", "K1: naive attention, one thread per query row",
          "how the online softmax computes attention in one pass over the keys, and why a thread "
          "per row with no shared memory leaves the GPU idle",
@@ -67,6 +79,43 @@ RUNGS = (
 )
 
 
+def rung_source(rung: str) -> tuple[str, str]:
+    """(IDEA, module docstring) of kernels/<rung>.py, read with ast: no import, no GPU."""
+    path = ROOT / "kernels" / f"{rung}.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    doc = ast.get_docstring(tree, clean=True)
+    if not doc:
+        raise SystemExit(f"kernels/{rung}.py has no module docstring to quote")
+    idea = next((node.value.value for node in tree.body
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                 and any(isinstance(t, ast.Name) and t.id == "IDEA" for t in node.targets)), None)
+    if not isinstance(idea, str):
+        raise SystemExit(f"kernels/{rung}.py has no IDEA string")
+    return idea, doc
+
+
+def discovered_rungs() -> list[Rung]:
+    """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults."""
+    sys.path.insert(0, str(ROOT))
+    from kernels.registry import rung_names
+
+    known = {r.rung: r for r in RUNG_TEXT}
+    out = []
+    for rung in rung_names():
+        if rung in known:
+            out.append(known[rung])
+            continue
+        idea, _ = rung_source(rung)
+        number = int(rung[1:])
+        page = ROOT / "docs" / "worklog" / f"{rung}.md"
+        heading = next((line[2:].strip() for line in page.read_text().splitlines() if line.startswith("# ")),
+                       None) if page.is_file() else None
+        slug = re.sub(r"[^a-z0-9]+", "_", idea.split(":")[0].lower()).strip("_") or "rung"
+        out.append(Rung(number, slug, heading or f"{rung.upper()}: {idea}", None,
+                        f"what changed against K{number - 1}'s instruction mix, and why"))
+    return out
+
+
 def md(text: str):
     return nbformat.v4.new_markdown_cell(text.strip("\n"))
 
@@ -79,11 +128,13 @@ def cells(r: Rung) -> list:
     prev = r.previous
     compared = ([prev] if prev else []) + [r.rung]
     timed = compared + list(PEERS)
+    idea, docstring = rung_source(r.rung)
+    learn = f"**What you will learn:** {r.learn}." if r.learn else f"**The idea in one line:** {idea}."
     return [
         md(f"""
 # {r.title}
 
-**What you will learn:** {r.learn}.
+{learn}
 
 **What you need:** this repository's Python environment (`make setup`). Everything down to
 *Compile and inspect* runs on any machine, GPU or not: the rung is compiled for Hopper
@@ -119,13 +170,15 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
         md(f"""
 ## The idea
 
+**{r.rung.upper()} in one line:** {idea}
+
 The rung's module docstring is its spec sheet: what it computes, the one idea it adds, how it
-works step by step, what it costs and its constraints.
-"""),
-        code(f"""
-print({r.rung}.IDEA)
-print()
-print({r.rung}.__doc__)
+works step by step, what it costs and its constraints. Quoted from `kernels/{r.rung}.py` by
+`notebooks/build.py` (the tests fail when this copy and the file differ):
+
+```text
+{docstring}
+```
 """),
         md(f"""
 ## Compile and inspect
@@ -224,22 +277,61 @@ def sources(nb) -> list[tuple[str, str]]:
     return [(c.cell_type, c.source) for c in nb.cells]
 
 
+def differences(committed, expected) -> list[str]:
+    """How the cells of ``committed`` differ from ``expected`` (outputs aside), one phrase per
+    change, e.g. ``cell 3 (markdown, '## The idea') differs``; empty when they agree."""
+    import difflib
+
+    old, new = sources(committed), sources(expected)
+
+    def name(cells, i):
+        kind, text = cells[i]
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return f"cell {i} ({kind}, {first[:50]!r})"
+
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if op in ("replace", "insert"):
+            out += [name(new, j) + (" differs" if op == "replace" else " is missing") for j in range(j1, j2)]
+        if op == "delete" or (op == "replace" and i2 - i1 > j2 - j1):
+            out += [name(old, i) + " is no longer written" for i in range(i1 + (j2 - j1 if op == "replace" else 0), i2)]
+    return out
+
+
+def keep_outputs(nb, previous) -> int:
+    """Copy the outputs of ``previous``'s code cells into the cells of ``nb`` with the same
+    source (a GPU run's results stay valid while the code is unchanged); returns how many."""
+    runs = {c.source: c for c in previous.cells if c.cell_type == "code" and c.get("outputs")}
+    kept = 0
+    for cell in nb.cells:
+        old = runs.get(cell.source) if cell.cell_type == "code" else None
+        if old is not None:
+            cell.outputs, cell.execution_count = old.outputs, old.execution_count
+            kept += 1
+    return kept
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python notebooks/build.py", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare the committed notebooks' cells, write nothing")
+    parser.add_argument("--clear-outputs", action="store_true", help="write the notebooks without outputs")
     args = parser.parse_args(argv)
     stale = []
-    for r in RUNGS:
+    for r in discovered_rungs():
         path = HERE / r.filename
         nb = notebook(r)
+        previous = nbformat.read(path, as_version=4) if path.exists() else None
         if args.check:
-            if not path.exists() or sources(nbformat.read(path, as_version=4)) != sources(nb):
-                stale.append(path.name)
+            diff = differences(previous, nb) if previous is not None else ["missing"]
+            if diff:
+                stale.append(f"{path.name}: {', '.join(diff)}")
             continue
+        kept = keep_outputs(nb, previous) if previous is not None and not args.clear_outputs else 0
         nbformat.write(nb, path)
-        print(f"wrote {path.relative_to(HERE.parent)}")
+        code_cells = sum(c.cell_type == "code" for c in nb.cells)
+        print(f"wrote {path.relative_to(ROOT)} ({kept} of {code_cells} code cells keep their outputs)")
     if stale:
-        print("out of date with notebooks/build.py: " + ", ".join(stale), file=sys.stderr)
+        print("out of date with notebooks/build.py (run it):\n  " + "\n  ".join(stale), file=sys.stderr)
         return 1
     return 0
 

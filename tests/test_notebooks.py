@@ -1,8 +1,11 @@
-"""The notebooks: generated from notebooks/build.py, committed without errors and small, and
-each runs top to bottom on a CPU-only machine (GPU cells are guarded and say so)."""
+"""The notebooks: generated from notebooks/build.py, their quoted text current with the rungs
+they quote, committed without errors and small, and each runs top to bottom on a CPU-only
+machine (GPU cells are guarded and say so)."""
 
 from __future__ import annotations
 
+import ast
+import copy
 import importlib.util
 import json
 import sys
@@ -29,18 +32,77 @@ def test_one_notebook_per_rung():
     from kernels.registry import rung_names
 
     build = build_module()
-    names = {r.rung for r in build.RUNGS}
-    assert set(rung_names()) <= names, f"rungs without a notebook in notebooks/build.py: {set(rung_names()) - names}"
-    assert {p.name for p in NOTEBOOKS} == {r.filename for r in build.RUNGS}
+    rungs = build.discovered_rungs()
+    assert [r.rung for r in rungs] == rung_names()
+    assert {p.name for p in NOTEBOOKS} == {r.filename for r in rungs}, "run python notebooks/build.py"
+
+
+def rung_for(build, path: Path):
+    return next(r for r in build.discovered_rungs() if r.filename == path.name)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_matches_its_source(path):
-    """Cells as notebooks/build.py writes them (outputs aside): rerun it after editing the template."""
+    """Cells as notebooks/build.py writes them now (outputs aside): the template and the text
+    quoted from the rung. Rerun it after editing either."""
     build = build_module()
-    rung = next(r for r in build.RUNGS if r.filename == path.name)
-    assert build.sources(nbformat.read(path, as_version=4)) == build.sources(build.notebook(rung)), \
-        "out of date: python notebooks/build.py, then python -m tools.execute_notebooks on the GPU host"
+    diff = build.differences(nbformat.read(path, as_version=4), build.notebook(rung_for(build, path)))
+    assert not diff, (f"{path.name} is out of date: {'; '.join(diff)}. Run python notebooks/build.py "
+                      "(then execute the notebooks on the GPU host)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_quotes_the_current_docstring_of_its_rung(path):
+    """The notebook's text holds kernels/kN.py's module docstring as the file has it now
+    (read here with ast, independently of build.py), and no cell prints it at run time, where
+    the committed output would be as old as the last GPU run."""
+    build = build_module()
+    rung = rung_for(build, path).rung
+    source = ROOT / "kernels" / f"{rung}.py"
+    doc = ast.get_docstring(ast.parse(source.read_text()), clean=True)
+    cells = nbformat.read(path, as_version=4).cells
+    assert any(c.cell_type == "markdown" and f"```text\n{doc}\n```" in c.source for c in cells), \
+        f"{path.name} does not quote the current docstring of kernels/{rung}.py: python notebooks/build.py"
+    assert not any(c.cell_type == "code" and "__doc__" in c.source for c in cells)
+
+
+def test_a_docstring_edit_makes_the_notebook_stale(monkeypatch):
+    """The drift check fails, naming the cell, when the rung's docstring changes."""
+    build = build_module()
+    rung = build.discovered_rungs()[0]
+    committed = nbformat.read(ROOT / "notebooks" / rung.filename, as_version=4)
+    assert build.differences(committed, build.notebook(rung)) == []
+    idea, doc = build.rung_source(rung.rung)
+    monkeypatch.setattr(build, "rung_source", lambda name: (idea, doc.replace("\n", "\nedited line\n", 1)))
+    diff = build.differences(committed, build.notebook(rung))
+    assert len(diff) == 1 and "The idea" in diff[0], diff
+
+
+def test_rebuilding_keeps_outputs_of_unchanged_code_cells():
+    build = build_module()
+    rung = build.discovered_rungs()[-1]
+    committed = nbformat.read(ROOT / "notebooks" / rung.filename, as_version=4)
+    fresh = build.notebook(rung)
+    assert build.keep_outputs(fresh, committed) == sum(bool(c.get("outputs")) for c in committed.cells)
+    assert [c.get("outputs") for c in fresh.cells] == [c.get("outputs") for c in committed.cells]
+    changed = build.notebook(rung)
+    first_code = next(c for c in changed.cells if c.cell_type == "code")
+    first_code.source += "\nprint('changed')"
+    build.keep_outputs(changed, committed)
+    assert first_code.outputs == [], "a changed code cell must not keep the old run's output"
+
+
+def test_a_new_rung_gets_a_notebook_without_hand_written_text(monkeypatch):
+    """Rungs come from kernels/ (the lead adds k5, k6, ...): one without a RUNG_TEXT entry still
+    gets a notebook, titled by its docs page, with its IDEA in place of the hand-written line."""
+    build = build_module()
+    last = build.discovered_rungs()[-1]
+    monkeypatch.setattr(build, "RUNG_TEXT", tuple(r for r in build.RUNG_TEXT if r.rung != last.rung))
+    rung = build.discovered_rungs()[-1]
+    idea, _ = build.rung_source(rung.rung)
+    assert rung.rung == last.rung and rung.learn is None and rung.filename.startswith(f"{rung.number:02d}_{rung.rung}_")
+    text = build.notebook(rung).cells[0].source
+    assert text.startswith(f"# {rung.rung.upper()}") and idea in text
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

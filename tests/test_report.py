@@ -79,3 +79,44 @@ def test_readme_ladder_table_is_generated_and_current(tmp_path):
 
     text = copy_path.read_text()
     assert all(f"[{n.upper()}](kernels/{n}.py)" in text for n in rung_names())
+
+
+def test_provenance_leaves_out_versions_a_suite_does_not_use():
+    meta = {**GOOD["meta"], "cutlass_dsl": None}
+    text = report.provenance(meta)
+    assert "None" not in text and "CuTe DSL" not in text and "torch 2.11" in text
+    assert "CuTe DSL 4.8.1" in report.provenance(GOOD["meta"])
+
+
+@pytest.mark.parametrize("problem,label", [
+    ({"batch": 4, "seqlen_q": 4096, "seqlen_k": 4096, "heads_q": 16, "heads_kv": 16, "head_dim": 128,
+      "causal": True, "dtype": "bf16"}, "b4 s4096 h16 d128 causal"),
+    ({"batch": 16, "seqlen_q": 1, "seqlen_k": 4096, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
+      "causal": False, "dtype": "bf16", "page_size": 16, "paged": True}, "b16 s1/4096 h32/8 d128 page 16"),
+    ({"batch": 6, "seqlens": [4096, 3000, 100], "heads_q": 32, "heads_kv": 8, "head_dim": 128, "causal": True,
+      "dtype": "bf16", "page_size": 64, "paged": True, "ragged": True}, "b6 s100..4096 h32/8 d128 causal page 64"),
+    ({"batch": 8, "seqlen": 4096, "heads_q": 32, "heads_k": 8, "head_dim": 128, "rotary_dim": 64,
+      "layout": "half_split", "dtype": "bf16"}, "b8 s4096 h32/8 d128 rot64 half-split"),
+    ({"m": 1, "n": 4096, "k": 11008, "a": "e4m3", "b": "e4m3", "out": "bf16"}, "1 x 4096 x 11008"),
+    ({"m": 64, "n": 64, "k": 64, "a": "e5m2", "b": "e4m3", "out": "fp16"}, "64 x 64 x 64 e5m2 x e4m3 -> fp16"),
+    ({"shape": [8192, 8192], "in": "bf16", "out": "e4m3"}, "8192 x 8192 bf16 -> e4m3"),
+])
+def test_problem_labels_are_short_and_readable(problem, label):
+    assert report.problem_label(problem) == label
+
+
+def test_committed_results_have_no_raw_labels():
+    """Every recorded row gets a label of its kind: no ``key value`` dump of its fields."""
+    for suite in report.available():
+        for row in report.load(suite)["rows"]:
+            assert report.problem_kind(row["problem"]) != "other", (suite, row["problem"])
+            label = report.problem_label(row["problem"])
+            raw = [f"{key} {'x'.join(map(str, v)) if isinstance(v, list) else v}" for key, v in row["problem"].items()]
+            assert not any(pair in label for pair in raw), (suite, label)
+
+
+def test_gemm_tables_name_their_dimensions():
+    doc = {"meta": GOOD["meta"], "rows": [
+        {**GOOD["rows"][0], "kernel": "fp8_gemm", "problem": {"m": 1, "n": 2, "k": 3, "a": "e4m3", "b": "e4m3", "out": "bf16"}}]}
+    headers, rows = report.pivot(doc)
+    assert headers == ["M x N x K", "fp8_gemm"] and rows == [["1 x 2 x 3", "13.7"]]

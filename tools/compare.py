@@ -1,11 +1,16 @@
-"""Compare attention kernels: ``python -m tools.compare k2 k4 [fa4 ...]``.
+"""Compare attention kernels side by side: `python -m tools.compare k2 k4 fa4`.
 
 On a GPU: the same inputs for all, each output checked against the fp32 reference, then the
 median time, TFLOP/s, % of the bf16 GEMM ceiling measured in the same run, and the speedup
-over the first kernel named. Exit status 1 if any output is wrong.
+over the first kernel named.
 
-Without a GPU: each rung is compiled for sm_90a and its registers, shared memory, spills and
-SASS instruction mix are shown side by side, with the H200 numbers recorded in results/.
+Without a GPU (or with --cpu): each rung is compiled for sm_90a and its registers, shared
+memory, spills and SASS instruction mix are shown side by side; peers and production kernels
+have nothing to compile here and say so. Then the H200 numbers recorded in results/ for the
+kernels and shapes asked for, and which of those shapes are not recorded.
+
+Exit status: 0; 1 if an output is wrong; 2 for bad arguments, or when a kernel can run none
+of the requested shapes (the message says why).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
 
 DEFAULT_SEQLENS = (1024, 4096, 16384)
+EXIT_WRONG, EXIT_USAGE = 1, 2
 
 
 def positive_int(text: str) -> int:
@@ -60,22 +66,117 @@ def run_gpu(names: list[str], problems: list[AttentionProblem], progress=None) -
     return {"mode": "gpu", "bf16_gemm_tflops": round(ceiling, 1), "rows": rows}
 
 
+def no_runnable_shape(rows: list[dict], names: list[str]) -> dict[str, str]:
+    """``{kernel: reason}`` for the kernels whose every row is unsupported (nothing measured)."""
+    out = {}
+    for name in names:
+        mine = [r for r in rows if r["kernel"] == name]
+        if mine and all(r["status"].startswith("unsupported") for r in mine):
+            out[name] = "; ".join(dict.fromkeys(r["status"].removeprefix("unsupported: ") for r in mine))
+    return out
+
+
+def not_compiled_reason(name: str) -> str:
+    """Why a kernel has no compile report here (only the CuTe-DSL rungs compile without a GPU)."""
+    from kernels.registry import get
+
+    runner = get(name)
+    if runner.kind == "peer":
+        return f"{name} is a peer ({runner.description}), not a rung of kernels/: nothing of it compiles here"
+    return (f"{name} is a production CUDA kernel (csrc/, built by python -m tools.build_ext on a CUDA host), "
+            "not a CuTe-DSL rung: no compile report without a GPU")
+
+
+def recorded_rows(names: list[str], problems: list[AttentionProblem]) -> dict:
+    """What results/ records for these kernels: the rows at the requested shapes, the requested
+    shapes it lacks per kernel, and every recorded shape of these kernels, so that a missing
+    shape is reported with what is there instead. A kernel's rows come from one file, the
+    ladder's if it records the kernel, so a table never mixes two runs for one kernel."""
+    from tools import report
+
+    wanted = [p.label() for p in problems]
+    suites = sorted(report.available(), key=lambda s: (s != "ladder", s))
+    sources, rows, errors, taken = {}, [], [], set()
+    for suite in suites:
+        try:
+            doc = report.load(suite)
+        except report.ResultsError as exc:
+            errors.append(str(exc))
+            continue
+        mine = [r for r in report.select(doc, [n for n in names if n not in taken])
+                if report.problem_kind(r["problem"]) == "attention"]
+        if mine:
+            sources[suite] = doc["meta"]
+            rows += [{**r, "suite": suite} for r in mine]
+            taken |= {r["kernel"] for r in mine}
+    if not rows:
+        error = "; ".join(errors) or f"results/ records none of {', '.join(names)} (python -m tools.bench writes it)"
+        return {"error": error, "sources": {}, "rows": [], "missing": {n: wanted for n in names},
+                "shapes": {}, "nearest": []}
+    matching = [r for r in rows if report.attention_label(r["problem"]) in wanted]
+    missing = {}
+    for name in names:
+        have = {report.attention_label(r["problem"]) for r in matching if r["kernel"] == name}
+        if len(have) < len(wanted):
+            missing[name] = [label for label in wanted if label not in have]
+    return {"sources": sources, "rows": matching, "missing": missing, "shapes": recorded_shapes(rows),
+            "nearest": nearest_rows(rows, problems) if missing else []}
+
+
+def recorded_shapes(rows: list[dict]) -> dict[str, list[str]]:
+    """``{kernel: ["head_dim 128: seqlen 1024, 4096; causal and not (ladder.json)", ...]}``."""
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        p = r["problem"]
+        entry = by.setdefault((r["kernel"], p["head_dim"], r["suite"]), {"seqlens": set(), "causal": set()})
+        entry["seqlens"].add(p["seqlen_q"])
+        entry["causal"].add(bool(p["causal"]))
+    out: dict[str, list[str]] = {}
+    for (kernel, head_dim, suite), e in sorted(by.items()):
+        mask = {frozenset({False}): "no mask", frozenset({True}): "causal"}.get(frozenset(e["causal"]), "causal and not")
+        out.setdefault(kernel, []).append(f"head_dim {head_dim}: seqlen {', '.join(map(str, sorted(e['seqlens'])))}; "
+                                          f"{mask} ({suite}.json)")
+    return out
+
+
+def nearest_rows(rows: list[dict], problems: list[AttentionProblem]) -> list[dict]:
+    """Recorded rows at the requested sequence lengths and masks but another shape (head
+    dimension, heads, batch): what the README's example at head_dim 64 shows while only 128 is
+    recorded. Rows at a requested shape are in the main table already and are left out."""
+    from tools import report
+
+    asked = {(p.seqlen_q, p.causal) for p in problems}
+    wanted = {p.label() for p in problems}
+    return [r for r in rows if (r["problem"]["seqlen_q"], r["problem"]["causal"]) in asked
+            and report.attention_label(r["problem"]) not in wanted]
+
+
 def run_cpu(names: list[str], problems: list[AttentionProblem]) -> dict:
-    """Compile reports for the rungs among ``names`` plus the recorded H200 rows."""
+    """Compile reports for the rungs among ``names`` (why not, for the others), plus what
+    results/ records for them."""
     from kernels.registry import rung_names
-    from tools import inspect, report
+    from tools import inspect
 
     base = problems[0]
-    reports = [inspect.inspect(n, base) for n in names if n in rung_names()]
-    recorded = None
-    try:
-        doc = report.load("ladder")
-        wanted = {p.label() for p in problems}
-        rows = [r for r in report.select(doc, names) if report.attention_label(r["problem"]) in wanted]
-        recorded = {"meta": doc["meta"], "rows": rows}
-    except report.ResultsError as exc:
-        recorded = {"error": str(exc)}
-    return {"mode": "cpu", "inspect": reports, "recorded": recorded}
+    rungs = rung_names()
+    reports = [inspect.inspect(n, base) for n in names if n in rungs]
+    return {"mode": "cpu", "inspect": reports,
+            "not_compiled": {n: not_compiled_reason(n) for n in names if n not in rungs},
+            "unrunnable": unrunnable_rungs(names, problems),
+            "recorded": recorded_rows(names, problems)}
+
+
+def unrunnable_rungs(names: list[str], problems: list[AttentionProblem]) -> dict[str, str]:
+    """``{rung: reason}`` for the rungs among ``names`` that implement none of ``problems``
+    (a rung's can_implement is a shape check, so this is known without a GPU)."""
+    from kernels.registry import rung_module, rung_names
+
+    out = {}
+    for name in (n for n in names if n in rung_names()):
+        reasons = [rung_module(name).can_implement(p) for p in problems]
+        if all(reasons):
+            out[name] = "; ".join(dict.fromkeys(reasons))
+    return out
 
 
 def gpu_table(result: dict, names: list[str]):
@@ -102,38 +203,73 @@ def gpu_table(result: dict, names: list[str]):
 def print_cpu(result: dict, names: list[str], console) -> None:
     from tools import inspect, report
 
-    reports = result["inspect"]
-    if reports:
-        headers, rows = inspect.resources_rows(reports)
-        p = AttentionProblem.from_dict(reports[0]["problem"])
+    ok = [r for r in result["inspect"] if r["status"] == "ok"]
+    if ok:
+        headers, rows = inspect.resources_rows(ok)
+        p = AttentionProblem.from_dict(ok[0]["problem"])
         console.print(report.rich_table(headers, rows, title=f"No GPU here: sm_90a compile report (d{p.head_dim}{' causal' if p.causal else ''})"))
+    for r in result["inspect"]:
+        if r["status"] != "ok":
+            console.print(f"[yellow]{r['kernel']}: not compiled: {r['status']}[/yellow]")
+    for name, reason in result["not_compiled"].items():
+        console.print(f"{name}: no compile report: {reason}; its recorded rows are below.")
     rec = result["recorded"]
-    if "error" in rec:
+    if rec.get("error") and not rec["rows"]:
         console.print(f"[yellow]No recorded H200 numbers: {rec['error']}[/yellow]")
         return
-    headers, rows = report.pivot({"rows": rec["rows"]}, kernels=names)
-    if not rows:
-        console.print("[yellow]results/h200/ladder.json has no rows for these kernels and shapes[/yellow]")
-        return
-    console.print(report.rich_table(headers, rows, title="Recorded on the H200: TFLOP/s"))
-    console.print("Measured by python -m tools.bench --suite ladder: " + report.provenance(rec["meta"]))
+    if rec["rows"]:
+        headers, rows = report.pivot({"rows": rec["rows"]}, kernels=names)
+        console.print(report.rich_table(headers, rows, title="Recorded on the H200: TFLOP/s"))
+    missing = rec["missing"]
+    if missing:
+        shown = list(dict.fromkeys(label for labels in missing.values() for label in labels))
+        console.print(f"[yellow]Not recorded in results/: {', '.join(shown)} (for {', '.join(missing)}). "
+                      "What is recorded:[/yellow]")
+        for name in names:
+            console.print(f"  {name}: " + (" | ".join(rec["shapes"][name]) if name in rec["shapes"] else "nothing"))
+        if rec["nearest"]:
+            console.print("Nearest recorded rows: the same sequence lengths and mask, at any head dimension.")
+            headers, rows = report.pivot({"rows": rec["nearest"]}, kernels=names)
+            console.print(report.rich_table(headers, rows, title="Recorded on the H200: TFLOP/s"))
+    for suite, meta in rec.get("sources", {}).items():
+        console.print(f"results/h200/{suite}.json, measured by python -m tools.bench --suite {suite}: "
+                      + report.provenance(meta))
+
+
+def refuse_unrunnable(unrunnable: dict[str, str], problems: list[AttentionProblem]) -> int:
+    """Say which kernels can run none of the requested shapes, and return the exit status."""
+    shapes = ", ".join(p.label() for p in problems)
+    for name, reason in unrunnable.items():
+        print(f"compare: {name} can run none of the requested shapes ({shapes}): {reason}", file=sys.stderr)
+    return EXIT_USAGE if unrunnable else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernels.registry import all_runners
+
+    summary, details = __doc__.split("\n\n", 1)
+    parser = argparse.ArgumentParser(prog="python -m tools.compare", description=summary.replace("`", ""),
+                                     epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners()))
+    parser.add_argument("--seqlen", type=positive_int, nargs="+", default=list(DEFAULT_SEQLENS), metavar="N",
+                        help="sequence lengths, queries = keys (default: %(default)s); batch = 16k tokens / N")
+    parser.add_argument("--head-dim", type=positive_int, default=128, metavar="D",
+                        help="head dimension (default: %(default)s)")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both",
+                        help="causal mask, bottom-right aligned: yes, no or both (default: %(default)s)")
+    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: 16k tokens / seqlen)")
+    parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
+    parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads, fewer for GQA (default: = --heads)")
+    parser.add_argument("--cpu", action="store_true", help="compile report even where a GPU is present")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    return parser
 
 
 def main(argv=None) -> int:
-
     from kernels.registry import all_runners
     from tools.report import console as report_console
 
-    parser = argparse.ArgumentParser(prog="python -m tools.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners()))
-    parser.add_argument("--seqlen", type=positive_int, nargs="+", default=list(DEFAULT_SEQLENS))
-    parser.add_argument("--head-dim", type=positive_int, default=128)
-    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
-    parser.add_argument("--batch", type=positive_int, default=None, help="default: 16k tokens / seqlen")
-    parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
-    parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads (GQA); default = heads")
-    parser.add_argument("--cpu", action="store_true", help="compile report even where a GPU is present")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser = build_parser()
     args = parser.parse_args(argv)
     args.heads = args.heads or 2048 // args.head_dim
     unknown = [n for n in args.kernels if n not in all_runners()]
@@ -154,13 +290,15 @@ def main(argv=None) -> int:
             print(json.dumps(result, indent=1))
         else:
             console.print(gpu_table(result, args.kernels))
-        return 1 if any(r["status"].startswith("wrong") for r in result["rows"]) else 0
+        if any(r["status"].startswith("wrong") for r in result["rows"]):
+            return EXIT_WRONG
+        return refuse_unrunnable(no_runnable_shape(result["rows"], args.kernels), problems)
     result = run_cpu(args.kernels, problems)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         print_cpu(result, args.kernels, console)
-    return 0
+    return refuse_unrunnable(result["unrunnable"], problems)
 
 
 if __name__ == "__main__":

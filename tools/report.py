@@ -19,7 +19,7 @@ STATUS_PREFIXES = ("ok", "unsupported", "wrong")
 
 
 class ResultsError(ValueError):
-    """A results file is missing or does not follow the schema in docs/design.md."""
+    """A results file is missing or does not follow the results schema (``validate``; docs/design.md)."""
 
 
 def results_path(suite: str, gpu: str = "h200") -> Path:
@@ -56,10 +56,15 @@ def available(gpu: str = "h200") -> list[str]:
 
 
 def provenance(meta: dict) -> str:
+    """GPU, driver, versions, commit, date and ceilings of a run, as one sentence.
+
+    Versions a suite does not use (``None``, e.g. no CuTe DSL in the rotary suite) are left out.
+    """
     c = meta.get("ceilings", {})
-    parts = [f"{meta['gpu']}", f"driver {meta.get('driver', '?')}", f"CUDA {meta.get('cuda', '?')}",
-             f"torch {meta.get('torch', '?')}", f"CuTe DSL {meta.get('cutlass_dsl', '?')}",
-             f"commit {str(meta['commit'])[:10]}", f"{meta['date']}"]
+    versions = [("driver", "driver"), ("CUDA", "cuda"), ("torch", "torch"), ("CuTe DSL", "cutlass_dsl")]
+    parts = [f"{meta['gpu']}"]
+    parts += [f"{name} {meta.get(key, '?')}" for name, key in versions if meta.get(key, "?") is not None]
+    parts += [f"commit {str(meta['commit'])[:10]}", f"{meta['date']}"]
     ceil = []
     if "copy_tbps" in c:
         ceil.append(f"copy {c['copy_tbps']:.2f} TB/s")
@@ -74,12 +79,19 @@ def attention_label(problem: dict) -> str:
     return AttentionProblem.from_dict(problem).label()
 
 
+class AnyOf(tuple):
+    """A ``where`` value that matches any of its items: ``{"m": AnyOf((1, 16))}``."""
+
+
+def matches(problem: dict, where: dict) -> bool:
+    return all(problem.get(k) in v if isinstance(v, AnyOf) else problem.get(k) == v for k, v in where.items())
+
+
 def select(doc: dict, kernels=None, where=None) -> list[dict]:
     """Rows whose kernel is in ``kernels`` (all if None) and whose problem matches ``where``."""
     where = where or {}
     return [r for r in doc["rows"]
-            if (kernels is None or r["kernel"] in kernels)
-            and all(r["problem"].get(k) == v for k, v in where.items())]
+            if (kernels is None or r["kernel"] in kernels) and matches(r["problem"], where)]
 
 
 def cell(row: dict | None, value: str = "tflops") -> str:
@@ -92,8 +104,12 @@ def cell(row: dict | None, value: str = "tflops") -> str:
 
 
 def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
-          label=None) -> tuple[list[str], list[list[str]]]:
-    """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order."""
+          label=None, complete: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order.
+
+    The first header names what the row labels mean (``problem_header``: e.g. ``M x N x K``).
+    ``complete`` keeps only the problems that every kernel shown has a row for.
+    """
     label = label or problem_label
     rows = select(doc, kernels, where)
     kernel_order = list(kernels) if kernels else list(dict.fromkeys(r["kernel"] for r in rows))
@@ -101,7 +117,9 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     problems: dict[str, dict] = {}
     for r in rows:
         problems.setdefault(label(r["problem"]), {})[r["kernel"]] = r
-    headers = ["problem"] + kernel_order
+    if complete:
+        problems = {name: by_kernel for name, by_kernel in problems.items() if len(by_kernel) == len(kernel_order)}
+    headers = [problem_header([r["problem"] for r in rows])] + kernel_order
     body = [[name] + [cell(by_kernel.get(k), value) for k in kernel_order]
             for name, by_kernel in problems.items()]
     return headers, body
@@ -221,14 +239,89 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
     return buf.getvalue()
 
 
+# ---- row labels: short, readable, one per problem kind -----------------------------------------
+def problem_kind(problem: dict) -> str:
+    """``attention``, ``ragged-attention``, ``rotary``, ``gemm``, ``quantize`` or ``other``,
+    from the fields of a results row's problem (the suites in tools/suites/ write these)."""
+    keys = set(problem)
+    if set(AttentionProblem.__dataclass_fields__) - {"scale"} <= keys:
+        return "attention"
+    if {"seqlens", "heads_q", "heads_kv", "head_dim"} <= keys:
+        return "ragged-attention"
+    if {"seqlen", "heads_q", "heads_k", "head_dim", "rotary_dim", "layout"} <= keys:
+        return "rotary"
+    if {"m", "n", "k"} <= keys:
+        return "gemm"
+    if {"shape", "in", "out"} <= keys:
+        return "quantize"
+    return "other"
+
+
+HEADERS = {"gemm": "M x N x K", "quantize": "shape"}
+
+
+def problem_header(problems) -> str:
+    """The first column's header for these problems: what their labels spell out."""
+    kinds = {problem_kind(p) for p in problems}
+    return HEADERS.get(kinds.pop(), "problem") if len(kinds) == 1 else "problem"
+
+
+def _heads(q: int, kv: int) -> str:
+    return f"{q}" if q == kv else f"{q}/{kv}"
+
+
+def _extras(problem: dict, known) -> list[str]:
+    """Fields a label does not spell out: flags that are set are implied by the label."""
+    out = []
+    for key, v in problem.items():
+        if key in known or v is True or v is False or v is None:
+            continue
+        out.append(f"page {v}" if key == "page_size" else f"{key.replace('_', ' ')} {v}")
+    return out
+
+
 def problem_label(problem: dict) -> str:
-    """``attention_label`` for attention problems (extra keys such as ``page_size`` appended);
-    ``key value`` pairs for any other suite's rows."""
-    fields = set(AttentionProblem.__dataclass_fields__)
-    if fields - {"scale"} <= set(problem):
+    """A short label in the notation of ``AttentionProblem.label`` (``b4 s4096 h32/8 d128 causal``):
+
+    - attention: that label, plus ``page 16`` for paged KV;
+    - ragged attention: ``b6 s100..4096 ...`` (the shortest and longest sequence);
+    - rotary: ``b8 s4096 h32/8 d128``, ``rot64`` when only part of the head rotates, the layout;
+    - GEMM: ``4096 x 4096 x 4096`` (M x N x K; operand and output types only when not
+      the E4M3 x E4M3 -> bf16 of every measured row so far);
+    - quantize: ``8192 x 8192 bf16 -> e4m3``;
+    - anything else: its fields as ``key value`` pairs.
+    """
+    kind = problem_kind(problem)
+    dtype = [] if problem.get("dtype", "bf16") == "bf16" else [problem["dtype"]]
+    if kind == "attention":
+        fields = set(AttentionProblem.__dataclass_fields__)
         base = attention_label({k: v for k, v in problem.items() if k in fields})
-        extras = [f"{k.replace('_', ' ')} {v}" for k, v in problem.items() if k not in fields and v is not True]
-        return " ".join([base, *extras])
+        return " ".join([base, *_extras(problem, fields)])
+    if kind == "ragged-attention":
+        lens = problem["seqlens"]
+        seq = f"s{min(lens)}..{max(lens)}" if len(set(lens)) > 1 else f"s{lens[0]}"
+        text = [f"b{problem.get('batch', len(lens))}", seq, f"h{_heads(problem['heads_q'], problem['heads_kv'])}",
+                f"d{problem['head_dim']}"] + (["causal"] if problem.get("causal") else []) + dtype
+        known = {"batch", "seqlens", "heads_q", "heads_kv", "head_dim", "causal", "dtype"}
+        return " ".join(text + _extras(problem, known))
+    if kind == "rotary":
+        text = [f"b{problem.get('batch', 1)}", f"s{problem['seqlen']}",
+                f"h{_heads(problem['heads_q'], problem['heads_k'])}", f"d{problem['head_dim']}"]
+        if problem["rotary_dim"] != problem["head_dim"]:
+            text.append(f"rot{problem['rotary_dim']}")
+        text.append(str(problem["layout"]).replace("_", "-"))
+        known = {"batch", "seqlen", "heads_q", "heads_k", "head_dim", "rotary_dim", "layout", "dtype"}
+        return " ".join(text + dtype + _extras(problem, known))
+    if kind == "gemm":
+        text = " x ".join(str(problem[d]) for d in "mnk")
+        types = (problem.get("a", "e4m3"), problem.get("b", "e4m3"), problem.get("out", "bf16"))
+        if types != ("e4m3", "e4m3", "bf16"):
+            text += f" {types[0]} x {types[1]} -> {types[2]}"
+        return " ".join([text, *_extras(problem, {"m", "n", "k", "a", "b", "out"})])
+    if kind == "quantize":
+        shape = problem["shape"]
+        text = " x ".join(map(str, shape)) if isinstance(shape, list) else str(shape)
+        return " ".join([f"{text} {problem['in']} -> {problem['out']}", *_extras(problem, {"shape", "in", "out"})])
     return " ".join(f"{k} {'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in problem.items())
 
 

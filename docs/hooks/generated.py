@@ -11,9 +11,11 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     ``section="How it works"`` picks the docstring part under that heading (up to the next
     unindented line, or up to the line starting with ``until="..."``).
 ``<!-- table: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false value=tflops -->``
-    ``tools.report.pivot`` of results/<gpu>/<suite>.json as a markdown table, with provenance;
-    without ``kernels=`` every kernel in the file. Rows of non-attention suites are labelled
-    by their problem's fields (``tools.report.problem_label``).
+    ``tools.report.pivot`` of results/<gpu>/<suite>.json as a markdown table; without
+    ``kernels=`` every kernel in the file. Rows are labelled by ``tools.report.problem_label``.
+    ``where=m:1|16|128`` matches any of the values; ``complete=true`` keeps only the problems
+    every kernel shown has a row for; ``details="title"`` folds the table into a collapsible
+    block with that title (for long tables).
 ``<!-- plot: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false x=seqlen_q -->``
     ``tools.report.plot_svg``: the value against a problem field, one line per kernel, inline SVG.
 ``<!-- summary: suite=ladder baseline=fa4 peers=sdpa-cudnn,fa4 -->``
@@ -22,6 +24,17 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
 ``<!-- inspect: kernels=@prev,@this head_dim=128 causal=false -->``
     The compile report (registers, shared memory, spills, SASS mix) recorded in
     results/inspect.json by ``python -m tools.inspect --record``: no GPU, no compile at build time.
+
+``<!-- notebooks -->``
+    A list of links to the notebooks of notebooks/, titled by their first heading.
+``<!-- api: kernels/extension -->``
+    The API reference of every module under that package (mkdocstrings ``:::`` blocks, grouped
+    by layer: policy and entry points, stateless ops, loading), found on disk at build time, so
+    a module that is added or moved is documented without editing the page.
+
+Under each generated block a one-line caption says what the numbers are and which file they
+come from; the first block of a page from a file also carries that file's provenance (GPU,
+driver, versions, commit, date, ceilings), folded, so it is shown once per page and file.
 
 In a kernel list, ``@rungs`` stands for every rung of the registry; on a rung's page ``@this``
 and ``@prev`` stand for that rung and the one before it (so K4's page compares with K3 once
@@ -63,7 +76,7 @@ log = logging.getLogger("mkdocs.hooks.generated")
 
 RESULTS_ENV = "DOCS_RESULTS_DIR"
 GPU_ENV = "DOCS_GPU"
-MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect):(.*?)-->[ \t]*$", re.MULTILINE)
+MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|notebooks|api):?(.*?)-->[ \t]*$", re.MULTILINE)
 BANNER = re.compile(r"^(\s*)#\s*(?:[-=]{3,}\s*|\d+[a-z]?\.\s)")
 RUNG_PAGE = re.compile(r"^worklog/(k\d+)\.md$")
 NOTEBOOKS = ROOT / "notebooks"
@@ -97,13 +110,15 @@ def parse_value(text: str):
 
 
 def parse_where(text: str | None) -> dict:
-    """``"head_dim:128,causal:false"`` -> ``{"head_dim": 128, "causal": False}``."""
+    """``"head_dim:128,causal:false"`` -> ``{"head_dim": 128, "causal": False}``;
+    ``"m:1|16"`` -> ``{"m": AnyOf((1, 16))}``."""
     where = {}
     for item in filter(None, (text or "").split(",")):
         key, sep, value = item.partition(":")
         if not sep:
             raise MarkerError(f"where: expected key:value, got {item!r}")
-        where[key.strip()] = parse_value(value.strip())
+        values = [parse_value(v.strip()) for v in value.split("|")]
+        where[key.strip()] = values[0] if len(values) == 1 else report.AnyOf(values)
     return where
 
 
@@ -221,6 +236,12 @@ class Data:
         self._docs: dict[tuple[str, str], dict] = {}
         self._inspect: dict | None = None
         self.page_rung: str | None = None  # kN while rendering docs/worklog/kN.md
+        self.noted: set[str] = set()  # results files whose provenance this page already shows
+
+    def start_page(self, page: str) -> None:
+        m = RUNG_PAGE.match(page.removeprefix("docs/"))
+        self.page_rung = m.group(1) if m else None
+        self.noted = set()
 
     def where(self, path: Path) -> str:
         try:
@@ -251,12 +272,40 @@ class Data:
         return self._inspect
 
 
-def provenance_note(text: str) -> str:
-    return f'<p class="provenance" markdown>{text}</p>'
+def caption(data: Data, what: str, source: str, summary: str, details: str) -> str:
+    """The line under a generated block: ``what`` the numbers are and the ``source`` file. The
+    page's first block from a file adds ``summary`` (GPU, date) and folds ``details`` (the
+    rest of the provenance) under it; later blocks from that file name only the file."""
+    where = f"<code>{source}</code>"
+    if source in data.noted:
+        return f'<p class="provenance">{what} · {where} (provenance above)</p>'
+    data.noted.add(source)
+    return (f'<details class="provenance" markdown>\n<summary>{what} · {where} · {summary}</summary>\n\n'
+            f'{details}\n\n</details>')
+
+
+def results_caption(data: Data, what: str, source: str, doc: dict) -> str:
+    meta = doc["meta"]
+    return caption(data, what, source, f"{meta['gpu']}, {meta['date']}",
+                   f"Measured by `python -m tools.bench --suite {meta['suite']}`: {report.provenance(meta)}.")
 
 
 def measured_block(kind: str, kernels: list[str], content: str) -> str:
     return f'<div class="{kind}" data-kernels="{",".join(kernels)}" markdown>\n\n{content}\n\n</div>'
+
+
+def breakable(headers: list[str]) -> list[str]:
+    """Kernel names may wrap after ``_``, ``-`` and ``.`` (``torch._scaled_mm-fast_accum``), so a
+    table of many long names still fits the page."""
+    # "\_": an underscore next to <wbr> no longer sits inside a word, so it would start emphasis.
+    return [re.sub(r"([_.-])(?=\w)", r"\1<wbr>", h).replace("_", "\\_") for h in headers]
+
+
+def folded(title: str | None, content: str) -> str:
+    """``content`` in a collapsible block titled ``title`` (unchanged without a title)."""
+    if not title:
+        return content
+    return f'<details class="measured" markdown>\n<summary>{title}</summary>\n\n{content}\n\n</details>'
 
 
 def render_table(args: list[str], options: dict, data: Data) -> str:
@@ -265,16 +314,18 @@ def render_table(args: list[str], options: dict, data: Data) -> str:
     where = parse_where(options.get("where"))
     value = options.get("value", "tflops")
     doc, source = data.results(suite, options.get("gpu"))
-    headers, rows = report.pivot(doc, kernels or None, where, value, label=report.problem_label)
+    headers, rows = report.pivot(doc, kernels or None, where, value, label=report.problem_label,
+                                 complete=parse_value(options.get("complete", "false")) is True)
     if not rows:
         raise MarkerError(f"{source}: no rows where {where}")
     missing = [k for k in kernels if k not in headers]
     if missing:
         raise MarkerError(f"{source}: no rows for {', '.join(missing)} where {where} "
                           f"(rerun python -m tools.bench --suite {suite})")
-    note = f"{report.value_label(value)}. {report.provenance(doc['meta'])}. Source: `{source}`."
+    table = folded(options.get("details"), report.markdown_table(breakable(headers), rows))
+    what = report.value_label(value) + (f", {len(rows)} shapes" if options.get("details") else "")
     return measured_block("measured-table", headers[1:],
-                          report.markdown_table(headers, rows) + "\n\n" + provenance_note(note))
+                          table + "\n\n" + results_caption(data, what, source, doc))
 
 
 def render_plot(args: list[str], options: dict, data: Data) -> str:
@@ -292,11 +343,11 @@ def render_plot(args: list[str], options: dict, data: Data) -> str:
         raise MarkerError(f"{source}: nothing to plot for {', '.join(kernels)} where {where}")
     svg = report.plot_svg(doc, kernels, where, x, value, title=options.get("title"))
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
-    note = report.provenance(doc["meta"]) + f". Source: `{source}`."
+    what = report.value_label(value)
     if empty:
-        note += f" No successful run of {', '.join(empty)} at these shapes."
+        what += f"; no successful run of {', '.join(empty)} at these shapes"
     return (f'<figure class="measured-plot" data-kernels="{",".join(kernels)}">\n{svg.strip()}\n</figure>\n\n'
-            + provenance_note(note))
+            + results_caption(data, what, source, doc))
 
 
 def render_summary(args: list[str], options: dict, data: Data) -> str:
@@ -321,9 +372,8 @@ def render_summary(args: list[str], options: dict, data: Data) -> str:
         body.append([label, idea, measured, share])
     problem = report.attention_label(report.select(doc, [baseline] + rungs, where)[0]["problem"])
     table = report.markdown_table(["kernel", "idea", headers[1], headers[2]], body)
-    note = (f"{report.value_label(value)} at {problem}; % of {baseline} measured in the same run. "
-            f"{report.provenance(doc['meta'])}. Source: `{source}`.")
-    return measured_block("measured-summary", rungs + peers, table + "\n\n" + provenance_note(note))
+    what = f"{report.value_label(value)} at {problem}; % of {baseline} measured in the same run"
+    return measured_block("measured-summary", rungs + peers, table + "\n\n" + results_caption(data, what, source, doc))
 
 
 def render_inspect(args: list[str], options: dict, data: Data) -> str:
@@ -343,20 +393,82 @@ def render_inspect(args: list[str], options: dict, data: Data) -> str:
         picked.append(found[0])
     headers, rows = resources_rows(picked)
     meta = recorded.get("meta", {})
-    note = (f"Compiled for {meta.get('arch', 'sm_90a')} without a GPU by `python -m tools.inspect --record`, "
-            f"head_dim {head_dim}{', causal' if causal else ''}: CuTe DSL {meta.get('cutlass_dsl', '?')}, "
-            f"commit {str(meta.get('commit', '?'))[:10]}, {meta.get('date', '?')}.")
-    return measured_block("compile-report", kernels, report.markdown_table(headers, rows) + "\n\n" + provenance_note(note))
+    what = f"{meta.get('arch', 'sm_90a')} build, head_dim {head_dim}{', causal' if causal else ''}"
+    note = caption(data, what, data.where(data.results_dir / "inspect.json"),
+                   f"CuTe DSL {meta.get('cutlass_dsl', '?')}, {meta.get('date', '?')}",
+                   f"Compiled without a GPU by `python -m tools.inspect --record` at commit "
+                   f"{str(meta.get('commit', '?'))[:10]}; static counts (instructions in the binary, not executed ones).")
+    return measured_block("compile-report", kernels, report.markdown_table(headers, rows) + "\n\n" + note)
+
+
+def notebook_heading(path: Path) -> str:
+    """The first markdown heading of a notebook (its title), else its file name."""
+    import json
+
+    for cell in json.loads(path.read_text()).get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return path.stem
+
+
+def render_notebooks(args: list[str], options: dict, data: Data) -> str:
+    paths = notebook_paths()
+    if not paths:
+        raise MarkerError("no notebooks/NN_*.ipynb")
+    # Links are relative to docs/ (the marker's page sits there): notebooks/ is added beside it.
+    return "\n".join(f"- [{notebook_heading(ROOT / rel)}]({rel})" for rel in paths)
+
+
+# Registry glue, documented with the registry rather than as API (kernels/registry).
+API_SKIP = {"kernels.extension.runners"}
+API_LAYERS = (("Entry points and policy", "Call these: they check inputs, pick an implementation and fall back."),
+              ("Stateless ops", "One call per kernel, no policy: the only code that touches the compiled bindings."),
+              ("Loading the compiled modules", "Where `python -m tools.build_ext` puts the modules and how they are found."))
+
+
+def api_modules(package: str) -> list[tuple[int, str]]:
+    """(layer, dotted name) of every public module under ``package`` (a path like
+    kernels/extension): ops/ are the stateless layer, loader the loading one, the rest policy."""
+    base = ROOT / package
+    if not base.is_dir():
+        raise MarkerError(f"{package}: no such package")
+    out = []
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        if path.name == "__init__.py" or any(part.startswith("_") for part in rel.parts) or "lib" in rel.parts:
+            continue
+        name = ".".join(rel.parts)
+        if name in API_SKIP:
+            continue
+        layer = 1 if "ops" in rel.parts else 2 if path.stem == "loader" else 0
+        out.append((layer, name))
+    if not out:
+        raise MarkerError(f"{package}: no modules")
+    return sorted(out)
+
+
+def render_api(args: list[str], options: dict, data: Data) -> str:
+    if not args:
+        raise MarkerError("api: needs a package path, e.g. <!-- api: kernels/extension -->")
+    modules = api_modules(args[0])
+    parts = []
+    for layer, (title, blurb) in enumerate(API_LAYERS):
+        names = [name for n, name in modules if n == layer]
+        if names:
+            parts.append(f"## {title}\n\n{blurb}\n\n" + "\n\n".join(f"::: {name}" for name in names))
+    return "\n\n".join(parts)
 
 
 RENDERERS = {"code": lambda a, o, d: render_code(a, o), "table": render_table, "plot": render_plot,
-             "summary": render_summary, "inspect": render_inspect}
+             "summary": render_summary, "inspect": render_inspect, "notebooks": render_notebooks,
+             "api": render_api}
 
 
 def render_markers(markdown: str, page: str, data: Data) -> str:
     """Replace every marker of ``markdown`` (from ``page``); raise MarkerError naming the marker."""
-    m = re.search(r"worklog/(k\d+)\.md$", page)
-    data.page_rung = m.group(1) if m else None
+    data.start_page(page)
 
     def replace(match):
         kind, text = match.group(1), match.group(2).strip()

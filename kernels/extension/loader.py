@@ -1,7 +1,7 @@
 """Import the compiled extension modules from kernels/extension/lib/.
 
-Each kernel family (csrc/CMakeLists.txt KERNEL_NAMES) builds into ``lib/<name>.so``;
-``load(name)`` imports it once, ``available(name)`` says whether it is there.
+Each kernel family (csrc/CMakeLists.txt KERNEL_NAMES) builds into `lib/<name>.so`;
+`load(name)` imports it once, `available(name)` says whether it is there.
 """
 
 from __future__ import annotations

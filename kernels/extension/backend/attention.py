@@ -1,10 +1,11 @@
-"""``attention(q, k, v, ...)``: one entry point over contiguous or paged KV that picks an
+"""`attention(q, k, v, ...)`: one entry point over contiguous or paged KV that picks an
 implementation by capability.
 
-Order: ``cuda`` (our kernels, kernels.extension.ops.attention), then ``fa4``
-(flash_attn.cute, when installed), then ``torch`` (scaled_dot_product_attention).
-- ``KERNELS_ATTENTION_BACKEND=<name>`` puts that backend first (the others stay fallbacks).
-- ``with use_backend(name):`` selects strictly: a call it cannot run raises RuntimeError
+Order: `cuda` (our kernels, kernels.extension.ops.attention), then `fa4`
+(flash_attn.cute, when installed), then `torch` (scaled_dot_product_attention).
+
+- `KERNELS_ATTENTION_BACKEND=<name>` puts that backend first (the others stay fallbacks).
+- `with use_backend(name):` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
 
 Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v

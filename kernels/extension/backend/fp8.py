@@ -1,26 +1,26 @@
-"""FP8 strategy layer: scaling recipes, ``fp8_autocast`` and FP8 linear layers.
+"""FP8 strategy layer: scaling recipes, `fp8_autocast` and FP8 linear layers.
 
-The primitives (``kernels/extension/ops/fp8.py``: quantize, GEMM) are stateless; this module owns the state a
+The primitives (`kernels/extension/ops/fp8.py`: quantize, GEMM) are stateless; this module owns the state a
 recipe needs and the policy of when to use them.
 
-Recipes (how a tensor's quantization multiplier ``scale = fp8_max / (amax * 2^margin)`` is
-chosen; the GEMM dequantizes with ``1 / scale``):
+Recipes (how a tensor's quantization multiplier `scale = fp8_max / (amax * 2^margin)` is
+chosen; the GEMM dequantizes with `1 / scale`):
 
-* ``DynamicScaling``: amax of the tensor itself, this step (one extra read: an amax-only pass
+* `DynamicScaling`: amax of the tensor itself, this step (one extra read: an amax-only pass
   of the quantize kernel, then the quantizing pass). Exact range use; no state.
-* ``DelayedScaling``: amax from a history of the last ``amax_history_len`` steps (``max`` or
-  ``most_recent``); the current amax comes for free from the quantizing pass and is pushed into
-  the history afterwards. One pass; state lives in the layer (``Fp8LinearState``).
+* `DelayedScaling`: amax from a history of the last `amax_history_len` steps (`max` or
+  `most_recent`); the current amax comes for free from the quantizing pass and is pushed into
+  the history afterwards. One pass; state lives in the layer (`Fp8LinearState`).
 
-Formats: ``"e4m3"`` everywhere, or ``"hybrid"`` (E4M3 forward, E5M2 gradients, the usual
+Formats: `"e4m3"` everywhere, or `"hybrid"` (E4M3 forward, E5M2 gradients, the usual
 choice). Every step stays on the device: no host synchronisation.
 
-``with fp8_autocast(recipe=DelayedScaling()):`` makes every ``Fp8Linear`` (and
-``fp8_linear``) inside run its forward GEMM in FP8; outside it they are plain bf16 linears.
-Backward (when autograd records): dgrad ``dX = dY @ W`` and wgrad ``dW = dY^T @ X`` also run in
+`with fp8_autocast(recipe=DelayedScaling()):` makes every `Fp8Linear` (and
+`fp8_linear`) inside run its forward GEMM in FP8; outside it they are plain bf16 linears.
+Backward (when autograd records): dgrad `dX = dY @ W` and wgrad `dW = dY^T @ X` also run in
 FP8 when the reduction dimension allows it (N % 16 == 0 for dgrad, tokens % 16 == 0 for wgrad,
 the GEMM's K alignment); otherwise that gradient is computed in bf16.
-Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere ``fp8_autocast`` raises.
+Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere `fp8_autocast` raises.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ _state = threading.local()
 
 
 def get_recipe():
-    """The active recipe inside ``fp8_autocast``, else None."""
+    """The active recipe inside `fp8_autocast`, else None."""
     return getattr(_state, "recipe", None)
 
 
@@ -95,7 +95,7 @@ def is_fp8_enabled() -> bool:
 
 @contextlib.contextmanager
 def fp8_autocast(enabled: bool = True, recipe=None):
-    """Run ``Fp8Linear`` / ``fp8_linear`` forwards (and their backwards) in FP8 inside."""
+    """Run `Fp8Linear` / `fp8_linear` forwards (and their backwards) in FP8 inside."""
     if recipe is None:
         recipe = DelayedScaling()
     if not isinstance(recipe, (DynamicScaling, DelayedScaling)):
@@ -213,10 +213,10 @@ class _Fp8LinearFn(torch.autograd.Function):
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                state: Fp8LinearState | None = None) -> torch.Tensor:
-    """``x @ weight^T + bias`` in FP8 under ``fp8_autocast`` (bf16 ``F.linear`` outside).
+    """`x @ weight^T + bias` in FP8 under `fp8_autocast` (bf16 `F.linear` outside).
 
-    x ``[..., K]`` bf16, weight ``[N, K]`` bf16, bias ``[N]`` bf16; K % 16 == 0.
-    DelayedScaling needs a ``state`` (``Fp8Linear`` keeps one).
+    x `[..., K]` bf16, weight `[N, K]` bf16, bias `[N]` bf16; K % 16 == 0.
+    DelayedScaling needs a `state` (`Fp8Linear` keeps one).
     """
     recipe = get_recipe()
     if recipe is None:
@@ -235,7 +235,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 class Fp8Linear(torch.nn.Linear):
-    """``nn.Linear`` (bf16 parameters) whose forward runs in FP8 inside ``fp8_autocast``."""
+    """`nn.Linear` (bf16 parameters) whose forward runs in FP8 inside `fp8_autocast`."""
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=torch.bfloat16):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)

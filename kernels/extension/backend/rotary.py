@@ -1,21 +1,21 @@
 """Rotary position embedding: dispatch between the CUDA kernel and a torch path.
 
-``apply_rotary_emb(q, k, cos, sin, positions=None, interleaved=False, inplace=False)``
+`apply_rotary_emb(q, k, cos, sin, positions=None, interleaved=False, inplace=False)`
 rotates q and k (one launch on the kernel path). Rules:
 
-* the kernel (``ops.rotary``) for CUDA bf16/fp16 tensors when no autograd graph is being
+* the kernel (`ops.rotary`) for CUDA bf16/fp16 tensors when no autograd graph is being
   recorded for them and the module is built;
 * the torch path otherwise (CPU, autograd, fp32 inputs, strides the kernel cannot vector-load).
   It computes in float32 and is differentiable w.r.t. q and k.
 
-``backend="kernel"`` / ``"torch"`` forces one side (``"kernel"`` raises when it cannot run).
-Both paths share the table conventions documented in ``kernels/extension/ops/rotary.py`` and give NaN for the
+`backend="kernel"` / `"torch"` forces one side (`"kernel"` raises when it cannot run).
+Both paths share the table conventions documented in `kernels/extension/ops/rotary.py` and give NaN for the
 rotated dims of a token whose position is outside the table (no out-of-bounds reads).
 
 Accuracy: both paths compute in fp32 from the stored inputs and round once, so the maximum
-error against an fp32 (or fp64) reference is half an output ulp: ``2^-8 |ref|`` for bf16,
-``2^-11 |ref|`` for fp16 (plus fp32 rounding of the products, ~1e-7 of the inputs).
-``tests/test_rotary.py`` checks that bound.
+error against an fp32 (or fp64) reference is half an output ulp: `2^-8 |ref|` for bf16,
+`2^-11 |ref|` for fp16 (plus fp32 rounding of the products, ~1e-7 of the inputs).
+`tests/test_rotary.py` checks that bound.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ BACKENDS = ("auto", "kernel", "torch")
 
 def rotary_tables(rows: int, rotary_dim: int, base: float = 10000.0, device=None,
                   dtype=torch.float32):
-    """cos, sin ``[rows, rotary_dim / 2]`` for positions 0..rows-1 (the RoPE frequencies)."""
+    """cos, sin `[rows, rotary_dim / 2]` for positions 0..rows-1 (the RoPE frequencies)."""
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be a positive even number, got {rotary_dim}")
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
@@ -73,9 +73,9 @@ def _rotate_torch(x: torch.Tensor, cos_t: torch.Tensor, sin_t: torch.Tensor,
 
 def apply_rotary_torch(q, k, cos, sin, positions=None, *, interleaved=False, inplace=False,
                        conjugate=False, compute_dtype=torch.float32):
-    """The torch path: same contract as ``apply_rotary_emb``, differentiable.
+    """The torch path: same contract as `apply_rotary_emb`, differentiable.
 
-    With ``compute_dtype=torch.float64`` and fp32 inputs this is the test reference.
+    With `compute_dtype=torch.float64` and fp32 inputs this is the test reference.
     """
     three_d = q.dim() == 3
     q4 = rotary_ops._as_bshd(q, "q")

@@ -1,15 +1,15 @@
-"""Attention kernels (module ``attention``): thin calls into the binding.
+"""Attention kernels (module `attention`): thin calls into the binding.
 
 Conventions: bf16; head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
 paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
 seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
 bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
-([Hq, total_q] for packed queries). ``impl`` is "tc" (tensor cores: mma.sync; prefill on
+([Hq, total_q] for packed queries). `impl` is "tc" (tensor cores: mma.sync; prefill on
 Hopper: WGMMA) or "scalar" (FP32 FMA).
 The binding validates every input and raises TypeError / ValueError with the reason.
 
-Page ids are the caller's contract: out-of-range ids are only checked with ``debug=True``.
-``check_seqlens`` (one device->host copy) is skipped under CUDA-graph capture, where a
+Page ids are the caller's contract: out-of-range ids are only checked with `debug=True`.
+`check_seqlens` (one device->host copy) is skipped under CUDA-graph capture, where a
 length beyond the page table makes that batch's output NaN instead.
 """
 

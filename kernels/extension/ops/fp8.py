@@ -1,26 +1,26 @@
 """Stateless FP8 primitives over the fp8 CUDA module (csrc/kernels/fp8/fp8.cu), registered as
-``torch.library.custom_op`` with fake (meta) implementations so they trace under
-``torch.compile`` and run on meta tensors.
+`torch.library.custom_op` with fake (meta) implementations so they trace under
+`torch.compile` and run on meta tensors.
 
-* ``torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
-  -> (out, out_t, amax)``: ``out = saturate(x * scale)`` in ``fp8_dtype`` with x's shape
-  (empty ``[0]`` when ``rowwise=False``), ``out_t`` the ``[K, rows]`` transpose of x viewed as
-  ``[rows, K]`` (empty when ``transpose=False``), ``amax = max|x|`` (float32 scalar, input
-  domain). x bf16, scale a float32 scalar tensor (the multiplier, e.g. ``448 / amax``).
-* ``torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, path,
-  block_n, persistent, split_k) -> out``: ``out[M, N] = a[M, K] @ b[N, K]^T * scale_a * scale_b
-  (* row_scale[:, None]) (* col_scale) (+ bias)`` in bf16; ``scale_a/scale_b`` are dequant
+* `torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
+  -> (out, out_t, amax)`: `out = saturate(x * scale)` in `fp8_dtype` with x's shape
+  (empty `[0]` when `rowwise=False`), `out_t` the `[K, rows]` transpose of x viewed as
+  `[rows, K]` (empty when `transpose=False`), `amax = max|x|` (float32 scalar, input
+  domain). x bf16, scale a float32 scalar tensor (the multiplier, e.g. `448 / amax`).
+* `torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, path,
+  block_n, persistent, split_k) -> out`: `out[M, N] = a[M, K] @ b[N, K]^T * scale_a * scale_b
+  (* row_scale[:, None]) (* col_scale) (+ bias)` in bf16; `scale_a/scale_b` are dequant
   factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
-  e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. ``path`` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
-  ``block_n`` 0 auto / 64 / 128 / 176 / 192 / 256; ``persistent`` -1 auto / 0 / 1; ``split_k``
+  e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
+  `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in
   order, so results are deterministic). The planner does not split on its own yet: on the H200
   its split-K model won on some decode-sized shapes and lost on as many. Accuracy:
   every configuration accumulates in fp32 (WGMMA promotes the partial sum of every two
   128-deep k-blocks into fp32 registers; the error stays that of torch._scaled_mm's default),
-  except ``path=0, block_n=256``, which keeps the WGMMA accumulator only (faster, like
+  except `path=0, block_n=256`, which keeps the WGMMA accumulator only (faster, like
   torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
 
 CUDA only: on other devices the dispatcher raises NotImplementedError. Bad inputs raise

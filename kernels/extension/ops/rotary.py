@@ -2,13 +2,13 @@
 
 Normalises shapes, allocates outputs and calls the binding; raises when the module is not
 built. Policy (when to use the kernel, the torch path, autograd) is in
-``kernels/extension/backend/rotary.py``.
+`kernels/extension/backend/rotary.py`.
 
-Shapes: ``q [B, S, Hq, D]`` or ``[T, Hq, D]``; ``k`` the same with ``Hk`` heads (or None).
-Tables ``cos, sin`` float32 ``[rows, R/2]`` (rotary_dim ``R = 2 * cos.shape[-1] <= D``):
-with ``positions`` (``[B, S]``, ``[S]`` broadcast over the batch, or ``[T]``) row =
-``positions[b, s]``; without, row = ``s`` for a 2-D table, or per-token tables
-``[B, S, R/2]`` / ``[T, R/2]`` given as 3-D (or, for 3-D q, a 2-D table with T rows).
+Shapes: `q [B, S, Hq, D]` or `[T, Hq, D]`; `k` the same with `Hk` heads (or None).
+Tables `cos, sin` float32 `[rows, R/2]` (rotary_dim `R = 2 * cos.shape[-1] <= D`):
+with `positions` (`[B, S]`, `[S]` broadcast over the batch, or `[T]`) row =
+`positions[b, s]`; without, row = `s` for a 2-D table, or per-token tables
+`[B, S, R/2]` / `[T, R/2]` given as 3-D (or, for 3-D q, a 2-D table with T rows).
 """
 
 from __future__ import annotations

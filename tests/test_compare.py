@@ -1,0 +1,124 @@
+"""tools.compare as a reader without a GPU meets it: help, peers that cannot be compiled here,
+shapes that are not recorded, kernels that can run none of the requested shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernels.harness.problem import AttentionProblem
+from tools import compare, report
+
+META = {"suite": "ladder", "gpu": "NVIDIA H200", "driver": "580", "cuda": "13.0", "torch": "2.11",
+        "cutlass_dsl": "4.8.1", "commit": "abc123", "date": "2026-11-30", "ceilings": {"bf16_gemm_tflops": 700.0}}
+
+
+def row(kernel, problem: AttentionProblem, tflops=100.0, status="ok"):
+    ok = status == "ok"
+    return {"kernel": kernel, "problem": problem.to_dict(), "ms": {"median": 1.0, "p20": 1.0, "p80": 1.0} if ok else None,
+            "tflops": tflops if ok else None, "gbps": None, "rel_err": 0.001 if ok else None, "status": status}
+
+
+@pytest.fixture()
+def results(tmp_path, monkeypatch):
+    """A results root with the ladder at head_dim 128 only (as committed today)."""
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    (tmp_path / "results" / "h200").mkdir(parents=True)
+    rows = [row(k, p, 10.0 * (i + 1)) for i, k in enumerate(("k2", "fa4"))
+            for c in (False, True) for p in compare.fa3_paper_shapes(128, c, (1024, 4096))]
+    (tmp_path / "results" / "h200" / "ladder.json").write_text(json.dumps({"meta": META, "rows": rows}))
+    return tmp_path
+
+
+def test_help_text(capsys):
+    parser = compare.build_parser()
+    for action in parser._actions:
+        assert action.help and len(action.help) > 8, f"{action.option_strings or action.dest} has no help text"
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "`" not in text.split("\n\n")[1], "the description shows raw backticks"
+    assert "Compare attention kernels" in text and "Exit status" in text
+
+
+def test_recorded_view_names_missing_shapes_and_shows_the_nearest(results):
+    problems = compare.fa3_paper_shapes(64, True, (4096,))
+    rec = compare.recorded_rows(["k2", "fa4"], problems)
+    assert rec["rows"] == []
+    assert rec["missing"] == {"k2": ["b4 s4096 h32 d64 causal"], "fa4": ["b4 s4096 h32 d64 causal"]}
+    assert rec["shapes"]["k2"] == ["head_dim 128: seqlen 1024, 4096; causal and not (ladder.json)"]
+    assert {(r["kernel"], report.attention_label(r["problem"])) for r in rec["nearest"]} == \
+        {("k2", "b4 s4096 h16 d128 causal"), ("fa4", "b4 s4096 h16 d128 causal")}
+
+
+def test_recorded_view_at_a_recorded_shape_has_no_missing_rows(results):
+    rec = compare.recorded_rows(["k2", "fa4"], compare.fa3_paper_shapes(128, False, (1024, 4096)))
+    assert len(rec["rows"]) == 4 and rec["missing"] == {} and rec["nearest"] == []
+
+
+def test_recorded_view_without_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "nothing")
+    rec = compare.recorded_rows(["k2"], compare.fa3_paper_shapes(128, False, (1024,)))
+    assert rec["rows"] == [] and "records none of k2" in rec["error"]
+
+
+def test_readme_example_prints_what_is_recorded(capsys):
+    """The README's CPU-mode example: at head_dim 64 (not recorded yet) it still shows numbers,
+    says what is missing and what is recorded; fa4 says why it has no compile report."""
+    argv = ["k2", "fa4", "--seqlen", "4096", "--head-dim", "64", "--causal", "yes", "--cpu"]
+    assert compare.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "no rows" not in text
+    assert "fa4: no compile report: fa4 is a peer" in text and "registers / thread" in text
+    rec = compare.recorded_rows(["k2", "fa4"], compare.fa3_paper_shapes(64, True, (4096,)))
+    if rec["missing"]:  # until the GPU run records d64
+        assert "Not recorded in results/: b4 s4096 h32 d64 causal" in text and "k2: head_dim 128" in text
+        assert rec["nearest"] and "Nearest recorded rows" in text
+    assert "Recorded on the H200: TFLOP/s" in text and "results/h200/ladder.json, measured by" in text
+
+
+def test_peer_without_gpu_is_explained_and_its_rows_shown(capsys):
+    assert compare.main(["k1", "fa4", "--cpu", "--json", "--causal", "no", "--seqlen", "1024"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [r["kernel"] for r in result["inspect"]] == ["k1"]
+    assert "peer" in result["not_compiled"]["fa4"] and "flash_attn.cute" in result["not_compiled"]["fa4"]
+    assert {r["kernel"] for r in result["recorded"]["rows"]} == {"k1", "fa4"}
+
+
+def test_rung_that_runs_none_of_the_shapes_exits_non_zero(capsys):
+    assert compare.main(["k1", "--cpu", "--head-dim", "256", "--causal", "no", "--seqlen", "1024"]) == 2
+    err = capsys.readouterr().err
+    assert "k1 can run none of the requested shapes (b16 s1024 h8 d256)" in err and "head_dim 256" in err
+
+
+def test_on_a_gpu_a_kernel_with_no_measured_row_exits_non_zero(monkeypatch, capsys):
+    import torch
+
+    problems = compare.fa3_paper_shapes(128, False, (1024,))
+
+    def fake_run_gpu(names, probs, progress=None):
+        rows = [row("k2", problems[0]), row("fa4", problems[0], status="unsupported: fa4: flash_attn.cute not importable")]
+        return {"mode": "gpu", "bf16_gemm_tflops": 700.0, "rows": rows}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(compare, "run_gpu", fake_run_gpu)
+    assert compare.main(["k2", "fa4", "--causal", "no", "--seqlen", "1024"]) == 2
+    out = capsys.readouterr()
+    assert "fa4 can run none of the requested shapes" in out.err and "not importable" in out.err
+    assert "k2" in out.out  # the kernels that ran are still shown
+
+    def fake_wrong(names, probs, progress=None):
+        return {"mode": "gpu", "bf16_gemm_tflops": 700.0,
+                "rows": [row("k2", problems[0], status="wrong: rel_err 0.5 > 0.01")]}
+
+    monkeypatch.setattr(compare, "run_gpu", fake_wrong)
+    assert compare.main(["k2", "--causal", "no", "--seqlen", "1024"]) == 1
+
+
+def test_no_runnable_shape_needs_every_row_unsupported():
+    p = AttentionProblem()
+    rows = [row("k1", p, status="unsupported: x"), row("k1", p.with_(causal=True)), row("k2", p, status="unsupported: y")]
+    assert compare.no_runnable_shape(rows, ["k1", "k2"]) == {"k2": "y"}
