@@ -84,8 +84,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 
-from kernels.cute import launch
-from kernels.cute import tma
+from kernels.cute import launch, tma
 from kernels.cute.barriers import NamedBarrier
 from kernels.cute.mask import apply_mask, key_limit, kv_block_count
 from kernels.cute.rowgroup import RowGroupFMHA
@@ -185,8 +184,8 @@ class K3FMHA(RowGroupFMHA):
             self.load(mQ, mK, mV, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipeline_q,
                       pipeline_k, pipeline_v, m_block, head_idx, kv_head_idx, batch_idx, n_block_max)
         else:
-            self.compute(mO, mLSE, sQ[None, None, 0], sK, sV, sS, pipeline_q, pipeline_k, pipeline_v, scale_log2,
-                         tidx, m_block, head_idx, batch_idx, seqlen_q, seqlen_k, n_block_max)
+            self.compute(mO, mLSE, sQ[None, None, 0], sK, sV, sS, pipeline_q, pipeline_k, pipeline_v,
+                         scale_log2, tidx, m_block, head_idx, batch_idx, seqlen_q, seqlen_k, n_block_max)
 
     # ---- device roles --------------------------------------------------------------------------
     @cute.jit

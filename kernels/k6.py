@@ -137,7 +137,7 @@ class K6FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, cute.size(wg.acc_rows_view(acc_O), mode=[0]), self.threads_per_row)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row)
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)
@@ -163,9 +163,9 @@ class K6FMHA:
                                coords.batch_idx, gmem.mQ.shape[0])
 
     @cute.jit
-    def mma_one_n_block(self, kv_state, n_block: Int32, wg_idx: Int32, mmas: fmha.Mmas, ops: fmha.ConsumerOperands,
-                        ctx: fmha.CtaContext, acc_O: cute.Tensor, softmax: OnlineSoftmax,
-                        mask: FragmentMask):
+    def mma_one_n_block(self, kv_state, n_block: Int32, wg_idx: Int32, mmas: fmha.Mmas,
+                        ops: fmha.ConsumerOperands, ctx: fmha.CtaContext, acc_O: cute.Tensor,
+                        softmax: OnlineSoftmax, mask: FragmentMask):
         """Steps 2a-2e for KV tile ``n_block``; returns the advanced pipeline state."""
         # ---- 2a. K tile: wait until its TMA load has landed
         ctx.pipeline_k.consumer_wait(kv_state)
@@ -173,7 +173,8 @@ class K6FMHA:
         # ---- 2b. S = Q K^T on the tensor cores (the end of this warpgroup's turn), then mask
         # acc_S: ((2, 2, Bc/8), 1, 1) fp32, same row ownership as acc_O
         acc_S = ops.scores_fragment()
-        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index], zero_init=True, wait=False)
+        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
+                zero_init=True, wait=False)
         self.pass_turn(wg_idx)
         warpgroup.wait_group(0)
         ctx.pipeline_k.consumer_release(kv_state)

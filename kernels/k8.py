@@ -136,7 +136,7 @@ class K8FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, cute.size(wg.acc_rows_view(acc_O), mode=[0]), self.threads_per_row)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row)
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)
@@ -179,7 +179,8 @@ class K8FMHA:
         """Step 1, tile 0: S_0, masked softmax (the first tile: no rescale), P_0 -> ``tOrP``."""
         ctx.pipeline_k.consumer_wait(kv_state)
         acc_S = ops.scores_fragment()
-        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index], zero_init=True, wait=True)
+        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
+                zero_init=True, wait=True)
         ctx.pipeline_k.consumer_release(kv_state)
         acc_S_mn = wg.acc_rows_view(acc_S)
         mask.apply(acc_S_mn, 0)
@@ -201,7 +202,8 @@ class K8FMHA:
         self.wait_turn(wg_idx)
         # acc_S: ((2, 2, Bc/8), 1, 1) fp32, same row ownership as acc_O
         acc_S = ops.scores_fragment()
-        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index], zero_init=True, wait=False)
+        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
+                zero_init=True, wait=False)
         ctx.pipeline_v.consumer_wait(v_state)
         wg.gemm(mmas.pv, acc_O, tOrP, ops.tOrVt[None, None, None, v_state.index], zero_init=False, wait=False)
         self.pass_turn(wg_idx)

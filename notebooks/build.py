@@ -76,6 +76,24 @@ RUNG_TEXT = (
          "how warpgroup MMAs run S = QK^T and O += PV on the tensor cores and the softmax "
          "works on the accumulator fragments",
          "`HGMMA` replaces the `FFMA` loops; the remaining `FFMA`, `FMNMX`, `MUFU` are the softmax"),
+    Rung(5, "warp_specialized", "K5: warp specialization and register reallocation",
+         "how a producer warpgroup hands its registers to the consumers with `setmaxnreg`, and "
+         "what the registers buy: two consumer warpgroups at head_dim 256, three at 64",
+         "`USETMAXREG` appears twice (the producer's `DEALLOC`, the consumers' `TRY_ALLOC`); "
+         "the mainloop mix is K4's"),
+    Rung(6, "pingpong", "K6: ping-pong between the consumer warpgroups",
+         "how two named barriers make the consumer warpgroups take turns on the tensor cores, so "
+         "one warpgroup's softmax runs under the other's GEMMs",
+         "`BAR` grows: named-barrier syncs and arrives on ids other than 0 (the turns)"),
+    Rung(7, "intra_wg_overlap", "K7: softmax and GEMMs overlapped inside a warpgroup",
+         "how issuing the next tile's S = QK^T before this tile's softmax, and waiting only for "
+         "the older of two MMA groups, keeps the tensor cores busy within one warpgroup",
+         "the mainloop body is compiled twice now (the first tile is peeled off), so every "
+         "softmax opcode doubles; `HGMMA` doubles with it"),
+    Rung(8, "scheduling_epilogue", "K8: mask-free tiles, longest-first causal tiles, TMA-store epilogue",
+         "what is left outside the pipelined mainloop: the mask on tiles that need none, the "
+         "order in which causal query tiles start, and how O leaves",
+         "a third copy of the loop body (the mask-free one), `UTMASTG` instead of `STG`"),
 )
 
 
@@ -243,6 +261,26 @@ if ON_HOPPER:
                      + f"{{measured['bf16_gemm_tflops']:.0f}} TFLOP/s"))
 else:
     print("No Hopper GPU here: see the recorded H200 numbers below.")
+"""),
+        md("""
+## What the profiler sees
+
+Nsight Compute on one launch at the longest shape (`python -m tools.bench --suite profile`,
+read from `results/h200/profile.json`): how busy the tensor pipe is, how many issue slots the
+warps use, and why warps wait (per issued instruction, by reason). Each rung's step should
+show up here before it shows up in the timings.
+"""),
+        code(f"""
+try:
+    profiled = report.load("profile")
+except report.ResultsError as exc:
+    print(exc)
+else:
+    rows = [r for r in profiled["rows"] if r["kernel"] in {compared!r} and r["status"] == "ok"
+            and not r["problem"]["causal"]]
+    metrics = ("tensor_pipe_active_pct", "issue_slots_busy_pct", "xu_pipe_pct", "warp_instructions")
+    table = [[m] + [f"{{r['ncu'].get(m, float('nan')):.4g}}" for r in rows] for m in metrics]
+    display(Markdown(report.markdown_table(["", *[r["kernel"] for r in rows]], table)))
 """),
         md("""
 ## Recorded on the H200

@@ -5,7 +5,6 @@ machine (GPU cells are guarded and say so)."""
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 import json
 import sys

@@ -18,7 +18,8 @@ EXPECTED = {
     # TMA rungs: every Q/K/V tile arrives by UTMALDG, so no LDG at all.
     "k3": ({"FFMA", "LDS", "SHFL", "UTMALDG", "SYNCS"}, {"LDG", "HGMMA", "HMMA"} | SPILLS),
     # WGMMA; O leaves from the fragments (STG), no register reallocation yet.
-    "k4": ({"HGMMA", "UTMALDG", "SYNCS", "SHFL", "MUFU", "STG"}, {"LDG", "HMMA", "USETMAXREG", "UTMASTG"} | SPILLS),
+    "k4": ({"HGMMA", "UTMALDG", "SYNCS", "SHFL", "MUFU", "STG"},
+           {"LDG", "HMMA", "USETMAXREG", "UTMASTG"} | SPILLS),
     # Warp specialization: setmaxnreg on both sides of the role switch.
     "k5": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "STG"}, {"LDG", "HMMA", "UTMASTG"} | SPILLS),
     "k6": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "STG", "BAR"}, {"LDG", "HMMA", "UTMASTG"} | SPILLS),
@@ -66,7 +67,8 @@ def test_rung_sass(name, head_dim, causal, reports):
     assert not [op for op in present if mix[op] == 0], f"missing from SASS: {present}, mix {mix}"
     assert not [op for op in absent if mix[op] > 0], f"unexpected in SASS: {absent}, mix {mix}"
     if name in TENSOR_CORE_RUNGS:
-        assert mix["FFMA"] <= MAX_FFMA_PER_HGMMA * mix["HGMMA"], f"{mix['FFMA']} FFMA: a scalar dot-product loop?"
+        assert mix["FFMA"] <= MAX_FFMA_PER_HGMMA * mix["HGMMA"], \
+            f"{mix['FFMA']} FFMA: a scalar dot-product loop?"
     assert report["local_bytes"] == 0 and report["stack_frame_bytes"] == 0, \
         "registers spilled, or a register array went to local memory"
     assert 0 < report["registers"] <= 255

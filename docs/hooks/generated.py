@@ -76,7 +76,8 @@ log = logging.getLogger("mkdocs.hooks.generated")
 
 RESULTS_ENV = "DOCS_RESULTS_DIR"
 GPU_ENV = "DOCS_GPU"
-MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|notebooks|api):?(.*?)-->[ \t]*$", re.MULTILINE)
+MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|profile|notebooks|api):?(.*?)-->[ \t]*$",
+                    re.MULTILINE)
 BANNER = re.compile(r"^(\s*)#\s*(?:[-=]{3,}\s*|\d+[a-z]?\.\s)")
 RUNG_PAGE = re.compile(r"^worklog/(k\d+)\.md$")
 NOTEBOOKS = ROOT / "notebooks"
@@ -401,6 +402,51 @@ def render_inspect(args: list[str], options: dict, data: Data) -> str:
     return measured_block("compile-report", kernels, report.markdown_table(headers, rows) + "\n\n" + note)
 
 
+# Rows of a profile table: (label, key in the row's "ncu" dict, format).
+PROFILE_ROWS = (("time (ms)", "duration_ns", lambda v: f"{v / 1e6:.3f}"),
+                ("tensor pipe active (%)", "tensor_pipe_active_pct", lambda v: f"{v:.1f}"),
+                ("issue slots busy (%)", "issue_slots_busy_pct", lambda v: f"{v:.1f}"),
+                ("XU pipe: MUFU exp2, rcp (%)", "xu_pipe_pct", lambda v: f"{v:.1f}"),
+                ("FMA pipe (%)", "fma_pipe_pct", lambda v: f"{v:.1f}"),
+                ("ALU pipe (%)", "alu_pipe_pct", lambda v: f"{v:.1f}"),
+                ("warp instructions (M)", "warp_instructions", lambda v: f"{v / 1e6:.0f}"))
+PROFILE_STALLS = 6  # stall reasons shown: the largest over the kernels of the table
+
+
+def render_profile(args: list[str], options: dict, data: Data) -> str:
+    """Nsight Compute counters of ``kernels`` side by side (results/<gpu>/profile.json)."""
+    kernels = split_list(options.get("kernels"), data.page_rung)
+    if not kernels:
+        raise MarkerError("profile: needs kernels=...")
+    causal = parse_value(options.get("causal", "false"))
+    head_dim = int(options.get("head_dim", 128))
+    doc, source = data.results("profile", options.get("gpu"))
+    picked = {}
+    for name in kernels:
+        found = [r for r in doc["rows"] if r["kernel"] == name and r["status"] == "ok"
+                 and r["problem"]["head_dim"] == head_dim and bool(r["problem"]["causal"]) == causal]
+        if not found:
+            raise MarkerError(f"{source}: no profile of {name} at head_dim {head_dim}, causal {causal} "
+                              f"(rerun python -m tools.bench --suite profile)")
+        picked[name] = found[0]
+    rows = [["TFLOP/s", *[f"{picked[k]['tflops']:.0f}" for k in kernels]]]
+    for label, key, fmt in PROFILE_ROWS:
+        rows.append([label, *[fmt(picked[k]["ncu"][key]) if key in picked[k]["ncu"] else "-" for k in kernels]])
+    totals = {}
+    for k in kernels:
+        for reason, value in picked[k]["ncu"].get("stalls_per_issue", {}).items():
+            if reason != "selected":  # "selected" is the issuing itself, 1 per instruction
+                totals[reason] = max(totals.get(reason, 0.0), value)
+    for reason in sorted(totals, key=lambda r: -totals[r])[:PROFILE_STALLS]:
+        rows.append([f"stall: {reason.replace('_', ' ')}",
+                     *[f"{picked[k]['ncu'].get('stalls_per_issue', {}).get(reason, 0.0):.2f}" for k in kernels]])
+    problem = report.attention_label(next(iter(picked.values()))["problem"])
+    what = (f"Nsight Compute, one launch at {problem}; stalls: warps waiting per issued instruction, "
+            f"by reason")
+    table = report.markdown_table(["", *breakable(kernels)], rows)
+    return measured_block("measured-profile", kernels, table + "\n\n" + results_caption(data, what, source, doc))
+
+
 def notebook_heading(path: Path) -> str:
     """The first markdown heading of a notebook (its title), else its file name."""
     import json
@@ -462,7 +508,8 @@ def render_api(args: list[str], options: dict, data: Data) -> str:
 
 
 RENDERERS = {"code": lambda a, o, d: render_code(a, o), "table": render_table, "plot": render_plot,
-             "summary": render_summary, "inspect": render_inspect, "notebooks": render_notebooks,
+             "summary": render_summary, "inspect": render_inspect, "profile": render_profile,
+             "notebooks": render_notebooks,
              "api": render_api}
 
 

@@ -55,8 +55,8 @@ def store_o_tma(rO: cute.Tensor, mO: cute.Tensor, sO: cute.Tensor, tma_atom_O: c
     cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
     if tidx < 32:
         # gO: (Br, D) the CTA's rows of the output; the tensor map clips rows >= Sq
-        gO = cute.local_tile(mO[None, None, head_idx, batch_idx], (cute.size(sO, mode=[0]), cute.size(sO, mode=[1])),
-                             (m_block, 0))
+        tile_mo = (cute.size(sO, mode=[0]), cute.size(sO, mode=[1]))
+        gO = cute.local_tile(mO[None, None, head_idx, batch_idx], tile_mo, (m_block, 0))
         tOsO, tOgO = tma.partition(tma_atom_O, sO, gO)
         cute.copy(tma_atom_O, tOsO, tOgO)
         cute.arch.cp_async_bulk_commit_group()

@@ -95,7 +95,8 @@ class TilePlan:
         if self.num_stages < 1:
             problems.append("num_stages must be >= 1")
         if self.shared_bytes() > MAX_SHARED_BYTES:
-            problems.append(f"{self.shared_bytes() // 1024} KiB of shared memory > {MAX_SHARED_BYTES // 1024} KiB")
+            problems.append(f"{self.shared_bytes() // 1024} KiB of shared memory > "
+                            f"{MAX_SHARED_BYTES // 1024} KiB")
         if problems:
             raise ValueError(f"{self}: " + "; ".join(problems))
         return self

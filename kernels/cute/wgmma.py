@@ -72,6 +72,11 @@ def acc_rows_view(acc: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, by_rows))
 
 
+def rows_per_thread(acc: cute.Tensor) -> int:
+    """Rows of the accumulator a thread holds (2 for every ``m64`` fragment)."""
+    return cute.size(acc_rows_view(acc), mode=[0])
+
+
 def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
     """View an ``m64nN`` accumulator as the A operand of an ``m64 k16`` register-sourced MMA.
 

@@ -1,0 +1,134 @@
+"""Nsight Compute on one launch of one kernel: where its time goes, in the profiler's counters.
+
+    python -m tools.ncu k8                       # d128, 16k tokens, no mask: key metrics
+    python -m tools.ncu k7 --head-dim 64 --causal
+
+The kernel runs in a child process under ``ncu`` (clocks left as they are: ``--clock-control
+none``); only the launch inside the NVTX range ``profiled`` is profiled, after two warm-up
+launches (compile, caches). The metrics kept (:data:`METRICS`) are the ones the worklog pages
+use to explain a step: tensor-pipe activity, issue-slot use, the MUFU (XU) and FMA pipes,
+instructions executed and the warp stall reasons. ``python -m tools.bench --suite profile``
+records them with provenance in results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kernels.harness.problem import AttentionProblem
+
+ROOT = Path(__file__).resolve().parent.parent
+NVTX_RANGE = "profiled"
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "SchedulerStats", "Occupancy",
+            "LaunchStats")
+# Our name -> ncu's (Hopper, Nsight Compute 2025.3).
+METRICS = {
+    "duration_ns": "gpu__time_duration.sum",
+    "tensor_pipe_active_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "issue_slots_busy_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "xu_pipe_pct": "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+    "fma_pipe_pct": "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+    "alu_pipe_pct": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
+    "warp_instructions": "smsp__inst_executed.sum",
+    "ipc": "sm__inst_executed.avg.per_cycle_active",
+    "registers_per_thread": "launch__registers_per_thread",
+}
+STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+
+
+def default_problem(head_dim: int = 128, causal: bool = False) -> AttentionProblem:
+    """The ladder's longest shape: one 16k sequence, 2048 / head_dim heads."""
+    heads = 2048 // head_dim
+    return AttentionProblem(batch=1, seqlen_q=16384, seqlen_k=16384, heads_q=heads, heads_kv=heads,
+                            head_dim=head_dim, causal=causal)
+
+
+def ncu_binary() -> str | None:
+    return shutil.which("ncu") or next((str(p) for p in (Path("/usr/local/cuda/bin/ncu"),) if p.exists()), None)
+
+
+def parse_raw_csv(text: str) -> dict[str, str]:
+    """``ncu --page raw --csv`` output -> {metric name: value} for the (single) profiled launch."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no profiled launch in the ncu output")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    if len(rows) < 3:
+        raise ValueError("ncu output has a header but no launch")
+    return dict(zip(rows[0], rows[2]))
+
+
+def number(text: str) -> float:
+    return float(str(text).replace(",", ""))
+
+
+def summarize(raw: dict[str, str]) -> dict:
+    """The kept metrics and every stall reason (warps stalled per issued instruction)."""
+    out = {name: number(raw[metric]) for name, metric in METRICS.items() if metric in raw}
+    stalls = {key[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(value) for key, value in raw.items()
+              if key.startswith(STALL_PREFIX) and key.endswith(STALL_SUFFIX)}
+    out["stalls_per_issue"] = {k: v for k, v in sorted(stalls.items(), key=lambda kv: -kv[1]) if v > 0}
+    return out
+
+
+def profile(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict:
+    """Profile one launch of kernel ``name`` on ``problem``; returns :func:`summarize`'s dict."""
+    binary = ncu_binary()
+    if binary is None:
+        raise FileNotFoundError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
+    cmd = [binary, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+           *[arg for s in SECTIONS for arg in ("--section", s)], "--page", "raw", "--csv",
+           sys.executable, "-m", "tools.ncu", "--target", name, "--problem", json.dumps(problem.to_dict())]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"ncu exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    return summarize(parse_raw_csv(done.stdout))
+
+
+def run_target(name: str, problem: AttentionProblem) -> None:
+    """The child: warm up, then one launch inside the NVTX range ncu profiles."""
+    import torch
+
+    from kernels.harness import empty_output, make_inputs
+    from kernels.registry import get
+
+    q, k, v = make_inputs(problem, seed=0)
+    out = empty_output(problem)
+    launch = get(name).prepare(problem)
+    for _ in range(2):
+        launch(q, k, v, out)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    launch(q, k, v, out)
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.ncu", description=__doc__.splitlines()[0])
+    parser.add_argument("kernel", nargs="?", help="kernel name (python -m tools.compare --help lists them)")
+    parser.add_argument("--head-dim", type=int, default=128, help="head dimension (default 128)")
+    parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
+    parser.add_argument("--target", metavar="NAME", help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--problem", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.target:
+        run_target(args.target, AttentionProblem.from_dict(json.loads(args.problem)))
+        return 0
+    if not args.kernel:
+        parser.error("name a kernel")
+    result = profile(args.kernel, default_problem(args.head_dim, args.causal))
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

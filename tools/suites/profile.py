@@ -1,0 +1,45 @@
+"""The profile suite: Nsight Compute counters of each rung and of FA4, one launch each.
+
+Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask. Each row carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA
+and ALU pipes, instructions, and the warp stall reasons (``tools/ncu.py``). The K1 rung
+(5 TFLOP/s) is left out: one launch replayed for every counter pass would take minutes.
+"""
+
+from __future__ import annotations
+
+from kernels.registry import names
+
+PEERS = ("fa4",)
+SKIPPED = ("k1",)
+
+
+def kernels() -> list[str]:
+    return [n for n in names("rung") if n not in SKIPPED] + list(PEERS)
+
+
+def run(ctx) -> list[dict]:
+    from tools.ncu import default_problem, profile
+
+    selected = ctx.kernels or kernels()
+    todo = [default_problem(128, causal=False)]
+    rows = []
+    task = ctx.progress.add_task("profile", total=len(todo) * len(selected))
+    for problem in todo:
+        for name in selected:
+            ctx.progress.update(task, description=f"ncu {name:>6} {problem.label()}")
+            row = {"kernel": name, "problem": problem.to_dict(), "ms": None, "tflops": None, "gbps": None,
+                   "rel_err": None, "status": "ok"}
+            reason = ctx.runner(name).unsupported(problem)
+            if reason:
+                row["status"] = f"unsupported: {reason}"
+            else:
+                try:
+                    row["ncu"] = profile(name, problem)
+                    ms = row["ncu"]["duration_ns"] / 1e6
+                    row["ms"] = {"median": round(ms, 5), "p20": round(ms, 5), "p80": round(ms, 5)}
+                    row["tflops"] = round(problem.flops() / (ms * 1e-3) / 1e12, 2)
+                except Exception as exc:  # no ncu, no counter access: say so in the row
+                    row["status"] = f"unsupported: ncu: {type(exc).__name__}: {str(exc)[:200]}"
+            rows.append(row)
+            ctx.progress.advance(task)
+    return rows
