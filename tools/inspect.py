@@ -178,8 +178,9 @@ def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def record(names: list[str], head_dims=(64, 128), causals=(False, True)) -> dict:
-    """Compile every (rung, head_dim, causal) and write results/inspect.json."""
+def record(names: list[str], head_dims=(64, 128, 256), causals=(False, True)) -> dict:
+    """Compile every (rung, head_dim, causal) and write results/inspect.json (a rung that does
+    not offer a head_dim gets an "unsupported" report)."""
     import cutlass
 
     from tools.provenance import git_commit

@@ -148,9 +148,11 @@ def find_symbol(tree: ast.Module, dotted: str) -> ast.AST:
     for part in dotted.split("."):
         path.append(part)
         children = [c for c in getattr(node, "body", [])
-                    if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part]
+                    if (isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part)
+                    or (isinstance(c, ast.Assign) and any(isinstance(t, ast.Name) and t.id == part
+                                                          for t in c.targets))]
         if not children:
-            raise MarkerError(f"no function or class {'.'.join(path)}")
+            raise MarkerError(f"no function, class or assignment {'.'.join(path)}")
         node = children[0]
     return node
 
