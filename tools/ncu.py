@@ -40,6 +40,8 @@ METRICS = {
     "ipc": "sm__inst_executed.avg.per_cycle_active",
     "registers_per_thread": "launch__registers_per_thread",
 }
+# Kept metrics that no section above collects.
+EXTRA_METRICS = ("smsp__inst_executed.sum",)
 STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
 
 
@@ -85,7 +87,8 @@ def profile(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict:
     if binary is None:
         raise FileNotFoundError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
     cmd = [binary, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-           *[arg for s in SECTIONS for arg in ("--section", s)], "--page", "raw", "--csv",
+           *[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(EXTRA_METRICS),
+           "--page", "raw", "--csv",
            sys.executable, "-m", "tools.ncu", "--target", name, "--problem", json.dumps(problem.to_dict())]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
