@@ -15,55 +15,55 @@
 using kernels::attention::decode_num_splits;
 
 static int check_fast_divmod() {
-    std::mt19937 rng(7);
-    std::uniform_int_distribution<int> any(0, 0x7fffffff);
-    int failures = 0;
-    for (int d = 1; d <= 256 + 8; ++d) {
-        const kernels::FastDivmod div(d);
-        int bad = 0;
-        auto check = [&](int x) { bad += div.div(x) != x / d; };
-        for (int x = 0; x < 4096; ++x) check(x);
-        for (int i = 0; i < 20000; ++i) check(any(rng));
-        for (int64_t q : {int64_t(0x7fffffff) / d, int64_t(0x7fffffff) / d - 1}) {
-            for (int r = -1; r <= 1; ++r) {  // around the multiples of d at the top of the range
-                const int64_t x = q * d + r;
-                if (x >= 0 && x <= 0x7fffffff) check(static_cast<int>(x));
-            }
-        }
-        check(0x7fffffff);
-        if (bad) std::printf("FastDivmod(%d): %d wrong quotients  FAIL\n", d, bad);
-        failures += bad != 0;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> any(0, 0x7fffffff);
+  int failures = 0;
+  for (int d = 1; d <= 256 + 8; ++d) {
+    const kernels::FastDivmod div(d);
+    int bad = 0;
+    auto check = [&](int x) { bad += div.div(x) != x / d; };
+    for (int x = 0; x < 4096; ++x) check(x);
+    for (int i = 0; i < 20000; ++i) check(any(rng));
+    for (int64_t q : {int64_t(0x7fffffff) / d, int64_t(0x7fffffff) / d - 1}) {
+      for (int r = -1; r <= 1; ++r) {  // around the multiples of d at the top of the range
+        const int64_t x = q * d + r;
+        if (x >= 0 && x <= 0x7fffffff) check(static_cast<int>(x));
+      }
     }
-    std::printf("FastDivmod, divisors 1..264: %s\n", failures ? "FAIL" : "PASS");
-    return failures;
+    check(0x7fffffff);
+    if (bad) std::printf("FastDivmod(%d): %d wrong quotients  FAIL\n", d, bad);
+    failures += bad != 0;
+  }
+  std::printf("FastDivmod, divisors 1..264: %s\n", failures ? "FAIL" : "PASS");
+  return failures;
 }
 
 int main() {
-    struct Case {
-        int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
-        int lo, hi;  // accepted split counts (inclusive)
-    };
-    constexpr int kSms = 132;
-    const Case cases[] = {
-        // Sk 4096, 32 / 8 heads, D 128 (the benchmark shapes)
-        {16, 8, 1, 4, 4096, 128, 1, 1},  // one CTA per SM already streams near copy speed
-        {64, 8, 1, 4, 4096, 128, 1, 1},  // four waves of CTAs: no split
-        {1, 8, 1, 4, 4096, 128, 8, 32},  // 8 CTAs: split to fill the GPU
-        // short sequences never split below two KV tiles per split
-        {1, 8, 1, 4, 64, 128, 1, 1},
-        {1, 1, 1, 1, 256, 64, 1, 2},
-        // the split count stays within [1, kMaxDecodeSplits]
-        {1, 1, 1, 1, 1 << 20, 256, 1, kernels::attention::kMaxDecodeSplits},
-    };
-    int failures = 0;
-    for (const Case& c : cases) {
-        const int s = decode_num_splits(c.batch, c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, kSms);
-        const bool ok = s >= c.lo && s <= c.hi;
-        failures += !ok;
-        std::printf("B%-3d Hkv%-2d Sq%d group %d Sk %-8d D%-3d -> %3d splits (want %d..%d)  %s\n", c.batch,
-                    c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
-    }
-    failures += check_fast_divmod();
-    std::printf("attn_host_test: %d failure(s)\n", failures);
-    return failures ? 1 : 0;
+  struct Case {
+    int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
+    int lo, hi;  // accepted split counts (inclusive)
+  };
+  constexpr int kSms = 132;
+  const Case cases[] = {
+      // Sk 4096, 32 / 8 heads, D 128 (the benchmark shapes)
+      {16, 8, 1, 4, 4096, 128, 1, 1},  // one CTA per SM already streams near copy speed
+      {64, 8, 1, 4, 4096, 128, 1, 1},  // four waves of CTAs: no split
+      {1, 8, 1, 4, 4096, 128, 8, 32},  // 8 CTAs: split to fill the GPU
+      // short sequences never split below two KV tiles per split
+      {1, 8, 1, 4, 64, 128, 1, 1},
+      {1, 1, 1, 1, 256, 64, 1, 2},
+      // the split count stays within [1, kMaxDecodeSplits]
+      {1, 1, 1, 1, 1 << 20, 256, 1, kernels::attention::kMaxDecodeSplits},
+  };
+  int failures = 0;
+  for (const Case& c : cases) {
+    const int s = decode_num_splits(c.batch, c.heads_kv, c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, kSms);
+    const bool ok = s >= c.lo && s <= c.hi;
+    failures += !ok;
+    std::printf("B%-3d Hkv%-2d Sq%d group %d Sk %-8d D%-3d -> %3d splits (want %d..%d)  %s\n", c.batch, c.heads_kv,
+                c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
+  }
+  failures += check_fast_divmod();
+  std::printf("attn_host_test: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
 }

@@ -82,18 +82,24 @@ int main() {
   expect(split_plans > 0, "the model never splits", 0, 0, 0);
 
   // The decode shapes of results/h200/fp8.json, and the big squares (unchanged tiles).
-  struct Expected { int64_t m, n, k; int block_n, split_k; };
+  struct Expected {
+    int64_t m, n, k;
+    int block_n, split_k;
+  };
+  // clang-format off
   const Expected expected[] = {
       {1, 4096, 4096, 64, 2},     {16, 4096, 4096, 64, 2},    {128, 4096, 4096, 64, 2},
       {1, 4096, 14336, 64, 2},    {1, 11008, 4096, 128, 1},   {1, 11008, 14336, 128, 3},
       {1, 14336, 14336, 128, 1},  {128, 14336, 4096, 128, 1}, {128, 14336, 14336, 128, 1},
       {4096, 4096, 4096, 176, 1}, {8192, 8192, 8192, 192, 1},
   };
+  // clang-format on
   for (const Expected& e : expected) {
     const GemmPlan plan = model_plan(e.m, e.n, e.k);
-    std::printf("plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
-                (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
-                int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));
+    std::printf(
+        "plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
+        (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
+        int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));
     expect(plan.block_n == e.block_n && plan.split_k == e.split_k, "decode / square plan", e.m, e.n, e.k);
   }
 

@@ -17,9 +17,9 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -33,11 +33,9 @@
 #include "fp8/gemm.cuh"
 #include "fp8/quantize.cuh"
 
-
 namespace {
 
 using fp8::Format;
-
 
 template <typename T>
 std::vector<T> download(const T* dev, size_t n) {
@@ -46,9 +44,7 @@ std::vector<T> download(const T* dev, size_t n) {
   return host;
 }
 
-uint8_t encode(float v, Format f) {
-  return f == Format::kE4M3 ? __nv_fp8_e4m3(v).__x : __nv_fp8_e5m2(v).__x;
-}
+uint8_t encode(float v, Format f) { return f == Format::kE4M3 ? __nv_fp8_e4m3(v).__x : __nv_fp8_e5m2(v).__x; }
 
 float decode(uint8_t bits, Format f) {
   if (f == Format::kE4M3) {
@@ -106,8 +102,8 @@ bool test_quantize(int64_t rows, int64_t cols, Format f, bool transpose) {
         break;
       }
     }
-  std::printf("%s quantize %-5s %5lld x %-5lld transpose=%d amax=%g\n", ok ? "PASS" : "FAIL",
-              fp8::format_name(f), (long long)rows, (long long)cols, transpose, amax);
+  std::printf("%s quantize %-5s %5lld x %-5lld transpose=%d amax=%g\n", ok ? "PASS" : "FAIL", fp8::format_name(f),
+              (long long)rows, (long long)cols, transpose, amax);
   for (void* ptr : {(void*)dx, (void*)dscale, (void*)damax, (void*)dout, (void*)dout_t}) cudaFree(ptr);
   return ok;
 }
@@ -117,12 +113,12 @@ bool test_quantize(int64_t rows, int64_t cols, Format f, bool transpose) {
 struct GemmCase {
   int64_t m, n, k;
   Format fa, fb;
-  int path;      // fp8::gemm::Path
-  int block_n;   // 0 = planner
-  bool extras;   // row / col scales and bias
+  int path;     // fp8::gemm::Path
+  int block_n;  // 0 = planner
+  bool extras;  // row / col scales and bias
   // PlanRequest fields beyond path / block_n (-1 / 0 = planner)
   int accum = -1, promote_every = 0, cluster = -1, persistent = -1, group_m = 0, fast_store = -1;
-  int sms = 0;   // SM count the planner sees (0: the device's); small values force persistent wrap
+  int sms = 0;  // SM count the planner sees (0: the device's); small values force persistent wrap
   int split_k = 0;
 };
 
@@ -201,9 +197,8 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
 }
 
 void free_gemm(DeviceGemm& g) {
-  for (const void* ptr : {g.p.a, g.p.b, (const void*)g.p.scale_a, (const void*)g.p.scale_b,
-                          (const void*)g.p.row_scale, (const void*)g.p.col_scale, g.p.bias,
-                          (const void*)g.p.d})
+  for (const void* ptr : {g.p.a, g.p.b, (const void*)g.p.scale_a, (const void*)g.p.scale_b, (const void*)g.p.row_scale,
+                          (const void*)g.p.col_scale, g.p.bias, (const void*)g.p.d})
     if (ptr) cudaFree(const_cast<void*>(ptr));
 }
 
@@ -238,8 +233,7 @@ fp8::Status run_gemm(const fp8::GemmParams& p, int path, int block_n, int persis
 
 // The plan's accumulation / cluster choices, for labels and tolerances.
 fp8::gemm::GemmPlan plan_of(const GemmCase& gc) {
-  return fp8::gemm::plan_gemm(gc.m, gc.n, gc.k, gc.sms > 0 ? gc.sms : g_sms, g_cc_major, g_cc_minor,
-                              request_of(gc));
+  return fp8::gemm::plan_gemm(gc.m, gc.n, gc.k, gc.sms > 0 ? gc.sms : g_sms, g_cc_major, g_cc_minor, request_of(gc));
 }
 
 std::string plan_label(const fp8::gemm::GemmPlan& plan) {
@@ -384,6 +378,7 @@ std::vector<TimedVariant> timed_variants() {
   const int promote = int(AccumMode::kPromote), pingpong = int(AccumMode::kPromotePingPong),
             fast = int(AccumMode::kFast), overlap = int(AccumMode::kPromoteOverlap);
   const int none = int(ClusterMode::kNone), pair_m = int(ClusterMode::kPairM), pair_n = int(ClusterMode::kPairN);
+  // clang-format off
   return {
       {-1, 0, -1, 0, -1, -1, 0, -1},              // planner default (bn128 pingpong pers)
       {0, 128, pingpong, 0, none, 1, 0, 1},
@@ -411,13 +406,14 @@ std::vector<TimedVariant> timed_variants() {
       {0, 64, promote, 1, none, -1, 0, 1},
       {1, 0, -1, 0, -1, -1, 0, -1},               // mma.sync reference path
   };
+  // clang-format on
 }
 
 // Sustained timing, as the Python harness: launch for >= warmup_ms of GPU time (clocks and
 // power settle; a short burst reads up to 15% fast), then time each launch between its own
 // pair of events until >= measure_ms have been timed, and take the median.
-float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req,
-                          float warmup_ms = 200.f, float measure_ms = 300.f) {
+float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, float warmup_ms = 200.f,
+                          float measure_ms = 300.f) {
   cudaEvent_t start, stop;
   KERNELS_CUDA_CHECK(cudaEventCreate(&start));
   KERNELS_CUDA_CHECK(cudaEventCreate(&stop));
@@ -519,11 +515,15 @@ bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, s
 // the planner's default (split-K where it picks it), split-K off (the plan before split-K),
 // forced split counts, and BN 128 / 64 with the planner's split count; each checked against
 // the mma.sync path, then timed. Every label starts with "splitk".
-struct DecodeShape { int64_t m, n, k; };
+struct DecodeShape {
+  int64_t m, n, k;
+};
 
 std::vector<DecodeShape> decode_shapes() {
+  // clang-format off
   return {{1, 4096, 4096},  {1, 11008, 4096},  {1, 14336, 14336},  {16, 4096, 4096},  {16, 11008, 4096},
           {16, 14336, 14336}, {128, 4096, 4096}, {128, 14336, 4096}, {128, 14336, 14336}};
+  // clang-format on
 }
 
 std::vector<std::pair<std::string, TimedVariant>> decode_variants() {
@@ -532,9 +532,11 @@ std::vector<std::pair<std::string, TimedVariant>> decode_variants() {
     v.split_k = split_k;
     return v;
   };
+  // clang-format off
   return {{"default", with(0, 0)}, {"off", with(0, 1)},    {"s2", with(0, 2)},       {"s3", with(0, 3)},
           {"s4", with(0, 4)},      {"s8", with(0, 8)},     {"bn128", with(128, 0)}, {"bn128-s4", with(128, 4)},
           {"bn64", with(64, 0)},   {"bn64-s4", with(64, 4)}};
+  // clang-format on
 }
 
 // Relative Frobenius error allowed against the mma.sync reference on the decode rows. Both
@@ -553,7 +555,10 @@ bool time_decode(const char* only) {
   constexpr double kNotRun = -1.0, kFailed = -2.0;  // table cells: not selected / failed
   bool ok = true;
   const auto variants = decode_variants();
-  struct Row { std::string shape; std::vector<double> us; };
+  struct Row {
+    std::string shape;
+    std::vector<double> us;
+  };
   std::vector<Row> rows;
   for (const DecodeShape& shape : decode_shapes()) {
     char shape_label[64];
@@ -641,7 +646,7 @@ int correctness_cases() {
   failures += !test_scheduler();
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     failures += !test_quantize(128, 256, f, true);
-    failures += !test_quantize(77, 45, f, true);   // scalar path, tails
+    failures += !test_quantize(77, 45, f, true);  // scalar path, tails
     failures += !test_quantize(300, 1000, f, false);
   }
   const bool hopper = g_cc_major == 9 && g_cc_minor == 0;
@@ -656,7 +661,8 @@ int correctness_cases() {
     for (int64_t m : {1, 3, 8, 16}) cases.push_back({m, 96, 272, Format::kE4M3, Format::kE4M3, path, 0, true});
     cases.push_back({129, 333, 1040, Format::kE4M3, Format::kE5M2, path, 0, false});
     cases.push_back({65, 200, 48, Format::kE5M2, Format::kE4M3, path, 0, true});
-    cases.push_back({300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 0, false});  // > stages k-blocks, persistent wrap
+    cases.push_back(
+        {300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 0, false});  // > stages k-blocks, persistent wrap
     if (path == 0) cases.push_back({300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 256, false});
   }
   if (hopper) {
@@ -680,7 +686,9 @@ int correctness_cases() {
       GemmCase decode{m, m == 128 ? 2048 : 4096, 4096, e4, e4, 0, 0, m == 16};
       cases.push_back(decode);  // the planner's choice (split-K on 132 SMs)
     }
-    struct SplitVariant { int block_n, accum, promote_every, cluster, split_k; };
+    struct SplitVariant {
+      int block_n, accum, promote_every, cluster, split_k;
+    };
     const SplitVariant split_variants[] = {
         {64, int(AccumMode::kPromote), 1, int(ClusterMode::kNone), 3},
         {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone), 4},
@@ -722,7 +730,9 @@ int correctness_cases() {
     // checked stores at the tails; the cases with extras (scales, bias) take checked stores.
     using fp8::gemm::AccumMode;
     using fp8::gemm::ClusterMode;
-    struct Variant { int block_n, accum, promote_every, cluster; };
+    struct Variant {
+      int block_n, accum, promote_every, cluster;
+    };
     const Variant variants[] = {
         {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
         {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kNone)},
@@ -801,12 +811,14 @@ int correctness_cases() {
       deep.k = 256;
       deep.lda = deep.ldb = 256;
       // the operands are 64 x 64: a K of 256 is never read, the workspace check comes first
-      failures += !expect_status("split-K without workspace", fp8::gemm::launch_gemm(deep, plan, g_cc_major, g_cc_minor, 0),
-                                 fp8::Status::kWorkspace);
+      failures +=
+          !expect_status("split-K without workspace", fp8::gemm::launch_gemm(deep, plan, g_cc_major, g_cc_minor, 0),
+                         fp8::Status::kWorkspace);
       fp8::gemm::GemmPlan too_many = plan;
       too_many.split_k = fp8::gemm::kMaxSplitK + 1;
-      failures += !expect_status("split_k > kMaxSplitK", fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0),
-                                 fp8::Status::kUnsupportedPlan);
+      failures +=
+          !expect_status("split_k > kMaxSplitK", fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0),
+                         fp8::Status::kUnsupportedPlan);
     }
     free_gemm(g);
   }

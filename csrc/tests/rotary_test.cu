@@ -17,7 +17,6 @@
 
 #include "rotary/rotary_kernel.cuh"
 
-
 namespace {
 
 struct Case {
@@ -27,10 +26,8 @@ struct Case {
   bool inplace, use_positions, per_token_table;
 };
 
-
 // Rotates one head (double precision) the way rotary_params.h defines it.
-void reference_head(const float* x, float* y, const float* c, const float* s, int d, int r,
-                    rotary::Layout layout) {
+void reference_head(const float* x, float* y, const float* c, const float* s, int d, int r, rotary::Layout layout) {
   for (int i = 0; i < d; ++i) y[i] = x[i];
   for (int i = 0; i < r / 2; ++i) {
     const int a = layout == rotary::Layout::kHalfSplit ? i : 2 * i;
@@ -132,8 +129,8 @@ bool run_case(const Case& tc, int num_sms) {
       for (int h = 0; h < heads; ++h) {
         const size_t base = (size_t(t) * heads + h) * tc.head_dim;
         for (int i = 0; i < tc.head_dim; ++i) xin[i] = __bfloat162float(src[base + i]);
-        reference_head(xin.data(), yref.data(), &cos[size_t(row) * half], &sin[size_t(row) * half],
-                       tc.head_dim, tc.rotary_dim, tc.layout);
+        reference_head(xin.data(), yref.data(), &cos[size_t(row) * half], &sin[size_t(row) * half], tc.head_dim,
+                       tc.rotary_dim, tc.layout);
         for (int i = 0; i < tc.head_dim; ++i) {
           const double err = std::fabs(double(__bfloat162float(got[base + i])) - yref[i]);
           const double tol = std::ldexp(std::fabs(yref[i]), -8) + 1e-6 * (1 + std::fabs(xin[i]));

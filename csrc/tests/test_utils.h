@@ -13,10 +13,10 @@ namespace kernels_test {
 // and TMA boxes that run past the last element inside the allocation.
 template <class T>
 T* to_device(const std::vector<T>& host, size_t pad_bytes = 256) {
-    T* dev = nullptr;
-    KERNELS_CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(T) + pad_bytes));
-    KERNELS_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return dev;
+  T* dev = nullptr;
+  KERNELS_CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(T) + pad_bytes));
+  KERNELS_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return dev;
 }
 
 }  // namespace kernels_test

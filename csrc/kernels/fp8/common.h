@@ -40,7 +40,7 @@ inline const char* format_name(Format f) { return f == Format::kE4M3 ? "e4m3" : 
 // Quantize: out = saturate_to_format(x * (*scale)); amax = max |x| (input domain, before the
 // multiplier) folded into *amax with an atomic max (the caller zeroes it).
 struct QuantizeParams {
-  const void* x = nullptr;      // bf16 [rows, cols], row stride ld_x elements
+  const void* x = nullptr;  // bf16 [rows, cols], row stride ld_x elements
   int64_t rows = 0, cols = 0, ld_x = 0;
   const float* scale = nullptr;  // device scalar multiplier
   void* out = nullptr;           // fp8 [rows, cols] (row stride cols), or nullptr
@@ -55,14 +55,14 @@ struct GemmParams {
   const void* a = nullptr;
   const void* b = nullptr;
   int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldd = 0;   // elements
+  int64_t lda = 0, ldb = 0, ldd = 0;  // elements
   Format a_format = Format::kE4M3, b_format = Format::kE4M3;
-  const float* scale_a = nullptr;      // device scalars (required)
+  const float* scale_a = nullptr;  // device scalars (required)
   const float* scale_b = nullptr;
-  const float* row_scale = nullptr;    // [M] or nullptr
-  const float* col_scale = nullptr;    // [N] or nullptr
-  const void* bias = nullptr;          // bf16 [N] or nullptr
-  void* d = nullptr;                   // bf16 [M, N]
+  const float* row_scale = nullptr;  // [M] or nullptr
+  const float* col_scale = nullptr;  // [N] or nullptr
+  const void* bias = nullptr;        // bf16 [N] or nullptr
+  void* d = nullptr;                 // bf16 [M, N]
 };
 
 enum class Status {
@@ -74,16 +74,15 @@ enum class Status {
   kDriverEntryPoint,    // cuTensorMapEncodeTiled not obtainable from the driver
   kTensorMapFailed,
   kLaunchFailed,
-  kUnsupportedPlan,     // a forced (block_n, accumulation, cluster, ...) combination with no kernel
-  kWorkspace,           // a split-K plan without (enough) workspace
+  kUnsupportedPlan,  // a forced (block_n, accumulation, cluster, ...) combination with no kernel
+  kWorkspace,        // a split-K plan without (enough) workspace
 };
 
 inline const char* status_string(Status s) {
   switch (s) {
     case Status::kOk: return "ok";
     case Status::kUnsupportedK: return "K must be a multiple of 16 (16-byte rows for TMA / cp.async)";
-    case Status::kMisaligned:
-      return "A, B and D need 16-byte aligned base pointers and row strides";
+    case Status::kMisaligned: return "A, B and D need 16-byte aligned base pointers and row strides";
     case Status::kUnsupportedArch: return "FP8 GEMM needs sm_89 or newer";
     case Status::kUnsupportedFormats: return "unsupported format pair";
     case Status::kDriverEntryPoint: return "cuTensorMapEncodeTiled is not available from the driver";

@@ -30,13 +30,12 @@ const float* scalar_f32(const at::Tensor& t, const at::Tensor& like, const char*
   return t.data_ptr<float>();
 }
 
-const float* vector_f32(const c10::optional<at::Tensor>& t, int64_t n, const at::Tensor& like,
-                        const char* name) {
+const float* vector_f32(const c10::optional<at::Tensor>& t, int64_t n, const at::Tensor& like, const char* name) {
   if (!t) return nullptr;
   check_on(*t, like, name);
   TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, " must be float32, got ", t->scalar_type());
-  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == n && t->stride(0) == 1, name,
-                    " must be a contiguous [", n, "] vector, got ", t->sizes());
+  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == n && t->stride(0) == 1, name, " must be a contiguous [", n,
+                    "] vector, got ", t->sizes());
   return t->data_ptr<float>();
 }
 
@@ -57,8 +56,8 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
     check_on(*out, x, "out");
     p.format = format_of(*out, "out");
     have_format = true;
-    TORCH_CHECK_VALUE(out->sizes() == x.sizes() && out->is_contiguous(),
-                      "out must be contiguous with x's shape ", x.sizes());
+    TORCH_CHECK_VALUE(out->sizes() == x.sizes() && out->is_contiguous(), "out must be contiguous with x's shape ",
+                      x.sizes());
     p.out = out->data_ptr();
   }
   if (out_t) {
@@ -66,9 +65,9 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
     const fp8::Format f = format_of(*out_t, "out_t");
     TORCH_CHECK_TYPE(!have_format || f == p.format, "out and out_t must share one fp8 format");
     p.format = f;
-    TORCH_CHECK_VALUE(out_t->dim() == 2 && out_t->size(0) == p.cols && out_t->size(1) == p.rows &&
-                          out_t->is_contiguous(),
-                      "out_t must be contiguous [", p.cols, ", ", p.rows, "]");
+    TORCH_CHECK_VALUE(
+        out_t->dim() == 2 && out_t->size(0) == p.cols && out_t->size(1) == p.rows && out_t->is_contiguous(),
+        "out_t must be contiguous [", p.cols, ", ", p.rows, "]");
     p.out_t = out_t->data_ptr();
   }
   if (amax) {
@@ -83,12 +82,12 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
   TORCH_CHECK(s == fp8::Status::kOk, "fp8 quantize: ", fp8::status_string(s));
 }
 
-fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
-                               int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every,
+                               int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
-  TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 ||
-                        block_n == 256,
-                    "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
+  TORCH_CHECK_VALUE(
+      block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256,
+      "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
   TORCH_CHECK_VALUE(accum >= -1 && accum <= 3,
                     "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong), 2 (fast) or 3 (promote, "
@@ -111,12 +110,12 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
   return req;
 }
 
-pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent,
-                    int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
+                    int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(
-      m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
-      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
+  const auto pl =
+      fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
+                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   const bool wgmma = pl.path == fp8::gemm::Path::kWgmma;
   pybind11::dict d;
   d["path"] = fp8::gemm::path_name(pl.path);
@@ -140,9 +139,8 @@ pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block
 
 void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
-          const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path,
-          int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster,
-          int64_t group_m, int64_t split_k) {
+          const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path, int64_t block_n,
+          int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor");
   check_on(b, a, "b");
   check_on(out, a, "out");
@@ -150,12 +148,10 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
   p.a_format = format_of(a, "a");
   p.b_format = format_of(b, "b");
   TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a must be [M, K] and b [N, K]");
-  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a [M, K] and b [N, K] disagree on K: ", a.size(1),
-                    " vs ", b.size(1));
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a [M, K] and b [N, K] disagree on K: ", a.size(1), " vs ", b.size(1));
   TORCH_CHECK_VALUE(a.stride(1) == 1 && b.stride(1) == 1, "a and b must be K-major (contiguous rows)");
   TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16, "out must be bfloat16");
-  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) &&
-                        out.stride(1) == 1,
+  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) && out.stride(1) == 1,
                     "out must be [M, N] with contiguous rows");
   p.a = a.data_ptr();
   p.b = b.data_ptr();
@@ -173,26 +169,25 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
   if (bias) {
     check_on(*bias, a, "bias");
     TORCH_CHECK_TYPE(bias->scalar_type() == at::kBFloat16, "bias must be bfloat16, got ", bias->scalar_type());
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.n && bias->stride(0) == 1,
-                      "bias must be a contiguous [", p.n, "] vector");
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.n && bias->stride(0) == 1, "bias must be a contiguous [",
+                      p.n, "] vector");
     p.bias = bias->data_ptr();
   }
   p.d = out.data_ptr();
 
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(
-      p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
-      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
+  const auto pl =
+      fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
+                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   // Split-K partials: from the caching allocator on the current stream (stream-ordered reuse,
   // capturable in CUDA graphs); released when this returns, after the launches are queued.
   const size_t workspace_bytes = p.k > 0 ? fp8::gemm::gemm_workspace_bytes(pl, p.m, p.n) : 0;
   at::Tensor workspace;
   if (workspace_bytes > 0)
     workspace = at::empty({int64_t(workspace_bytes / sizeof(float))}, a.options().dtype(at::kFloat));
-  const fp8::Status s =
-      fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
-                             workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
+  const fp8::Status s = fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
+                                               workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
   switch (s) {
     case fp8::Status::kOk: return;
     case fp8::Status::kUnsupportedK:
@@ -204,8 +199,8 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
       TORCH_CHECK_TYPE(false, "fp8 gemm: ", fp8::status_string(s), " ", fp8::format_name(p.a_format), " x ",
                        fp8::format_name(p.b_format), " (supported: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
     case fp8::Status::kUnsupportedArch:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "fp8 gemm: path ", fp8::gemm::path_name(pl.path),
-                                  " is not available on sm_", prop->major, prop->minor);
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "fp8 gemm: path ", fp8::gemm::path_name(pl.path), " is not available on sm_",
+                                  prop->major, prop->minor);
     default: TORCH_CHECK(false, "fp8 gemm: ", fp8::status_string(s));
   }
 }
@@ -215,23 +210,22 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   m.doc() = "FP8 quantize and GEMM (csrc/kernels/fp8).";
-  m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"),
-        py::arg("amax"),
+  m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"), py::arg("amax"),
         "out = sat(x * scale) as out's fp8 format, out_t its [cols, rows] transpose, amax = "
         "max(amax, max|x|) (atomic; zero it first). x bf16 [rows, cols]; scale f32 scalar.");
-  m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"),
-        py::arg("bias"), py::arg("row_scale"), py::arg("col_scale"), py::arg("out"),
-        py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
+  m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"), py::arg("bias"),
+        py::arg("row_scale"), py::arg("col_scale"), py::arg("out"), py::arg("path") = -1, py::arg("block_n") = 0,
+        py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
+        py::arg("group_m") = 0, py::arg("split_k") = 0,
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
         "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
         "promote_every/cluster/group_m/split_k override the planner (-1/0/-1/-1/0/-1/0/0 = auto); accum 0 "
         "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair "
         "along M, 2 pair along N, 3 2 x 2; split_k 1 none, n: K in n slices summed by a reduction kernel "
         "(fp32 workspace allocated here).");
-  m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
-        py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
+  m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1, py::arg("block_n") = 0,
+        py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
+        py::arg("group_m") = 0, py::arg("split_k") = 0,
         "The planner's choice for this problem on the current device (path, tile, grid, split_k, "
         "workspace_bytes).");
 }

@@ -49,17 +49,18 @@ namespace fp8::gemm {
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched, const int promote_every,
-                     const bool fast_store, const SplitKPartials split) {
+                     const GemmParams p, const TileScheduler sched, const int promote_every, const bool fast_store,
+                     const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
-  typename Mainloop::Storage storage{reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+  typename Mainloop::Storage storage{
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
   const ClusterRole role = ClusterRole::make(sched.cluster_m, sched.cluster_n);
   if (threadIdx.x == 0) Mainloop::init_barriers(storage, role);
   // partners' multicasts and remote arrivals may target our barriers right after this
-  if (role.size > 1) cluster_sync(); else __syncthreads();
+  if (role.size > 1) cluster_sync();
+  else __syncthreads();
 
   const int k_blocks = int(ceil_div<int64_t>(p.k, Policy::kBK));
   const int warpgroup = threadIdx.x / 128;
@@ -119,8 +120,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
           int unit, kb_begin, kb_end, m_block, n_block;
           k_range(work, unit, kb_begin, kb_end);
           sched.tile_coord(unit, role.rank, m_block, n_block);
-          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role,
-                                epi.alpha);
+          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role, epi.alpha);
           const bool in_range = sched.tile_in_range(m_block, n_block);
           const int done = work;
           work += unit_stride;
@@ -270,8 +270,7 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, 
   if (s != Status::kOk) return s;
   auto kernel = gemm_sm90_kernel<Policy, FA, FB>;
   // per device and process; setting it again is cheap and keeps multi-GPU hosts correct
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes) !=
-      cudaSuccess)
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes) != cudaSuccess)
     return Status::kLaunchFailed;
   const int promote_every = plan.promote_every;
   const bool fast_store = plan.fast_store;
@@ -284,7 +283,7 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, 
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
-                                                                          fast_store, split);
+                                                                        fast_store, split);
     if (cudaGetLastError() != cudaSuccess) return Status::kLaunchFailed;
     return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
   }
@@ -352,8 +351,8 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cuda
 // needs gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in
 // `workspace`, owned by the caller and not used by anything else until this GEMM completes
 // on `stream` (no zeroing needed).
-inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor,
-                          cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
+inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
+                          void* workspace = nullptr, size_t workspace_bytes = 0) {
   const Status s = check_gemm(p, cc_major, cc_minor);
   if (s != Status::kOk) return s;
   if (plan.path == Path::kWgmma && !(cc_major == 9 && cc_minor == 0)) return Status::kUnsupportedArch;

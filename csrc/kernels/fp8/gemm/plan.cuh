@@ -24,9 +24,9 @@ struct PlannerDefaults {
   // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
   // (tests/test_fp8.py).
   static constexpr AccumMode kAccum = AccumMode::kPromote;
-  static constexpr int kPromoteEvery = 2;                 // k-blocks per promotion (kPromote)
+  static constexpr int kPromoteEvery = 2;  // k-blocks per promotion (kPromote)
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
-  static constexpr int kGroupM = 8;                       // raster group height in tiles
+  static constexpr int kGroupM = 8;  // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
   // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
   static constexpr bool kFastStore = true;
@@ -46,8 +46,8 @@ struct PlannerDefaults {
   static constexpr int kSplitMinKBlocks = 4;
   static constexpr int kSplitMaxWaves = 4;
   static constexpr int kSplitMax = 32;
-  static constexpr double kSplitUnitCost = 1.0;     // pipeline fill and partial store per unit
-  static constexpr double kSplitReduceCost = 8.0;   // second launch (~2-3 us of k-blocks)
+  static constexpr double kSplitUnitCost = 1.0;    // pipeline fill and partial store per unit
+  static constexpr double kSplitReduceCost = 8.0;  // second launch (~2-3 us of k-blocks)
   static constexpr double kSplitMinGain = 0.97;
 };
 
@@ -64,19 +64,19 @@ struct GemmPlan {
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
   bool fast_store = PlannerDefaults::kFastStore;
-  int split_k = 1;          // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
+  int split_k = 1;  // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
 };
 
 struct PlanRequest {
-  int force_path = -1;     // -1 auto, else Path
-  int force_block_n = 0;   // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
-  int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
-  int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
-  int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
-  int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
-  int group_m = 0;         // 0 auto, else raster group height in tiles
-  int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
-  int split_k = 0;         // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
+  int force_path = -1;    // -1 auto, else Path
+  int force_block_n = 0;  // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
+  int persistent = -1;    // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
+  int accum = -1;         // -1 auto, else AccumMode (WGMMA path)
+  int promote_every = 0;  // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
+  int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
+  int group_m = 0;        // 0 auto, else raster group height in tiles
+  int fast_store = -1;    // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
+  int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
 // The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
@@ -91,7 +91,9 @@ inline bool has_kernel(int block_n, AccumMode accum) {
   }
 }
 
-inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
+inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) {
+  return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn);
+}
 
 // The split-K cost model of PlannerDefaults for a WGMMA plan of `blocks` blocks (tiles,
 // phantom cluster tiles included): only problems with fewer blocks than SMs split.
@@ -153,7 +155,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
-    plan.accum = req.accum >= 0           ? AccumMode(req.accum)
+    plan.accum = req.accum >= 0             ? AccumMode(req.accum)
                  : req.force_block_n == 256 ? AccumMode::kFast
                                             : PlannerDefaults::kAccum;
     plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;

@@ -30,7 +30,7 @@ __host__ __device__ __forceinline__ void split_k_range(int s, int splits, int k_
 
 struct TileScheduler {
   int tiles_m = 0, tiles_n = 0;
-  int group_m = 8;                 // tiles along M per raster group
+  int group_m = 8;  // tiles along M per raster group
   int cluster_m = 1, cluster_n = 1;
 
   __host__ __device__ int units_m() const { return (tiles_m + cluster_m - 1) / cluster_m; }
