@@ -3,16 +3,49 @@
 //   - the decode split heuristic (decode_num_splits) picks the best measured splits of the H200
 //     sweeps its cost model was fitted to (attn_decode.cu), on 132 SMs;
 //   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
-//     and dividends across [0, 2^31).
+//     and dividends across [0, 2^31);
+//   - the error model: host rejections throw the types of common/errors.h.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
 //        csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu -o build/attn_host_test
 #include <cstdint>
 #include <cstdio>
 #include <random>
 
+#include <type_traits>
+
 #include "../kernels/attention/attn_api.h"
+#include "../kernels/common/launch.cuh"
+#include "test_utils.h"
 
 using kernels::attention::decode_num_splits;
+
+// The error model (common/errors.h) on the host paths that need no GPU: each rejection throws
+// its type, with the message naming what is required and what was given.
+static int check_errors() {
+  static_assert(std::is_base_of_v<std::invalid_argument, kernels::ValueError>, "pybind11: ValueError");
+  static_assert(std::is_base_of_v<std::invalid_argument, kernels::TypeError>, "ValueError without a translator");
+  static_assert(std::is_base_of_v<std::runtime_error, kernels::NotImplementedError>, "RuntimeError without one");
+  static_assert(std::is_base_of_v<std::runtime_error, kernels::CudaError>, "pybind11: RuntimeError");
+  using kernels::ValueError;
+  using kernels::test::rejects;
+  namespace attn = kernels::attention;
+  int failures = 0;
+  failures += !rejects<ValueError>(
+      "head_dim 96", [] { decode_num_splits(1, 1, 1, 1, 64, 96, 132); },
+      "head_dim 96 is not supported; supported: 64, 128, 256");
+  failures += !rejects<ValueError>("FastDivmod(0)", [] { kernels::FastDivmod(0); }, "must be >= 1, got 0");
+  attn::AttnParams p;
+  p.num_splits = 0;
+  failures += !rejects<ValueError>(
+      "num_splits 0", [&] { attn::run_decode(p, attn::AttnImpl::kTensorCore, nullptr); },
+      "decode: num_splits must be in [1, 128], got 0");
+  failures += !rejects<ValueError>(
+      "grid y 70000", [] { kernels::check_grid(dim3(1, 70000, 1), "k", "cause"); },
+      "k: grid (1, 70000, 1) exceeds 65535 in y or z (cause)");
+  failures += !rejects<kernels::CudaError>(
+      "CUDA error", [] { kernels::check_cuda(cudaErrorInvalidValue, "cudaMemcpy"); }, "cudaMemcpy failed: ");
+  return failures;
+}
 
 static int check_fast_divmod() {
   std::mt19937 rng(7);
@@ -64,6 +97,7 @@ int main() {
                 c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
   }
   failures += check_fast_divmod();
+  failures += check_errors();
   std::printf("attn_host_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

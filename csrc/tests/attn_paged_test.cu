@@ -29,9 +29,9 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   for (int i = 0; i < b; ++i) cu[i + 1] = cu[i] + q_lens[i];
   const long total_q = cu[b];
   const long row = long(hq) * d, kv_row = long(hkv) * d;
-  auto q = attn_test::random_bf16(total_q * row, 11);
-  auto k_cache = attn_test::random_bf16(long(num_pages) * page_size * kv_row, 12);
-  auto v_cache = attn_test::random_bf16(long(num_pages) * page_size * kv_row, 13);
+  auto q = kernels::test::random_bf16(total_q * row, 11);
+  auto k_cache = kernels::test::random_bf16(long(num_pages) * page_size * kv_row, 12);
+  auto v_cache = kernels::test::random_bf16(long(num_pages) * page_size * kv_row, 13);
   std::vector<int> perm(num_pages);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(page_size));
@@ -47,16 +47,16 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
       std::copy_n(k_cache.begin() + src, kv_row, kb.begin() + j * kv_row);
       std::copy_n(v_cache.begin() + src, kv_row, vb.begin() + j * kv_row);
     }
-    attn_test::reference_one_batch(q.data() + cu[bi] * row, kb.data(), vb.data(), ref.data() + cu[bi] * row, q_lens[bi],
-                                   k_lens[bi], hq, hkv, d, causal, scale, row, kv_row, row);
+    kernels::test::reference_one_batch(q.data() + cu[bi] * row, kb.data(), vb.data(), ref.data() + cu[bi] * row,
+                                       q_lens[bi], k_lens[bi], hq, hkv, d, causal, scale, row, kv_row, row);
   }
 
-  auto* dq = attn_test::to_device(q);
-  auto* dk = attn_test::to_device(k_cache);
-  auto* dv = attn_test::to_device(v_cache);
-  auto* dtable = attn_test::to_device(table);
-  auto* dlens = attn_test::to_device(k_lens);
-  auto* dcu = attn_test::to_device(cu);
+  auto* dq = kernels::test::to_device(q);
+  auto* dk = kernels::test::to_device(k_cache);
+  auto* dv = kernels::test::to_device(v_cache);
+  auto* dtable = kernels::test::to_device(table);
+  auto* dlens = kernels::test::to_device(k_lens);
+  auto* dcu = kernels::test::to_device(cu);
   __nv_bfloat16* dout = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&dout, total_q * row * 2));
   KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, total_q * row * 2));
@@ -103,7 +103,7 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   } else {
     p.seqlen_q = *std::max_element(q_lens.begin(), q_lens.end());
     const auto schedule = make_packed_q_schedule(cu.data(), b, p.group, prefill_block_m(d));
-    dschedule = attn_test::to_device(schedule);
+    dschedule = kernels::test::to_device(schedule);
     p.cu_seqlens_q = dcu;
     p.q_schedule = dschedule;
     p.num_q_tiles = int(schedule.size() / 2);
@@ -113,8 +113,8 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<__nv_bfloat16> out(total_q * row);
   KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
-  const double err = attn_test::rel_err(out, ref);
-  const float ms = attn_test::time_ms(launch);
+  const double err = kernels::test::rel_err(out, ref);
+  const float ms = kernels::test::time_ms(launch);
   double kv_bytes = 0;
   for (int len : k_lens) kv_bytes += 2.0 * len * kv_row * 2;
   const bool ok = err <= 1e-2;
@@ -245,8 +245,8 @@ static int bench_decode() {
         std::vector<int> table(size_t(b) * pages);
         std::iota(table.begin(), table.end(), 0);
         if (src.shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(page));
-        dtable = attn_test::to_device(table);
-        dlens = attn_test::to_device(std::vector<int>(b, sk));
+        dtable = kernels::test::to_device(table);
+        dlens = kernels::test::to_device(std::vector<int>(b, sk));
         p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
         p.page_table = dtable;
         p.page_table_batch_stride = pages;
@@ -270,14 +270,14 @@ static int bench_decode() {
           KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
           std::vector<float> ref_f(ref.begin(), ref.end());
           for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
-          const double err = attn_test::rel_err(out, ref_f);
+          const double err = kernels::test::rel_err(out, ref_f);
           if (!(err <= 1e-2)) {
             std::printf("  %s B%d page %d%s splits %d differs from default: rel_err %.2e  FAIL\n", variants[vi].name, b,
                         page, src.shuffled ? "" : " in order", splits, err);
             ++failures;
             continue;
           }
-          const double tbps = 2.0 * kv_elems * 2 / (attn_test::time_ms(launch) * 1e-3) / 1e12;
+          const double tbps = 2.0 * kv_elems * 2 / (kernels::test::time_ms(launch) * 1e-3) / 1e12;
           if (tbps > best_tbps) best_tbps = tbps, best_splits = splits;
         }
         char cell[32];
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
                     int page_size, bool causal, AttnImpl impl) {
     const std::string label = std::string(decode ? "paged decode" : "paged prefill") + " d" + std::to_string(d) +
                               " page " + std::to_string(page_size);
-    return attn_test::run_guarded(
+    return kernels::test::run_guarded(
         label.c_str(), [&] { return run_case(decode, q_lens, k_lens, hq, hkv, d, page_size, causal, impl); });
   };
   for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {

@@ -30,19 +30,19 @@ struct Case {
 
 static bool run_case(const Case& c, AttnImpl impl) {
   const long q_elems = long(c.b) * c.sq * c.hq * c.d, kv_elems = long(c.b) * c.sk * c.hkv * c.d;
-  auto q = attn_test::random_bf16(q_elems, 1), k = attn_test::random_bf16(kv_elems, 2),
-       v = attn_test::random_bf16(kv_elems, 3);
+  auto q = kernels::test::random_bf16(q_elems, 1), k = kernels::test::random_bf16(kv_elems, 2),
+       v = kernels::test::random_bf16(kv_elems, 3);
   std::vector<float> ref(q_elems);
   const double scale = 1.0 / std::sqrt(double(c.d));
   for (int bi = 0; bi < c.b; ++bi) {
-    attn_test::reference_one_batch(q.data() + long(bi) * c.sq * c.hq * c.d, k.data() + long(bi) * c.sk * c.hkv * c.d,
-                                   v.data() + long(bi) * c.sk * c.hkv * c.d, ref.data() + long(bi) * c.sq * c.hq * c.d,
-                                   c.sq, c.sk, c.hq, c.hkv, c.d, c.causal, scale, long(c.hq) * c.d, long(c.hkv) * c.d,
-                                   long(c.hq) * c.d);
+    kernels::test::reference_one_batch(
+        q.data() + long(bi) * c.sq * c.hq * c.d, k.data() + long(bi) * c.sk * c.hkv * c.d,
+        v.data() + long(bi) * c.sk * c.hkv * c.d, ref.data() + long(bi) * c.sq * c.hq * c.d, c.sq, c.sk, c.hq, c.hkv,
+        c.d, c.causal, scale, long(c.hq) * c.d, long(c.hkv) * c.d, long(c.hq) * c.d);
   }
-  auto* dq = attn_test::to_device(q);
-  auto* dk = attn_test::to_device(k);
-  auto* dv = attn_test::to_device(v);
+  auto* dq = kernels::test::to_device(q);
+  auto* dk = kernels::test::to_device(k);
+  auto* dv = kernels::test::to_device(v);
   __nv_bfloat16* dout = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&dout, q_elems * 2));
   KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));  // NaN poison
@@ -88,8 +88,8 @@ static bool run_case(const Case& c, AttnImpl impl) {
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<__nv_bfloat16> out(q_elems);
   KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
-  const double err = attn_test::rel_err(out, ref);
-  const float ms = attn_test::time_ms(launch);
+  const double err = kernels::test::rel_err(out, ref);
+  const float ms = kernels::test::time_ms(launch);
   double pairs = 0;
   for (int i = 0; i < c.sq; ++i) pairs += c.causal ? std::clamp(i + c.sk - c.sq + 1, 0, c.sk) : c.sk;
   const double tflops = 4.0 * c.d * c.b * c.hq * pairs / (ms * 1e-3) / 1e12;
@@ -130,7 +130,7 @@ void launch_variant(const AttnParams& p, cudaStream_t stream) {
   } else if constexpr (kPaged) {
     launch_prefill<Cfg, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream);
   } else {
-    throw std::invalid_argument("paged KV not instantiated for this variant");
+    throw kernels::ValueError("attn_test: paged KV is not instantiated for this variant");
   }
 }
 
@@ -202,7 +202,7 @@ struct PrefillRun {
 
   template <class T>
   T* upload(const std::vector<T>& host) {
-    T* ptr = attn_test::to_device(host);
+    T* ptr = kernels::test::to_device(host);
     device.push_back(ptr);
     return ptr;
   }
@@ -227,9 +227,9 @@ static void setup_prefill(PrefillRun& r, const PrefillProblem& pr, int block_m_f
   std::vector<int> cu(b + 1, 0);
   for (int i = 0; i < b; ++i) cu[i + 1] = cu[i] + (paged ? pr.q_lens[i] : max_q);
   const long row = long(pr.hq) * pr.d, kv_row = long(pr.hkv) * pr.d;
-  r.q = attn_test::random_bf16(cu[b] * row, 21);
-  r.k = attn_test::random_bf16(long(b) * max_k * kv_row, 22);
-  r.v = attn_test::random_bf16(long(b) * max_k * kv_row, 23);
+  r.q = kernels::test::random_bf16(cu[b] * row, 21);
+  r.k = kernels::test::random_bf16(long(b) * max_k * kv_row, 22);
+  r.v = kernels::test::random_bf16(long(b) * max_k * kv_row, 23);
   r.out_elems = cu[b] * row;
   r.lse_elems = long(cu[b]) * pr.hq;
 
@@ -312,10 +312,10 @@ static std::vector<float> prefill_reference(const PrefillRun& r) {
   long q_off = 0;
   for (int bi = 0; bi < b; ++bi) {
     const int q_len = pr.page_size > 0 ? pr.q_lens[bi] : r.p.seqlen_q;
-    attn_test::reference_one_batch(r.q.data() + q_off * row, r.k.data() + long(bi) * max_k * kv_row,
-                                   r.v.data() + long(bi) * max_k * kv_row, ref.data() + q_off * row, q_len,
-                                   pr.k_lens[bi], pr.hq, pr.hkv, pr.d, pr.causal, 1.0 / std::sqrt(double(pr.d)), row,
-                                   kv_row, row);
+    kernels::test::reference_one_batch(r.q.data() + q_off * row, r.k.data() + long(bi) * max_k * kv_row,
+                                       r.v.data() + long(bi) * max_k * kv_row, ref.data() + q_off * row, q_len,
+                                       pr.k_lens[bi], pr.hq, pr.hkv, pr.d, pr.causal, 1.0 / std::sqrt(double(pr.d)),
+                                       row, kv_row, row);
     q_off += q_len;
   }
   return ref;
@@ -383,7 +383,7 @@ static bool check_variant(const Variant& v, const Variant& baseline, const Prefi
     against = baseline.name.c_str();
   }
   const auto out = run_and_fetch(v, r.p, r.out_elems, &lse);
-  const double err = attn_test::rel_err(out, ref), worst = max_abs_diff(out, ref);
+  const double err = kernels::test::rel_err(out, ref), worst = max_abs_diff(out, ref);
   const bool lse_ok = ref_lse.empty() || lse_match(lse, ref_lse, 1e-3);
   const bool ok = err <= 1e-2 && worst <= 5e-2 && lse_ok;
   if (!ok) {
@@ -434,8 +434,8 @@ static int bench_head_dim() {
       }
       ++total;
       const std::string label = v.name + " " + c.what;
-      passed +=
-          attn_test::run_guarded(label.c_str(), [&] { return check_variant(v, baseline, c.pr, c.what, cpu_refs[ci]); });
+      passed += kernels::test::run_guarded(label.c_str(),
+                                           [&] { return check_variant(v, baseline, c.pr, c.what, cpu_refs[ci]); });
     }
     int ctas = 0;
     KERNELS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, v.dense_kernel, v.threads, v.smem_bytes));
@@ -477,15 +477,15 @@ static int bench_head_dim() {
       const Variant& v = variants[vi];
       double value = -1;
       const std::string label = v.name + " " + sh.label;
-      const bool ok = attn_test::run_guarded(label.c_str(), [&] {
+      const bool ok = kernels::test::run_guarded(label.c_str(), [&] {
         std::vector<float> lse;
         const auto out = run_and_fetch(v, r.p, r.out_elems, &lse);
-        const double err = attn_test::rel_err(out, base);
+        const double err = kernels::test::rel_err(out, base);
         if (!(err <= 1e-2) || !lse_match(lse, base_lse, 1e-3)) {
           std::printf("  %-13s %-26s differs from default: rel_err %.2e  FAIL\n", v.name.c_str(), sh.label, err);
           return false;
         }
-        const float ms = attn_test::time_ms([&] { v.launch(r.p, nullptr); });
+        const float ms = kernels::test::time_ms([&] { v.launch(r.p, nullptr); });
         value = flops / (ms * 1e-3) / 1e12;
         return true;
       });
@@ -533,7 +533,7 @@ int main(int argc, char** argv) {
     for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {
       const std::string label = std::string(c.kind) + (impl == AttnImpl::kTensorCore ? " tc" : " scalar") + " d" +
                                 std::to_string(c.d) + " sq" + std::to_string(c.sq) + " sk" + std::to_string(c.sk);
-      failures += !attn_test::run_guarded(label.c_str(), [&] { return run_case(c, impl); });
+      failures += !kernels::test::run_guarded(label.c_str(), [&] { return run_case(c, impl); });
     }
   std::printf("attn_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;

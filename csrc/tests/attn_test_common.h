@@ -16,9 +16,7 @@
 #include "../kernels/common/cuda_utils.cuh"
 #include "test_utils.h"
 
-namespace attn_test {
-
-using kernels_test::to_device;
+namespace kernels::test {
 
 inline std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -119,4 +117,4 @@ bool run_guarded(const char* label, Case run) {
   }
 }
 
-}  // namespace attn_test
+}  // namespace kernels::test

@@ -6,16 +6,19 @@
 // PlannerDefaults (k-blocks per split, waves, only when tiles < SMs), and the decode shapes of
 // results/h200/fp8.json get the split counts listed below; forced counts are capped at the
 // k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
-// workspace size follows the plan. Prints the decode plans and "N failure(s)".
+// workspace size follows the plan; the launch checks throw the errors of common/errors.h.
+// Prints the decode plans and "N failure(s)".
+#include <cstdint>
 #include <cstdio>
 
 #include "fp8/gemm/plan.cuh"
 #include "fp8/gemm/scheduler.cuh"
+#include "test_utils.h"
 
 namespace {
 
-using namespace fp8::gemm;
-using fp8::ceil_div;
+using namespace kernels::fp8::gemm;
+using kernels::ceil_div;
 
 constexpr int kSms = 132;
 int failures = 0;
@@ -129,6 +132,32 @@ int main() {
       ok = ok && expected_begin == k_blocks && largest - smallest <= 1;
       expect(ok, "split_k_range partition", splits, 0, k_blocks);
     }
+
+  // The launch checks throw the error types of common/errors.h (what the binding raises).
+  {
+    using kernels::test::rejects;
+    alignas(16) static uint8_t operand[64];
+    kernels::fp8::GemmParams p;
+    p.a = p.b = operand;
+    p.m = p.n = 64;
+    p.k = p.lda = p.ldb = 64;
+    failures += !kernels::test::runs("check_gemm", [&] { check_gemm(p, 9, 0); });
+    kernels::fp8::GemmParams bad = p;
+    bad.a_format = bad.b_format = kernels::fp8::Format::kE5M2;
+    failures += !rejects<kernels::TypeError>("e5m2 x e5m2", [&] { check_gemm(bad, 9, 0); }, "format pair");
+    failures += !rejects<kernels::NotImplementedError>("sm_80", [&] { check_gemm(p, 8, 0); }, "sm_89 or newer");
+    bad = p;
+    bad.k = 40;
+    failures += !rejects<kernels::ValueError>("K % 16 != 0", [&] { check_gemm(bad, 9, 0); }, "got M=64, N=64, K=40");
+    bad = p;
+    bad.a = operand + 8;
+    failures += !rejects<kernels::ValueError>("misaligned A", [&] { check_gemm(bad, 9, 0); }, "16-byte aligned");
+    GemmPlan unsupported = plan_of(4096, 4096, 4096, 0, int(Path::kWgmma));
+    unsupported.block_n = 256;
+    unsupported.accum = AccumMode::kPromote;
+    failures += !rejects<kernels::ValueError>(
+        "promoted bn256", [&] { check_plan_supported(unsupported); }, "unsupported plan (path wgmma, block_n 256");
+  }
 
   std::printf("fp8_plan_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;

@@ -33,6 +33,8 @@
 #include "fp8/gemm.cuh"
 #include "fp8/quantize.cuh"
 
+namespace fp8 = kernels::fp8;
+
 namespace {
 
 using fp8::Format;
@@ -71,9 +73,9 @@ bool test_quantize(int64_t rows, int64_t cols, Format f, bool transpose) {
     amax_ref = std::max(amax_ref, std::fabs(__bfloat162float(v)));
   }
   const float scale = f == Format::kE4M3 ? 448.f / amax_ref * 2.f : 57344.f / amax_ref * 2.f;  // forces saturation
-  __nv_bfloat16* dx = kernels_test::to_device(x);
-  float* dscale = kernels_test::to_device(std::vector<float>{scale});
-  float* damax = kernels_test::to_device(std::vector<float>{0.f});
+  __nv_bfloat16* dx = kernels::test::to_device(x);
+  float* dscale = kernels::test::to_device(std::vector<float>{scale});
+  float* damax = kernels::test::to_device(std::vector<float>{0.f});
   uint8_t *dout = nullptr, *dout_t = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&dout, rows * cols + 16));
   KERNELS_CUDA_CHECK(cudaMalloc(&dout_t, rows * cols + 16));
@@ -87,9 +89,8 @@ bool test_quantize(int64_t rows, int64_t cols, Format f, bool transpose) {
   p.out_t = transpose ? dout_t : nullptr;
   p.amax = damax;
   p.format = f;
-  const fp8::Status s = fp8::launch_quantize(p, g_sms, 0);
+  bool ok = kernels::test::runs("quantize", [&] { fp8::launch_quantize(p, g_sms, 0); });
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-  bool ok = s == fp8::Status::kOk;
   const auto out = download(dout, rows * cols), out_t = download(dout_t, rows * cols);
   const float amax = download(damax, 1)[0];
   ok = ok && amax == amax_ref;
@@ -172,8 +173,8 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
   for (auto& v : g.col_scale) v = 0.5f + std::uniform_real_distribution<float>()(rng);
   for (auto& v : g.bias) v = __float2bfloat16(normal(rng));
   fp8::GemmParams& p = g.p;
-  p.a = kernels_test::to_device(g.a);
-  p.b = kernels_test::to_device(g.b);
+  p.a = kernels::test::to_device(g.a);
+  p.b = kernels::test::to_device(g.b);
   p.m = gc.m;
   p.n = gc.n;
   p.k = gc.k;
@@ -182,12 +183,12 @@ DeviceGemm make_gemm(const GemmCase& gc, uint32_t seed) {
   p.ldd = gc.n;
   p.a_format = gc.fa;
   p.b_format = gc.fb;
-  p.scale_a = kernels_test::to_device(std::vector<float>{g.scale_a});
-  p.scale_b = kernels_test::to_device(std::vector<float>{g.scale_b});
+  p.scale_a = kernels::test::to_device(std::vector<float>{g.scale_a});
+  p.scale_b = kernels::test::to_device(std::vector<float>{g.scale_b});
   if (gc.extras) {
-    p.row_scale = kernels_test::to_device(g.row_scale);
-    p.col_scale = kernels_test::to_device(g.col_scale);
-    p.bias = kernels_test::to_device(g.bias);
+    p.row_scale = kernels::test::to_device(g.row_scale);
+    p.col_scale = kernels::test::to_device(g.col_scale);
+    p.bias = kernels::test::to_device(g.bias);
   }
   __nv_bfloat16* d = nullptr;
   KERNELS_CUDA_CHECK(cudaMalloc(&d, gc.m * gc.n * 2 + 16));
@@ -217,18 +218,28 @@ void* workspace_for(const fp8::gemm::GemmPlan& plan, int64_t m, int64_t n) {
   return g_workspace;
 }
 
-fp8::Status run_plan(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int sms = 0) {
+// Plans and launches one GEMM; throws what the launcher throws (common/errors.h).
+void launch_plan(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int sms = 0) {
   const auto plan = fp8::gemm::plan_gemm(p.m, p.n, p.k, sms > 0 ? sms : g_sms, g_cc_major, g_cc_minor, req);
   void* ws = workspace_for(plan, p.m, p.n);
-  return fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, 0, ws, g_workspace_bytes);
+  fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, 0, ws, g_workspace_bytes);
 }
 
-fp8::Status run_gemm(const fp8::GemmParams& p, int path, int block_n, int persistent = -1) {
+fp8::gemm::PlanRequest forced(int path, int block_n, int persistent = -1) {
   fp8::gemm::PlanRequest req;
   req.force_path = path;
   req.force_block_n = block_n;
   req.persistent = persistent;
-  return run_plan(p, req);
+  return req;
+}
+
+// launch_plan; false (the error printed) when the launcher throws.
+bool run_plan(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int sms = 0) {
+  return kernels::test::runs("fp8 gemm", [&] { launch_plan(p, req, sms); });
+}
+
+bool run_gemm(const fp8::GemmParams& p, int path, int block_n, int persistent = -1) {
+  return run_plan(p, forced(path, block_n, persistent));
 }
 
 // The plan's accumulation / cluster choices, for labels and tolerances.
@@ -258,16 +269,16 @@ double accumulation_u(const fp8::gemm::GemmPlan& plan) {
 bool test_gemm(const GemmCase& gc) {
   DeviceGemm g = make_gemm(gc, uint32_t(gc.m * 131 + gc.n * 7 + gc.k));
   const fp8::gemm::GemmPlan plan = plan_of(gc);
-  const fp8::Status s = run_plan(g.p, request_of(gc), gc.sms);
+  const bool launched = run_plan(g.p, request_of(gc), gc.sms);
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-  bool ok = s == fp8::Status::kOk;
+  bool ok = launched;
   const auto d = download(static_cast<__nv_bfloat16*>(g.p.d), gc.m * gc.n);
   bool deterministic = true;
   if (plan.split_k > 1) {
     // the split-K reduction sums in split order: a second run gives the same bits
     KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, gc.m * gc.n * 2));
-    const fp8::Status again_status = run_plan(g.p, request_of(gc), gc.sms);  // always runs (no && short-circuit)
-    ok = ok && again_status == fp8::Status::kOk;
+    const bool again_ran = run_plan(g.p, request_of(gc), gc.sms);  // always runs (no && short-circuit)
+    ok = ok && again_ran;
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
     const auto again = download(static_cast<__nv_bfloat16*>(g.p.d), gc.m * gc.n);
     deterministic = std::memcmp(again.data(), d.data(), d.size() * sizeof(d[0])) == 0;
@@ -307,10 +318,11 @@ bool test_gemm(const GemmCase& gc) {
         break;
       }
     }
-  std::printf("%s gemm %-26s %s x %s M=%-5lld N=%-5lld K=%-5lld extras=%d grid=%-4d status=%s acc_err/sum|ab|=%.1e%s\n",
-              ok ? "PASS" : "FAIL", plan_label(plan).c_str(), fp8::format_name(gc.fa), fp8::format_name(gc.fb),
-              (long long)gc.m, (long long)gc.n, (long long)gc.k, gc.extras, plan.grid, fp8::status_string(s),
-              std::max(worst_u, 0.0), fast_accum ? " (fast accum)" : "");
+  std::printf(
+      "%s gemm %-26s %s x %s M=%-5lld N=%-5lld K=%-5lld extras=%d grid=%-4d launched=%d acc_err/sum|ab|=%.1e%s\n",
+      ok ? "PASS" : "FAIL", plan_label(plan).c_str(), fp8::format_name(gc.fa), fp8::format_name(gc.fb), (long long)gc.m,
+      (long long)gc.n, (long long)gc.k, gc.extras, plan.grid, launched, std::max(worst_u, 0.0),
+      fast_accum ? " (fast accum)" : "");
   std::fflush(stdout);  // a hang shows as the case after the last printed line
   free_gemm(g);
   return ok;
@@ -350,12 +362,6 @@ bool test_scheduler() {
           }
   std::printf("%s tile scheduler covers every tile once (clusters 1 / 2 / 2 x 2, odd tile counts)\n",
               ok ? "PASS" : "FAIL");
-  return ok;
-}
-
-bool expect_status(const char* what, fp8::Status got, fp8::Status want) {
-  const bool ok = got == want;
-  std::printf("%s reject %-28s -> %s\n", ok ? "PASS" : "FAIL", what, fp8::status_string(got));
   return ok;
 }
 
@@ -474,7 +480,7 @@ bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, s
   KERNELS_CUDA_CHECK(cudaMalloc(&d_ref, n * n * 2));
   fp8::GemmParams p_ref = g.p;
   p_ref.d = d_ref;
-  bool ok = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0) == fp8::Status::kOk;
+  bool ok = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0);
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
   const auto ref = download(d_ref, n * n);
   std::vector<__nv_bfloat16> got(n * n);
@@ -485,7 +491,7 @@ bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, s
     const std::string label = label_of(vi, variants[vi]);
     if (only != nullptr && label.find(only) == std::string::npos) continue;
     KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, n * n * 2));
-    const fp8::Status s = run_plan(g.p, req);
+    const bool launched = run_plan(g.p, req);
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
     KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, n * n * 2, cudaMemcpyDeviceToHost));
     double num = 0.0, den = 0.0;
@@ -496,7 +502,7 @@ bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, s
     }
     const double rel = std::sqrt(num / den);
     const bool fast_accum = plan.path == fp8::gemm::Path::kWgmma && plan.accum == fp8::gemm::AccumMode::kFast;
-    const bool good = s == fp8::Status::kOk && rel < (fast_accum ? 1e-2 : 1e-3);
+    const bool good = launched && rel < (fast_accum ? 1e-2 : 1e-3);
     const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
     const double tf = good ? 2.0 * n * n * n / (ms * 1e-3) / 1e12 : 0.0;
     std::printf("%s time %lld^3 %-40s grid=%-4d rel_err_vs_mma_sync=%.2e %8.4f ms %6.0f TFLOP/s\n",
@@ -583,21 +589,21 @@ bool time_decode(const char* only) {
     // The reference runs for every shape, whatever failed before: `ok = ok && run_gemm(...)`
     // skipped it after the first failing row, and every later shape then compared against
     // uninitialised memory (rel_err inf / nan, FAIL on every row).
-    const fp8::Status ref_status = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0);
+    const bool ref_ran = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0);
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
     const auto ref = download(d_ref, elems);
-    if (ref_status != fp8::Status::kOk) {
-      std::printf("FAIL time splitk %s: mma_sync reference: %s\n", shape_label, fp8::status_string(ref_status));
+    if (!ref_ran) {
+      std::printf("FAIL time splitk %s: mma_sync reference did not run\n", shape_label);
       ok = false;
     }
     std::vector<__nv_bfloat16> got(elems);
     Row row{shape_label, std::vector<double>(variants.size(), kNotRun)};
-    for (size_t vi = 0; vi < variants.size() && ref_status == fp8::Status::kOk; ++vi) {
+    for (size_t vi = 0; vi < variants.size() && ref_ran; ++vi) {
       if (only != nullptr && labels[vi].find(only) == std::string::npos) continue;
       const fp8::gemm::PlanRequest req = request_of(variants[vi].second);
       const auto plan = fp8::gemm::plan_gemm(shape.m, shape.n, shape.k, g_sms, g_cc_major, g_cc_minor, req);
       KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, elems * 2));
-      const fp8::Status s = run_plan(g.p, req);
+      const bool launched = run_plan(g.p, req);
       KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
       KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, elems * 2, cudaMemcpyDeviceToHost));
       double num = 0.0, den = 0.0;
@@ -607,7 +613,7 @@ bool time_decode(const char* only) {
         den += r * r;
       }
       const double rel = std::sqrt(num / den);
-      const bool good = s == fp8::Status::kOk && rel < decode_rel_tolerance(plan);
+      const bool good = launched && rel < decode_rel_tolerance(plan);
       const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
       const double tf = good ? 2.0 * shape.m * shape.n * shape.k / (ms * 1e-3) / 1e12 : 0.0;
       std::printf("%s time %-62s grid=%-4d ws=%-9zu rel_err_vs_mma_sync=%.2e %8.2f us %7.1f TFLOP/s\n",
@@ -786,23 +792,27 @@ int correctness_cases() {
   {
     GemmCase gc{64, 64, 64, Format::kE4M3, Format::kE4M3, 0, 0, false};
     DeviceGemm g = make_gemm(gc, 1);
+    using kernels::test::rejects;
+    const fp8::gemm::PlanRequest automatic = forced(-1, 0);
     fp8::GemmParams bad = g.p;
     bad.k = 40;
-    failures += !expect_status("K % 16 != 0", run_gemm(bad, -1, 0), fp8::Status::kUnsupportedK);
+    failures += !rejects<kernels::ValueError>("K % 16 != 0", [&] { launch_plan(bad, automatic); }, "multiple of 16");
     bad = g.p;
     bad.a_format = bad.b_format = Format::kE5M2;
-    failures += !expect_status("e5m2 x e5m2", run_gemm(bad, -1, 0), fp8::Status::kUnsupportedFormats);
+    failures += !rejects<kernels::TypeError>("e5m2 x e5m2", [&] { launch_plan(bad, automatic); }, "format pair");
     bad = g.p;
     bad.a = static_cast<const uint8_t*>(g.p.a) + 8;
-    failures += !expect_status("misaligned A", run_gemm(bad, -1, 0), fp8::Status::kMisaligned);
+    failures += !rejects<kernels::ValueError>("misaligned A", [&] { launch_plan(bad, automatic); }, "16-byte aligned");
     fp8::gemm::PlanRequest unsupported;
     unsupported.force_path = int(fp8::gemm::Path::kWgmma);
     unsupported.force_block_n = 256;
     unsupported.accum = int(fp8::gemm::AccumMode::kPromote);
-    failures += !expect_status("promoted bn256", run_plan(g.p, unsupported), fp8::Status::kUnsupportedPlan);
+    failures +=
+        !rejects<kernels::ValueError>("promoted bn256", [&] { launch_plan(g.p, unsupported); }, "unsupported plan");
     unsupported.force_block_n = 192;
     unsupported.accum = int(fp8::gemm::AccumMode::kPromotePingPong);
-    failures += !expect_status("ping-pong bn192", run_plan(g.p, unsupported), fp8::Status::kUnsupportedPlan);
+    failures +=
+        !rejects<kernels::ValueError>("ping-pong bn192", [&] { launch_plan(g.p, unsupported); }, "unsupported plan");
     if (hopper) {
       fp8::gemm::PlanRequest split;
       split.split_k = 2;
@@ -811,14 +821,17 @@ int correctness_cases() {
       deep.k = 256;
       deep.lda = deep.ldb = 256;
       // the operands are 64 x 64: a K of 256 is never read, the workspace check comes first
-      failures +=
-          !expect_status("split-K without workspace", fp8::gemm::launch_gemm(deep, plan, g_cc_major, g_cc_minor, 0),
-                         fp8::Status::kWorkspace);
+      failures += !rejects<kernels::ValueError>(
+          "split-K without workspace", [&] { fp8::gemm::launch_gemm(deep, plan, g_cc_major, g_cc_minor, 0); },
+          "workspace");
       fp8::gemm::GemmPlan too_many = plan;
       too_many.split_k = fp8::gemm::kMaxSplitK + 1;
-      failures +=
-          !expect_status("split_k > kMaxSplitK", fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0),
-                         fp8::Status::kUnsupportedPlan);
+      failures += !rejects<kernels::ValueError>(
+          "split_k > kMaxSplitK", [&] { fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0); },
+          "unsupported plan");
+    } else {
+      failures += !rejects<kernels::NotImplementedError>(
+          "wgmma path off Hopper", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kWgmma), 0)); }, "sm_90a");
     }
     free_gemm(g);
   }

@@ -1,5 +1,6 @@
 // pybind11 binding of the attention kernels: guards the device, validates the torch inputs
-// (clear TypeError / ValueError), fills AttnParams, dispatches through attn_api.h.
+// (TypeError / ValueError in the style of common/binding.h), fills AttnParams, dispatches through
+// attn_api.h, whose errors (common/errors.h) reach Python as the same exceptions.
 // Module `attention` (built by csrc/CMakeLists.txt into kernels/extension/lib/).
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -10,10 +11,12 @@
 #include <optional>
 #include <string>
 
+#include "../common/binding.h"
 #include "../common/cuda_utils.cuh"
 #include "attn_api.h"
 
 namespace attn = kernels::attention;
+namespace binding = kernels::binding;
 using at::Tensor;
 
 namespace {
@@ -25,10 +28,10 @@ attn::AttnImpl parse_impl(const std::string& impl) {
 }
 
 void check_bf16(const Tensor& t, const char* name, int64_t dims) {
-  TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dims, got shape ", t.sizes());
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16, name, " must be bfloat16, got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must have a contiguous last dim, got strides ", t.strides());
+  binding::check_dims(t, name, dims);
+  binding::check_dtype(t, name, at::kBFloat16);
+  binding::check_cuda(t, name);
+  binding::check_contiguous_last_dim(t, name);
   for (int64_t d = 0; d + 1 < dims; ++d) {
     TORCH_CHECK_VALUE(t.stride(d) % 8 == 0 || t.size(d) == 1, name,
                       " strides must be multiples of 8 elements (16-byte rows), got strides ", t.strides());
@@ -37,15 +40,14 @@ void check_bf16(const Tensor& t, const char* name, int64_t dims) {
 }
 
 void check_int32_cuda(const Tensor& t, const char* name, int64_t dims) {
-  TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dims, got shape ", t.sizes());
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, name, " must be int32, got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must be contiguous in its last dim");
+  binding::check_dims(t, name, dims);
+  binding::check_dtype(t, name, at::kInt);
+  binding::check_cuda(t, name);
+  binding::check_contiguous_last_dim(t, name);
 }
 
-void check_same_device(const Tensor& a, const Tensor& b, const char* name) {
-  TORCH_CHECK_VALUE(a.device() == b.device(), name, " is on ", b.device(), " but q is on ", a.device());
-}
+// Every tensor argument lives on q's device.
+void check_same_device(const Tensor& q, const Tensor& t, const char* name) { binding::check_device(t, name, q, "q"); }
 
 void check_head_dim(int64_t d) {
   TORCH_CHECK_VALUE(d == 64 || d == 128 || d == 256, "head_dim ", d,
@@ -56,13 +58,6 @@ float resolve_scale(std::optional<double> scale, int64_t head_dim) {
   const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   TORCH_CHECK_VALUE(std::isfinite(s) && s > 0.0, "scale must be a positive finite number, got ", s);
   return static_cast<float>(s);
-}
-
-int sm_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
 }
 
 bool capturing() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None; }
@@ -232,7 +227,7 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
 
 void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num_splits, int64_t max_seqlen_k,
                                const std::optional<Tensor>& workspace, attn::AttnImpl impl) {
-  const int sms = sm_count();
+  const int sms = binding::sm_count();
   if (num_splits <= 0) {
     num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
                                          p.head_dim, sms);
@@ -365,7 +360,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group, int64_t max_seqlen_k,
                           int64_t head_dim) {
   check_head_dim(head_dim);
-  const int sms = sm_count();
+  const int sms = binding::sm_count();
   return attn::decode_num_splits(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
                                  static_cast<int>(group), static_cast<int>(max_seqlen_k), static_cast<int>(head_dim),
                                  sms);
@@ -380,6 +375,7 @@ int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
+  binding::register_exceptions();
   m.doc() = "Attention kernels (bf16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
   m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
         py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),

@@ -8,15 +8,12 @@
 namespace kernels::attention {
 
 void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
-  if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits) {
-    throw std::invalid_argument("num_splits must be in [1, " + std::to_string(kMaxDecodeSplits) + "], got " +
-                                std::to_string(p.num_splits));
-  }
-  if (p.num_splits > 1 && (p.o_partial == nullptr || p.lse_partial == nullptr)) {
-    throw std::invalid_argument("num_splits > 1 needs the o_partial / lse_partial workspace");
-  }
+  check(p.num_splits >= 1 && p.num_splits <= kMaxDecodeSplits, "decode: num_splits must be in [1, ", kMaxDecodeSplits,
+        "], got ", p.num_splits);
+  check(p.num_splits == 1 || (p.o_partial != nullptr && p.lse_partial != nullptr),
+        "decode: num_splits > 1 needs the o_partial / lse_partial workspace");
   if (p.batch == 0 || p.seqlen_q == 0) return;
-  DISPATCH_HEAD_DIM(p.head_dim, [&] {
+  KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     using Cfg = DecodeConfig<kHeadDim>;
     const bool paged = p.page_table != nullptr;
     if (impl == AttnImpl::kTensorCore) {
@@ -30,7 +27,7 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 }
 
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms) {
-  const std::pair<int, int> tile = DISPATCH_HEAD_DIM(head_dim, [&] {
+  const std::pair<int, int> tile = KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] {
     using T = DecodeTraits<DecodeConfig<kHeadDim>>;
     return std::pair{T::kBlockN, T::kCtasPerSm};
   });

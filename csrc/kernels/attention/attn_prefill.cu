@@ -7,12 +7,10 @@ namespace kernels::attention {
 void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
   const bool paged = p.page_table != nullptr;
   const bool packed = p.cu_seqlens_q != nullptr;
-  if (paged != packed || (packed && p.q_schedule == nullptr)) {
-    throw std::invalid_argument(
-        "prefill supports dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
-  }
+  check(paged == packed && (!packed || p.q_schedule != nullptr),
+        "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
   if (p.batch == 0) return;
-  DISPATCH_HEAD_DIM(p.head_dim, [&] {
+  KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
         "the packed-Q schedule (prefill_block_m) must fit both tensor-core configurations");
@@ -30,7 +28,7 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
 }
 
 int prefill_block_m(int head_dim) {
-  return DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
+  return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
 }
 
 std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group, int block_m) {

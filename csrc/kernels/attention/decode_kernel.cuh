@@ -12,10 +12,7 @@
 //      otherwise fp32 partial O and LSE for the combine kernel.
 #pragma once
 
-#include <atomic>
-#include <stdexcept>
-#include <string>
-
+#include "../common/launch.cuh"
 #include "configs.cuh"
 
 namespace kernels::attention {
@@ -257,53 +254,6 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
   }
 }
 
-// The kernel's copy of the parameters, with the page-size divisor that PagedKV divides by.
-template <class KV>
-AttnParams with_page_divmod(const AttnParams& p) {
-  AttnParams kp = p;
-  if constexpr (KV::kPaged) kp.page_divmod = FastDivmod(p.page_size);
-  return kp;
-}
-
-inline void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
-  }
-}
-
-// Opts one kernel instantiation into its dynamic shared memory, once per device (the first
-// call, normally a warm-up outside CUDA-graph capture, so captured launches make no
-// configuration calls). Every launcher holds its own function-local static instance: the
-// attribute belongs to one instantiation, and all attention kernels share one function type,
-// so a flag keyed on the type alone would configure only the first kernel ever launched.
-class SmemOptIn {
- public:
-  template <class Kernel>
-  void ensure(Kernel kernel, int bytes) {
-    int device = 0;
-    KERNELS_CUDA_CHECK(cudaGetDevice(&device));
-    if (device < kMaxDevices && configured_[device].load(std::memory_order_acquire)) return;
-    KERNELS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    if (device < kMaxDevices) configured_[device].store(true, std::memory_order_release);
-  }
-
- private:
-  static constexpr int kMaxDevices = 64;
-  std::atomic<bool> configured_[kMaxDevices] = {};
-};
-
-// Grid dimensions y and z are limited to 65535 by the hardware; a larger problem would fail
-// at launch with "invalid argument", so it is rejected with the reason instead.
-inline void check_grid(const dim3& grid, const char* what) {
-  constexpr unsigned kMaxYZ = 65535;
-  if (grid.y > kMaxYZ || grid.z > kMaxYZ) {
-    throw std::invalid_argument(std::string(what) + ": grid (" + std::to_string(grid.x) + ", " +
-                                std::to_string(grid.y) + ", " + std::to_string(grid.z) +
-                                ") exceeds 65535 in y or z (too many heads x query tiles or batch entries)");
-  }
-}
-
 template <class Cfg, AttnImpl kImpl, class KV>
 void launch_decode(const AttnParams& p, cudaStream_t stream) {
   using T = DecodeTraits<Cfg>;
@@ -313,17 +263,15 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
   opt_in.ensure(kernel, T::kSmemBytes);
   const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);
   const int64_t grid_y = row_tiles * p.heads_kv;
-  if (grid_y > 65535) {
-    throw std::invalid_argument("decode: heads_kv * ceil(seqlen_q * group / 16) = " + std::to_string(grid_y) +
-                                " exceeds 65535; use prefill for long query blocks");
-  }
+  check(grid_y <= 65535, "decode: heads_kv * ceil(seqlen_q * group / 16) must be <= 65535, got ", grid_y,
+        "; use prefill for long query blocks");
   const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
-  check_grid(grid, "attn_decode_kernel");
+  check_grid(grid, "attn_decode_kernel", "too many heads x query tiles or batch entries");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
   check_launch("attn_decode_kernel");
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    if (rows > 0x7fffffff) throw std::invalid_argument("decode: batch * heads_q * seqlen_q exceeds 2^31 - 1");
+    check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
     attn_decode_combine_kernel<kD><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
     check_launch("attn_decode_combine_kernel");
   }

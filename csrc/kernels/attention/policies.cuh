@@ -96,4 +96,13 @@ struct PackedQ {
   }
 };
 
+// The kernel's copy of the parameters, with the page-size divisor that PagedKV divides by (the
+// launchers pass this, so callers set page_size only).
+template <class KV>
+AttnParams with_page_divmod(const AttnParams& p) {
+  AttnParams kp = p;
+  if constexpr (KV::kPaged) kp.page_divmod = FastDivmod(p.page_size);
+  return kp;
+}
+
 }  // namespace kernels::attention

@@ -18,8 +18,8 @@
 
 #include <type_traits>
 
+#include "../common/launch.cuh"
 #include "configs.cuh"
-#include "decode_kernel.cuh"  // check_launch, check_grid, SmemOptIn
 #include "wgmma_math.cuh"
 
 namespace kernels::attention {
@@ -367,15 +367,15 @@ void launch_prefill(const AttnParams& p, cudaStream_t stream) {
   opt_in.ensure(kernel, T::kSmemBytes);
   const int64_t q_tiles =
       QS::kPacked ? p.num_q_tiles : ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kBlockM);
-  if (q_tiles > 0x7fffffff) throw std::invalid_argument("prefill: too many query tiles for one launch");
+  check(q_tiles <= 0x7fffffff, "prefill: query tiles per launch must be < 2^31, got ", q_tiles);
   dim3 grid(static_cast<unsigned>(q_tiles), p.heads_kv, QS::kPacked ? 1 : p.batch);
   if (Cfg::kLongestFirst && !QS::kPacked && p.causal) {
     const int64_t ctas = q_tiles * p.heads_kv * p.batch;
-    if (ctas > 0x7fffffff) throw std::invalid_argument("prefill: too many CTAs for one launch");
+    check(ctas <= 0x7fffffff, "prefill: CTAs per launch must be < 2^31, got ", ctas);
     grid = dim3(static_cast<unsigned>(ctas), 1, 1);
   }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  check_grid(grid, "attn_prefill_kernel");
+  check_grid(grid, "attn_prefill_kernel", "too many heads x query tiles or batch entries");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
   check_launch("attn_prefill_kernel");
 }

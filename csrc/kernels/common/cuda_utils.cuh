@@ -6,19 +6,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
-// Host-side check for code that cannot return an error (tests, benchmarks): throws, so a
-// Python caller gets a RuntimeError instead of a dead process.
-#define KERNELS_CUDA_CHECK(expr)                                                                                       \
-  do {                                                                                                                 \
-    cudaError_t kernels_err_ = (expr);                                                                                 \
-    if (kernels_err_ != cudaSuccess) {                                                                                 \
-      throw std::runtime_error(std::string(#expr) + " failed at " + __FILE__ + ":" + std::to_string(__LINE__) + ": " + \
-                               cudaGetErrorString(kernels_err_));                                                      \
-    }                                                                                                                  \
-  } while (0)
+#include "errors.h"
 
 namespace kernels {
 
@@ -38,7 +27,7 @@ struct FastDivmod {
 
   FastDivmod() = default;
   __host__ explicit FastDivmod(int d) : divisor(d) {
-    if (d < 1) throw std::invalid_argument("FastDivmod: divisor must be >= 1, got " + std::to_string(d));
+    check(d >= 1, "FastDivmod: divisor must be >= 1, got ", d);
     if (d == 1) return;
     int l = 0;
     while ((1ll << l) < d) ++l;
@@ -100,25 +89,25 @@ __device__ __forceinline__ float warp_reduce_sum(float x) {
 }  // namespace kernels
 
 // Runtime head_dim -> compile-time constant `kHeadDim`, the one place where that choice is
-// made; the error lists what is supported. Usage: DISPATCH_HEAD_DIM(d, [&] { f<kHeadDim>(); });
+// made; the error lists what is supported. Usage: KERNELS_DISPATCH_HEAD_DIM(d, [&] { f<kHeadDim>(); });
 #define KERNELS_SUPPORTED_HEAD_DIMS "64, 128, 256"
-#define DISPATCH_HEAD_DIM(head_dim, ...)                                                           \
-  [&] {                                                                                            \
-    switch (head_dim) {                                                                            \
-      case 64: {                                                                                   \
-        constexpr int kHeadDim = 64;                                                               \
-        return __VA_ARGS__();                                                                      \
-      }                                                                                            \
-      case 128: {                                                                                  \
-        constexpr int kHeadDim = 128;                                                              \
-        return __VA_ARGS__();                                                                      \
-      }                                                                                            \
-      case 256: {                                                                                  \
-        constexpr int kHeadDim = 256;                                                              \
-        return __VA_ARGS__();                                                                      \
-      }                                                                                            \
-      default:                                                                                     \
-        throw std::invalid_argument("head_dim " + std::to_string(head_dim) +                       \
-                                    " is not supported; supported: " KERNELS_SUPPORTED_HEAD_DIMS); \
-    }                                                                                              \
+#define KERNELS_DISPATCH_HEAD_DIM(head_dim, ...)                                                                     \
+  [&] {                                                                                                              \
+    switch (head_dim) {                                                                                              \
+      case 64: {                                                                                                     \
+        constexpr int kHeadDim = 64;                                                                                 \
+        return __VA_ARGS__();                                                                                        \
+      }                                                                                                              \
+      case 128: {                                                                                                    \
+        constexpr int kHeadDim = 128;                                                                                \
+        return __VA_ARGS__();                                                                                        \
+      }                                                                                                              \
+      case 256: {                                                                                                    \
+        constexpr int kHeadDim = 256;                                                                                \
+        return __VA_ARGS__();                                                                                        \
+      }                                                                                                              \
+      default:                                                                                                       \
+        throw ::kernels::ValueError(                                                                                 \
+            ::kernels::concat("head_dim ", head_dim, " is not supported; supported: " KERNELS_SUPPORTED_HEAD_DIMS)); \
+    }                                                                                                                \
   }()

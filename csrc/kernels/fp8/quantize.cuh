@@ -16,9 +16,10 @@
 
 #include <cstdint>
 
+#include "../common/launch.cuh"
 #include "common.h"
 
-namespace fp8 {
+namespace kernels::fp8 {
 
 namespace quantize_detail {
 
@@ -141,20 +142,21 @@ inline bool quantize_vectorizable(const QuantizeParams& p) {
 }
 
 template <Format F, bool kVec>
-Status launch_quantize_format(const QuantizeParams& p, int blocks, cudaStream_t stream) {
+void launch_quantize_format(const QuantizeParams& p, int blocks, cudaStream_t stream) {
   using namespace quantize_detail;
   if (p.out != nullptr && p.out_t != nullptr) quantize_kernel<F, kVec, true, true><<<blocks, kThreads, 0, stream>>>(p);
   else if (p.out != nullptr) quantize_kernel<F, kVec, true, false><<<blocks, kThreads, 0, stream>>>(p);
   else if (p.out_t != nullptr) quantize_kernel<F, kVec, false, true><<<blocks, kThreads, 0, stream>>>(p);
   else  // amax only
     quantize_kernel<F, kVec, false, false><<<blocks, kThreads, 0, stream>>>(p);
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("fp8 quantize_kernel");
 }
 
-// Runtime format and vector path -> template instance, in one place.
-inline Status launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
-  if (p.rows == 0 || p.cols == 0) return Status::kOk;
-  if (p.out == nullptr && p.out_t == nullptr && p.amax == nullptr) return Status::kOk;
+// Runtime format and vector path -> template instance, in one place. Throws
+// kernels::CudaError when the launch fails.
+inline void launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return;
+  if (p.out == nullptr && p.out_t == nullptr && p.amax == nullptr) return;
   const QuantizeParams& q = p;
   const int64_t tiles =
       ceil_div<int64_t>(p.rows, quantize_detail::kTile) * ceil_div<int64_t>(p.cols, quantize_detail::kTile);
@@ -168,4 +170,4 @@ inline Status launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t
              : launch_quantize_format<Format::kE5M2, false>(q, blocks, stream);
 }
 
-}  // namespace fp8
+}  // namespace kernels::fp8

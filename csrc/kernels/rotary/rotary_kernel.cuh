@@ -16,9 +16,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/launch.cuh"
 #include "rotary_params.h"
 
-namespace rotary {
+namespace kernels::rotary {
 
 // N elements of T in one aligned access (16 bytes at N = 8 for 2-byte types).
 template <typename T, int N>
@@ -207,24 +208,16 @@ inline LaunchShape plan_launch(const RotaryParams& p, int vector_width, int num_
   return shape;
 }
 
-enum class Status { kOk, kBadShape, kMisaligned, kLaunchFailed };
-
-inline const char* status_string(Status s) {
-  switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kBadShape: return "rotary_dim must be even, positive and <= head_dim";
-    case Status::kMisaligned: return "interleaved layout needs even strides and 4-byte aligned pointers";
-    case Status::kLaunchFailed: return "kernel launch failed";
-  }
-  return "unknown";
-}
-
+// Rotates q (and k) on `stream`; errors as in common/errors.h (kernels::ValueError for a
+// rotary_dim or an interleaved layout the kernel cannot take, kernels::CudaError for a failed
+// launch).
 template <typename T>
-Status launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
-  if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim) return Status::kBadShape;
-  if (int64_t(p.batch) * p.seqlen == 0 || p.heads_q + p.heads_k == 0) return Status::kOk;
+void launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
+  check(p.rotary_dim > 0 && p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim,
+        "rotary: rotary_dim must be even, positive and <= head_dim = ", p.head_dim, ", got ", p.rotary_dim);
+  if (int64_t(p.batch) * p.seqlen == 0 || p.heads_q + p.heads_k == 0) return;
   const int n = pick_vector_width(p, sizeof(T));
-  if (n == 0) return Status::kMisaligned;
+  check(n > 0, "rotary: the interleaved layout needs even strides and 4-byte aligned pointers");
   const LaunchShape shape = plan_launch(p, n, num_sms);
   const bool interleaved = p.layout == Layout::kInterleaved;
   // runtime width and layout -> template instance, in one place
@@ -236,7 +229,7 @@ Status launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
     default: ROTARY_LAUNCH(1, Layout::kHalfSplit); break;
   }
 #undef ROTARY_LAUNCH
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("rotary_kernel");
 }
 
-}  // namespace rotary
+}  // namespace kernels::rotary

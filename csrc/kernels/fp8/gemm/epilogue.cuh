@@ -14,7 +14,7 @@
 
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 struct Epilogue {
   float alpha = 1.f;  // *scale_a * *scale_b, read once per thread
@@ -174,4 +174,4 @@ __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const GemmParam
   }
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

@@ -10,7 +10,7 @@
 
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // ---- shared-memory addresses and mbarriers ------------------------------------------------
 
@@ -140,10 +140,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A K-major fp8 matrix [rows, k] (row stride ld bytes) read in boxes of box_k x box_rows
 // with the 128-byte swizzle WGMMA expects; out-of-bounds rows and k are zero-filled, so
 // the M, N and K tails need no predication in the mainloop.
-inline Status make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_t ld, int box_rows,
-                              int box_k) {
+inline void make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_t ld, int box_rows,
+                            int box_k) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return Status::kDriverEntryPoint;
+  check<CudaError>(encode != nullptr, "fp8 gemm: cuTensorMapEncodeTiled is not available from the driver");
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(ld)};
   const cuuint32_t box[2] = {cuuint32_t(box_k), cuuint32_t(box_rows)};
@@ -151,7 +151,8 @@ inline Status make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, i
   const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
                               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return res == CUDA_SUCCESS ? Status::kOk : Status::kTensorMapFailed;
+  check<CudaError>(res == CUDA_SUCCESS, "fp8 gemm: cuTensorMapEncodeTiled rejected the tensor map of a [", rows, ", ",
+                   k, "] operand (row stride ", ld, " bytes, box ", box_rows, " x ", box_k, "): CUresult ", int(res));
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

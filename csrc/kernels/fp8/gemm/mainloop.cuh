@@ -23,7 +23,7 @@
 #include "policy.cuh"
 #include "wgmma.cuh"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 struct PipelineState {
   int stage = 0;
@@ -407,4 +407,4 @@ struct Sm89Mainloop {
   }
 };
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

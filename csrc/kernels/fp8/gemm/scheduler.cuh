@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // K-block range [begin, end) of split s of k_blocks over `splits` (<= k_blocks): sizes differ
 // by at most one, none is empty. 32-bit unsigned arithmetic (a 64-bit division is a called
@@ -58,4 +58,4 @@ struct TileScheduler {
   }
 };
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

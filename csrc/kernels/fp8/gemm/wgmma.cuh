@@ -9,7 +9,7 @@
 #include "../../common/sm90.cuh"
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 // m64n64k32: 32 f32 accumulators per thread; %32, %33 descriptors, %34 scale-d.
 #define FP8_WGMMA_M64N64K32(TA, TB)                                                                                 \
   asm volatile(                                                                                                     \
@@ -152,14 +152,10 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 #undef FP8_WGMMA_M64N192K32
 #undef FP8_WGMMA_M64N256K32
 
-using kernels::wgmma_commit;
-using kernels::wgmma_fence;
-using kernels::wgmma_wait;
-
 // Descriptor of a K-major tile written by TMA with the 128-byte swizzle: packed 128-byte rows,
 // so 1024 bytes between 8-row groups; a k32 step inside the row advances the start by 32 B.
 __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr) {
-  return kernels::make_sw128_desc(smem_byte_addr, 16, 1024);
+  return make_sw128_desc(smem_byte_addr, 16, 1024);
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm
