@@ -5,8 +5,8 @@
 //   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
 //     and dividends across [0, 2^31);
 //   - the error model: host rejections throw the types of common/errors.h.
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu -o build/attn_host_test
+//   python -m tools.nvcc csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu \
+//       && build/csrc-tests/attn_host_test
 #include <cstdint>
 #include <cstdio>
 #include <random>

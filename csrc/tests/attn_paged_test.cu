@@ -3,9 +3,8 @@
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's).
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
-//        csrc/kernels/attention/attn_prefill.cu -o build/attn_paged_test && ./build/attn_paged_test
+//   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
+//       csrc/kernels/attention/attn_prefill.cu && build/csrc-tests/attn_paged_test
 #include <algorithm>
 #include <cstdio>
 #include <numeric>

@@ -6,9 +6,8 @@
 // default and sm90). "default" is the mma.sync configuration (PrefillConfig); on
 // Hopper run_prefill takes "sm90" (PrefillConfigSm90, WGMMA), which needs an sm_90a build.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \
-//        csrc/kernels/attention/attn_prefill.cu -o build/attn_test && ./build/attn_test
+//   python -m tools.nvcc csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \
+//       csrc/kernels/attention/attn_prefill.cu && build/csrc-tests/attn_test
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

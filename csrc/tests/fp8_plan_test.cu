@@ -1,5 +1,5 @@
 // Host-only test of the FP8 GEMM planner's split-K choices (no GPU, no kernel launched):
-//   nvcc -std=c++17 -O2 -I csrc/kernels csrc/tests/fp8_plan_test.cu -o /tmp/fp8_plan_test && /tmp/fp8_plan_test
+//   python -m tools.nvcc csrc/tests/fp8_plan_test.cu && build/csrc-tests/fp8_plan_test
 // Checks, on an H200-like device (132 SMs, sm_90a): automatic plans do not split while
 // PlannerDefaults::kAutoSplitK is off; the cost model (split_k_model) leaves problems whose
 // tiles fill the SMs as with split-K off (the big squares keep their tiles), its splits respect

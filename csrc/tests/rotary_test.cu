@@ -1,7 +1,6 @@
 // Standalone test of the rotary launcher (no torch): every layout / width / table mode
 // against a double-precision CPU reference. Build and run:
-//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/rotary_test.cu -o build/rotary_test && build/rotary_test
+//   python -m tools.nvcc csrc/tests/rotary_test.cu && build/csrc-tests/rotary_test
 // Exit status 0 when every case passes.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
