@@ -9,6 +9,8 @@ temporary directory (nothing cached in the repo).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import tempfile
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import nvcc
+from tools import build_ext, nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
@@ -134,3 +136,45 @@ def test_nvcc_flags_are_written_once():
             continue
         offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in FLAG_SPELLINGS.finditer(path.read_text())]
     assert not offenders, "nvcc flags spelled outside csrc/nvcc.flags:\n" + "\n".join(offenders)
+
+
+# ---- build_ext --if-stale (make test) -----------------------------------------------------------
+
+class FakeTorch:
+    __version__ = "2.13.0"
+
+
+def fake_build(lib: Path, names, info: dict | None):
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (lib / f"{name}.so").write_bytes(b"")
+    if info is not None:
+        (lib / "build_info.json").write_text(json.dumps(info))
+
+
+def test_stale_reason(monkeypatch, tmp_path):
+    lib = tmp_path / "lib"
+    monkeypatch.setattr(build_ext, "LIB_DIR", lib)
+    names = build_ext.module_names()
+    assert names == ["attention", "rotary", "fp8"]
+    assert build_ext.stale_reason(FakeTorch, "90a") == f"not built: {', '.join(names)}"
+    fake_build(lib, names[:1], None)
+    assert build_ext.stale_reason(FakeTorch, "90a") == f"not built: {', '.join(names[1:])}"
+    fake_build(lib, names, {"arch": "89", "torch": "2.13.0"})
+    assert "sm_89" in build_ext.stale_reason(FakeTorch, "90a")
+    fake_build(lib, names, {"arch": "90a", "torch": "2.13.0"})
+    newest = max(p.stat().st_mtime for p in CSRC.rglob("*") if p.is_file())
+    for so in lib.glob("*.so"):
+        os.utime(so, (newest + 10, newest + 10))
+    assert build_ext.stale_reason(FakeTorch, "90a") is None
+    os.utime(lib / "fp8.so", (0, 0))  # older than every source
+    assert build_ext.stale_reason(FakeTorch, "90a").startswith("older than csrc/")
+
+
+def test_if_stale_skips_without_a_cuda_device(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only path")
+    assert build_ext.main(["--if-stale"]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
