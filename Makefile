@@ -20,10 +20,12 @@ setup: $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/.installed)
 compare: setup          ## measure on the GPU, or compile report + recorded H200 numbers without one
 	$(PY) -m tools.compare $(KERNELS)
 
-test: setup             ## CPU tests always; GPU tests too where CUDA is present
+test: setup             ## CPU tests always; GPU tests too where CUDA is present (csrc built first)
+	$(PY) -m tools.build_ext --if-stale
 	$(PY) -m pytest -q
 
 test-gpu: setup
+	$(PY) -m tools.build_ext --if-stale
 	$(PY) -m pytest -q -m gpu $(GPU_ISOLATION)
 
 lint: setup             ## ruff, with the rules in pyproject.toml

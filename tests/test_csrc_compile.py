@@ -1,14 +1,17 @@
 """CPU CI: compile every torch-free CUDA translation unit in csrc/ for sm_90a and check the
-ptxas resource report (no register spills where none are expected). Skips without nvcc.
+ptxas resource report (no register spills where none are expected), with the flags of
+csrc/nvcc.flags (tools/nvcc.py), the ones the extension build uses. Skips without nvcc.
 
 A translation unit is torch-free when it includes neither torch nor ATen; new modules' TUs
-are picked up automatically. Objects go to a temporary directory (nothing cached in the repo).
+and the standalone tests (csrc/tests/*.cu) are picked up automatically. Objects go to a
+temporary directory (nothing cached in the repo).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -16,15 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from tools import build_ext, nvcc
+
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+NVCC = nvcc.find_nvcc()
 TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch/|ATen/|c10/)')
 
 # Kernels allowed to spill (mangled-name substring -> why). Empty: every kernel fits today.
 SPILLS_ALLOWED: dict[str, str] = {}
 
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 
 def torch_free_units() -> list[Path]:
@@ -46,8 +51,7 @@ def parse_ptxas(report: str) -> dict[str, dict]:
 
 
 def compile_unit(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
-    cmd = [NVCC, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-c", "-Xptxas", "-v",
-           "-I", str(CSRC / "kernels"), str(path), "-o", str(out_dir / (path.stem + ".o"))]
+    cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=("-Xptxas", "-v"))
     return path, subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -69,6 +73,7 @@ def test_parse_ptxas_report():
     assert parse_ptxas(report) == {"_Z3foov": {"spill_stores": 4, "spill_loads": 8, "registers": 255}}
 
 
+@needs_nvcc
 def test_torch_free_units_compile_without_spills(compiled):
     failures, table = [], []
     for path, result in compiled:
@@ -85,24 +90,91 @@ def test_torch_free_units_compile_without_spills(compiled):
     assert not failures, "\n".join(failures)
 
 
+@needs_nvcc
 def test_attention_kernels_are_in_the_report(compiled):
     names = "".join(r.stdout + r.stderr for _, r in compiled)
     for kernel in ("attn_decode_kernel", "attn_decode_combine_kernel", "attn_prefill_kernel"):
         assert kernel in names, f"{kernel} was not compiled by any torch-free unit"
 
 
+@needs_nvcc
 def test_attention_host_math():
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which
     checks that the decode split heuristic picks the split counts measured best on the H200 and
     that FastDivmod divides exactly (no GPU needed)."""
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "attn_host_test"
-        build = subprocess.run(
-            [NVCC, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(CSRC / "kernels"),
-             str(CSRC / "tests" / "attn_host_test.cu"), str(CSRC / "kernels" / "attention" / "attn_decode.cu"),
-             "-o", str(exe)],
-            capture_output=True, text=True)
+        sources = [CSRC / "tests" / "attn_host_test.cu", CSRC / "kernels" / "attention" / "attn_decode.cu"]
+        build = subprocess.run(nvcc.command(sources, exe, nvcc=NVCC), capture_output=True, text=True)
         assert build.returncode == 0, build.stderr[-3000:]
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "0 failure(s)" in run.stdout
+
+
+# ---- one set of nvcc flags --------------------------------------------------------------------
+
+def test_nvcc_flags_name_one_standard_and_the_hopper_target():
+    assert nvcc.cxx_standard() == 20
+    assert nvcc.gencode() == "-gencode=arch=compute_90a,code=sm_90a"
+    assert not [f for f in nvcc.flags() if f.startswith(("-gencode", "-arch", "--generate-code"))], \
+        "the target is not a flag of nvcc.flags (build_ext builds for the device, the checks for sm_90a)"
+
+
+FLAG_SPELLINGS = re.compile(r"-std=c\+\+\d+|-gencode|--expt-relaxed-constexpr|-diag-suppress|CMAKE_CUDA_STANDARD \d")
+
+
+def test_nvcc_flags_are_written_once():
+    """csrc/nvcc.flags is the one place: CMake reads it, and no tool, test or source spells a
+    flag of its own (tools/nvcc.py turns an architecture into its -gencode)."""
+    cmake = (CSRC / "CMakeLists.txt").read_text()
+    assert "nvcc.flags" in cmake and not FLAG_SPELLINGS.search(cmake)
+    offenders = []
+    for path in [*(ROOT / "tools").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *CSRC.rglob("*.cu*"),
+                 *CSRC.rglob("*.h"), ROOT / "Makefile", ROOT / "pyproject.toml"]:
+        if path in (ROOT / "tools" / "nvcc.py", Path(__file__).resolve()):
+            continue
+        offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in FLAG_SPELLINGS.finditer(path.read_text())]
+    assert not offenders, "nvcc flags spelled outside csrc/nvcc.flags:\n" + "\n".join(offenders)
+
+
+# ---- build_ext --if-stale (make test) -----------------------------------------------------------
+
+class FakeTorch:
+    __version__ = "2.13.0"
+
+
+def fake_build(lib: Path, names, info: dict | None):
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (lib / f"{name}.so").write_bytes(b"")
+    if info is not None:
+        (lib / "build_info.json").write_text(json.dumps(info))
+
+
+def test_stale_reason(monkeypatch, tmp_path):
+    lib = tmp_path / "lib"
+    monkeypatch.setattr(build_ext, "LIB_DIR", lib)
+    names = build_ext.module_names()
+    assert names == ["attention", "rotary", "fp8"]
+    assert build_ext.stale_reason(FakeTorch, "90a") == f"not built: {', '.join(names)}"
+    fake_build(lib, names[:1], None)
+    assert build_ext.stale_reason(FakeTorch, "90a") == f"not built: {', '.join(names[1:])}"
+    fake_build(lib, names, {"arch": "89", "torch": "2.13.0"})
+    assert "sm_89" in build_ext.stale_reason(FakeTorch, "90a")
+    fake_build(lib, names, {"arch": "90a", "torch": "2.13.0"})
+    newest = max(p.stat().st_mtime for p in CSRC.rglob("*") if p.is_file())
+    for so in lib.glob("*.so"):
+        os.utime(so, (newest + 10, newest + 10))
+    assert build_ext.stale_reason(FakeTorch, "90a") is None
+    os.utime(lib / "fp8.so", (0, 0))  # older than every source
+    assert build_ext.stale_reason(FakeTorch, "90a").startswith("older than csrc/")
+
+
+def test_if_stale_skips_without_a_cuda_device(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only path")
+    assert build_ext.main(["--if-stale"]) == 0
+    assert "no CUDA device" in capsys.readouterr().out

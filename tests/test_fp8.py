@@ -105,20 +105,17 @@ def test_gemm_planner_split_k_host():
     model leaves every plan that fills the SMs unchanged, respects the planner's limits and picks
     the listed split counts for the decode shapes, and that split_k_range partitions the
     k-blocks."""
-    import shutil
     import subprocess
     import tempfile
     from pathlib import Path
 
-    default_nvcc = Path("/usr/local/cuda/bin/nvcc")
-    nvcc = shutil.which("nvcc") or (str(default_nvcc) if default_nvcc.exists() else None)
-    if nvcc is None:
+    from tools import nvcc
+
+    if nvcc.find_nvcc() is None:
         pytest.skip("nvcc not found")
-    csrc = Path(__file__).resolve().parents[1] / "csrc"
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "fp8_plan_test"
-        build = subprocess.run([nvcc, "-std=c++17", "-O2", "-I", str(csrc / "kernels"),
-                                str(csrc / "tests" / "fp8_plan_test.cu"), "-o", str(exe)],
+        build = subprocess.run(nvcc.command([nvcc.CSRC / "tests" / "fp8_plan_test.cu"], exe),
                                capture_output=True, text=True)
         assert build.returncode == 0, build.stderr[-3000:]
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)

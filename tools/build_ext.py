@@ -3,10 +3,17 @@
     python -m tools.build_ext                  # every module in csrc/CMakeLists.txt KERNEL_NAMES
     python -m tools.build_ext --only attention # one module
     python -m tools.build_ext --arch 90a       # override the architecture (default: the device's)
+    python -m tools.build_ext --if-stale       # what `make test` runs: build only when needed
 
 Drives CMake with torch's CMake package (torch.utils.cmake_prefix_path) and pybind11 from
-torch's headers; sm_90a on Hopper. Without nvcc or a CUDA build of torch it prints why and
-exits 0, so CPU-only machines can run it harmlessly. A compile error exits non-zero.
+torch's headers; sm_90a on Hopper; the nvcc flags are csrc/nvcc.flags (tools/nvcc.py). Without
+nvcc or a CUDA build of torch it prints why and exits 0, so CPU-only machines can run it
+harmlessly. A compile error exits non-zero.
+
+``--if-stale`` builds only where a CUDA device is present and the modules are missing or older
+than csrc/ (or were built for another torch or architecture); where the device is present but
+the build cannot run (no nvcc, no cmake) it exits non-zero saying so, since the GPU tests would
+otherwise skip every csrc kernel without a word.
 """
 
 from __future__ import annotations
@@ -20,17 +27,12 @@ import sys
 import time
 from pathlib import Path
 
+from tools.nvcc import CSRC, find_nvcc
+
 ROOT = Path(__file__).resolve().parents[1]
-CSRC = ROOT / "csrc"
 LIB_DIR = ROOT / "kernels" / "extension" / "lib"
 BUILD_DIR = ROOT / "build" / "csrc"
-
-
-def find_nvcc() -> str | None:
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "nvcc").exists():
-            return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".txt", ".flags")
 
 
 def device_arch(torch) -> str | None:
@@ -40,6 +42,32 @@ def device_arch(torch) -> str | None:
     major, minor = torch.cuda.get_device_capability()
     arch = f"{major}{minor}"
     return arch + "a" if (major, minor) in ((9, 0), (10, 0)) else arch
+
+
+def module_names() -> list[str]:
+    """KERNEL_NAMES of csrc/CMakeLists.txt: the modules a full build writes."""
+    text = (CSRC / "CMakeLists.txt").read_text()
+    block = text[text.index("set(KERNEL_NAMES") + len("set(KERNEL_NAMES"):]
+    return block[: block.index(")")].split()
+
+
+def stale_reason(torch, arch: str) -> str | None:
+    """Why the built modules do not match csrc/ and this torch, or None when they do."""
+    missing = [name for name in module_names() if not (LIB_DIR / f"{name}.so").exists()]
+    if missing:
+        return f"not built: {', '.join(missing)}"
+    info_path = LIB_DIR / "build_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    if info.get("torch") != torch.__version__ or info.get("arch") != arch:
+        return (f"built for torch {info.get('torch')} / sm_{info.get('arch')}, "
+                f"this is torch {torch.__version__} / sm_{arch}")
+    built = min((LIB_DIR / f"{name}.so").stat().st_mtime for name in module_names())
+    newer = sorted(str(p.relative_to(ROOT)) for p in CSRC.rglob("*")
+                   if p.suffix in SOURCE_SUFFIXES and "tests" not in p.relative_to(CSRC).parts
+                   and p.stat().st_mtime > built)
+    if newer:
+        return f"older than {', '.join(newer[:3])}{' ...' if len(newer) > 3 else ''}"
+    return None
 
 
 def skip(reason: str) -> int:
@@ -53,7 +81,8 @@ def cmake_configure(build_dir: Path, arch: str, nvcc: str, torch, manual: bool) 
     args = [
         "cmake", "-S", str(CSRC), "-B", str(build_dir),
         "-DCMAKE_BUILD_TYPE=Release",
-        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
+        # SASS for the one target only (90a-real: as tools.nvcc.gencode("90a"))
+        f"-DCMAKE_CUDA_ARCHITECTURES={arch}-real",
         f"-DCMAKE_CUDA_COMPILER={nvcc}",
         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
         f"-DPython_EXECUTABLE={sys.executable}",
@@ -70,37 +99,9 @@ def cmake_configure(build_dir: Path, arch: str, nvcc: str, torch, manual: bool) 
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", default=None, help="module name (repeatable)")
-    parser.add_argument("--arch", default=os.environ.get("KERNELS_CUDA_ARCH"), help="e.g. 90a")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
-    parser.add_argument("--clean", action="store_true", help="remove the CMake build directory first")
-    args = parser.parse_args(argv)
-    if args.arch == "90":
-        # Plain sm_90 code has no warpgroup MMA or TMA; the Hopper paths (FP8 GEMM, tensor-core
-        # prefill) are chosen by compute capability and would trap in such a build.
-        print("build_ext: --arch 90 lacks the sm_90a features the Hopper kernels use; pass --arch 90a",
-              file=sys.stderr)
-        return 2
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
-    if shutil.which("cmake") is None:
-        return skip("cmake not found")
-    try:
-        import torch
-    except ImportError:
-        return skip("torch is not installed")
-    if torch.version.cuda is None:
-        return skip(f"torch {torch.__version__} is a CPU-only build")
-    arch = args.arch or device_arch(torch)
-    if arch is None:
-        return skip("no CUDA device to pick the architecture from; pass --arch (e.g. 90a)")
-
+def build(torch, arch: str, nvcc: str, only: list[str] | None, jobs: int, clean: bool) -> int:
     start = time.time()
-    if args.clean and BUILD_DIR.parent.exists():
+    if clean and BUILD_DIR.parent.exists():
         shutil.rmtree(BUILD_DIR.parent)
     LIB_DIR.mkdir(parents=True, exist_ok=True)
     build_dir = BUILD_DIR
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         print("build_ext: CMake configure failed", file=sys.stderr)
         return 1
 
-    cmd = ["cmake", "--build", str(build_dir), "-j", str(args.jobs)]
-    for name in args.only or []:
+    cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs)]
+    for name in only or []:
         cmd += ["--target", name]
     print(f"build_ext: building for sm_{arch} with {nvcc} ...", flush=True)
     built = subprocess.run(cmd, cwd=ROOT)
@@ -132,6 +133,57 @@ def main(argv: list[str] | None = None) -> int:
     modules = sorted(p.name for p in LIB_DIR.glob("*.so"))
     print(f"build_ext: done in {time.time() - start:.0f}s: {', '.join(modules)} in {LIB_DIR}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=None, help="module name (repeatable)")
+    parser.add_argument("--arch", default=os.environ.get("KERNELS_CUDA_ARCH"), help="e.g. 90a")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    parser.add_argument("--clean", action="store_true", help="remove the CMake build directory first")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="only with a CUDA device, and only when the modules are missing or out of date; "
+                             "fail when they are but cannot be built")
+    args = parser.parse_args(argv)
+    if args.arch == "90":
+        # Plain sm_90 code has no warpgroup MMA or TMA; the Hopper paths (FP8 GEMM, tensor-core
+        # prefill) are chosen by compute capability and would trap in such a build.
+        print("build_ext: --arch 90 lacks the sm_90a features the Hopper kernels use; pass --arch 90a",
+              file=sys.stderr)
+        return 2
+
+    try:
+        import torch
+    except ImportError:
+        return skip("torch is not installed")
+    if args.if_stale:
+        if torch.version.cuda is None or not torch.cuda.is_available():
+            return skip("no CUDA device (the csrc GPU tests skip)")
+        arch = args.arch or device_arch(torch)
+        reason = stale_reason(torch, arch)
+        if reason is None:
+            print(f"build_ext: up to date ({', '.join(module_names())} for sm_{arch})")
+            return 0
+        missing = [tool for tool, found in (("nvcc", find_nvcc()), ("cmake", shutil.which("cmake"))) if not found]
+        if missing:
+            print(f"build_ext: the CUDA extension is {reason}, and this CUDA machine cannot build it: "
+                  f"{' and '.join(missing)} not found (set CUDA_HOME or put them on PATH); without it every "
+                  "csrc GPU test would skip", file=sys.stderr)
+            return 1
+        print(f"build_ext: the CUDA extension is {reason}: building", flush=True)
+        return build(torch, arch, find_nvcc(), args.only, args.jobs, args.clean)
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    if shutil.which("cmake") is None:
+        return skip("cmake not found")
+    if torch.version.cuda is None:
+        return skip(f"torch {torch.__version__} is a CPU-only build")
+    arch = args.arch or device_arch(torch)
+    if arch is None:
+        return skip("no CUDA device to pick the architecture from; pass --arch (e.g. 90a)")
+    return build(torch, arch, nvcc, args.only, args.jobs, args.clean)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's).
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
-//        csrc/kernels/attention/attn_prefill.cu -o build/attn_paged_test && ./build/attn_paged_test
+//   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
+//       csrc/kernels/attention/attn_prefill.cu && build/csrc-tests/attn_paged_test
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -21,273 +20,310 @@ using namespace kernels::attention;
 // decode: q [B, 1, Hq, D]; prefill: packed q [sum(q_lens), Hq, D].
 static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv,
                      int d, int page_size, bool causal, AttnImpl impl) {
-    const int b = int(k_lens.size());
-    const int max_k = *std::max_element(k_lens.begin(), k_lens.end());
-    const int max_pages = (max_k + page_size - 1) / page_size;
-    const int num_pages = b * max_pages + 5;
-    std::vector<int> cu(b + 1, 0);
-    for (int i = 0; i < b; ++i) cu[i + 1] = cu[i] + q_lens[i];
-    const long total_q = cu[b];
-    const long row = long(hq) * d, kv_row = long(hkv) * d;
-    auto q = attn_test::random_bf16(total_q * row, 11);
-    auto k_cache = attn_test::random_bf16(long(num_pages) * page_size * kv_row, 12);
-    auto v_cache = attn_test::random_bf16(long(num_pages) * page_size * kv_row, 13);
-    std::vector<int> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(page_size));
-    std::vector<int> table(perm.begin(), perm.begin() + long(b) * max_pages);
+  const int b = int(k_lens.size());
+  const int max_k = *std::max_element(k_lens.begin(), k_lens.end());
+  const int max_pages = (max_k + page_size - 1) / page_size;
+  const int num_pages = b * max_pages + 5;
+  std::vector<int> cu(b + 1, 0);
+  for (int i = 0; i < b; ++i) cu[i + 1] = cu[i] + q_lens[i];
+  const long total_q = cu[b];
+  const long row = long(hq) * d, kv_row = long(hkv) * d;
+  auto q = kernels::test::random_bf16(total_q * row, 11);
+  auto k_cache = kernels::test::random_bf16(long(num_pages) * page_size * kv_row, 12);
+  auto v_cache = kernels::test::random_bf16(long(num_pages) * page_size * kv_row, 13);
+  std::vector<int> perm(num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(page_size));
+  std::vector<int> table(perm.begin(), perm.begin() + long(b) * max_pages);
 
-    // CPU reference on the gathered (contiguous) keys of each batch.
-    std::vector<float> ref(total_q * row);
-    const double scale = 1.0 / std::sqrt(double(d));
-    for (int bi = 0; bi < b; ++bi) {
-        std::vector<__nv_bfloat16> kb(std::max(1, k_lens[bi]) * kv_row), vb(kb.size());
-        for (int j = 0; j < k_lens[bi]; ++j) {
-            const long src = (long(table[bi * max_pages + j / page_size]) * page_size + j % page_size) * kv_row;
-            std::copy_n(k_cache.begin() + src, kv_row, kb.begin() + j * kv_row);
-            std::copy_n(v_cache.begin() + src, kv_row, vb.begin() + j * kv_row);
-        }
-        attn_test::reference_one_batch(q.data() + cu[bi] * row, kb.data(), vb.data(), ref.data() + cu[bi] * row,
+  // CPU reference on the gathered (contiguous) keys of each batch.
+  std::vector<float> ref(total_q * row);
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (int bi = 0; bi < b; ++bi) {
+    std::vector<__nv_bfloat16> kb(std::max(1, k_lens[bi]) * kv_row), vb(kb.size());
+    for (int j = 0; j < k_lens[bi]; ++j) {
+      const long src = (long(table[bi * max_pages + j / page_size]) * page_size + j % page_size) * kv_row;
+      std::copy_n(k_cache.begin() + src, kv_row, kb.begin() + j * kv_row);
+      std::copy_n(v_cache.begin() + src, kv_row, vb.begin() + j * kv_row);
+    }
+    kernels::test::reference_one_batch(q.data() + cu[bi] * row, kb.data(), vb.data(), ref.data() + cu[bi] * row,
                                        q_lens[bi], k_lens[bi], hq, hkv, d, causal, scale, row, kv_row, row);
+  }
+
+  auto* dq = kernels::test::to_device(q);
+  auto* dk = kernels::test::to_device(k_cache);
+  auto* dv = kernels::test::to_device(v_cache);
+  auto* dtable = kernels::test::to_device(table);
+  auto* dlens = kernels::test::to_device(k_lens);
+  auto* dcu = kernels::test::to_device(cu);
+  __nv_bfloat16* dout = nullptr;
+  KERNELS_CUDA_CHECK(cudaMalloc(&dout, total_q * row * 2));
+  KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, total_q * row * 2));
+
+  AttnParams p;
+  p.q = dq;
+  p.o = dout;
+  p.k = dk;
+  p.v = dv;
+  p.q_token_stride = p.o_token_stride = row;
+  p.q_head_stride = p.o_head_stride = d;
+  p.k_block_stride = p.v_block_stride = long(page_size) * kv_row;
+  p.k_token_stride = p.v_token_stride = kv_row;
+  p.k_head_stride = p.v_head_stride = d;
+  p.page_table = dtable;
+  p.page_table_batch_stride = max_pages;
+  p.seqlens_k = dlens;
+  p.page_size = page_size;
+  p.max_pages = max_pages;
+  p.batch = b;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.head_dim = d;
+  p.group = hq / hkv;
+  p.scale = float(scale);
+  p.scale_log2 = float(scale * 1.4426950408889634);
+  p.causal = causal;
+
+  float* ws = nullptr;
+  int32_t* dschedule = nullptr;
+  if (decode) {
+    p.seqlen_q = 1;
+    p.q_batch_stride = p.o_batch_stride = row;
+    int dev = 0, sms = 0;
+    KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
+    KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    p.num_splits = decode_num_splits(b, hkv, 1, p.group, max_pages * page_size, d, sms);
+    const int64_t floats = decode_workspace_floats(p.num_splits, b, hq, 1, d);
+    if (floats > 0) {
+      KERNELS_CUDA_CHECK(cudaMalloc(&ws, floats * 4));
+      p.o_partial = ws;
+      p.lse_partial = ws + int64_t(p.num_splits) * b * hq * d;
     }
-
-    auto* dq = attn_test::to_device(q);
-    auto* dk = attn_test::to_device(k_cache);
-    auto* dv = attn_test::to_device(v_cache);
-    auto* dtable = attn_test::to_device(table);
-    auto* dlens = attn_test::to_device(k_lens);
-    auto* dcu = attn_test::to_device(cu);
-    __nv_bfloat16* dout = nullptr;
-    KERNELS_CUDA_CHECK(cudaMalloc(&dout, total_q * row * 2));
-    KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, total_q * row * 2));
-
-    AttnParams p;
-    p.q = dq; p.o = dout; p.k = dk; p.v = dv;
-    p.q_token_stride = p.o_token_stride = row;
-    p.q_head_stride = p.o_head_stride = d;
-    p.k_block_stride = p.v_block_stride = long(page_size) * kv_row;
-    p.k_token_stride = p.v_token_stride = kv_row;
-    p.k_head_stride = p.v_head_stride = d;
-    p.page_table = dtable; p.page_table_batch_stride = max_pages; p.seqlens_k = dlens;
-    p.page_size = page_size; p.max_pages = max_pages;
-    p.batch = b; p.heads_q = hq; p.heads_kv = hkv; p.head_dim = d; p.group = hq / hkv;
-    p.scale = float(scale); p.scale_log2 = float(scale * 1.4426950408889634); p.causal = causal;
-
-    float* ws = nullptr;
-    int32_t* dschedule = nullptr;
-    if (decode) {
-        p.seqlen_q = 1;
-        p.q_batch_stride = p.o_batch_stride = row;
-        int dev = 0, sms = 0;
-        KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
-        KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        p.num_splits = decode_num_splits(b, hkv, 1, p.group, max_pages * page_size, d, sms);
-        const int64_t floats = decode_workspace_floats(p.num_splits, b, hq, 1, d);
-        if (floats > 0) {
-            KERNELS_CUDA_CHECK(cudaMalloc(&ws, floats * 4));
-            p.o_partial = ws;
-            p.lse_partial = ws + int64_t(p.num_splits) * b * hq * d;
-        }
-    } else {
-        p.seqlen_q = *std::max_element(q_lens.begin(), q_lens.end());
-        const auto schedule = make_packed_q_schedule(cu.data(), b, p.group, prefill_block_m(d));
-        dschedule = attn_test::to_device(schedule);
-        p.cu_seqlens_q = dcu; p.q_schedule = dschedule; p.num_q_tiles = int(schedule.size() / 2);
-    }
-    auto launch = [&] { decode ? run_decode(p, impl, nullptr) : run_prefill(p, impl, nullptr); };
-    launch();
-    KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<__nv_bfloat16> out(total_q * row);
-    KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
-    const double err = attn_test::rel_err(out, ref);
-    const float ms = attn_test::time_ms(launch);
-    double kv_bytes = 0;
-    for (int len : k_lens) kv_bytes += 2.0 * len * kv_row * 2;
-    const bool ok = err <= 1e-2;
-    std::printf("%-13s %-6s b%-3d hq%d/%d d%-3d page %-4d %-6s  rel_err %.2e  %8.3f ms  %7.1f GB/s(KV)  %s\n",
-                decode ? "paged-decode" : "paged-prefill", impl == AttnImpl::kTensorCore ? "tc" : "scalar", b, hq, hkv,
-                d, page_size, causal ? "causal" : "", err, ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
-    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dtable); cudaFree(dlens); cudaFree(dcu);
-    cudaFree(dout); cudaFree(ws); cudaFree(dschedule);
-    return ok;
+  } else {
+    p.seqlen_q = *std::max_element(q_lens.begin(), q_lens.end());
+    const auto schedule = make_packed_q_schedule(cu.data(), b, p.group, prefill_block_m(d));
+    dschedule = kernels::test::to_device(schedule);
+    p.cu_seqlens_q = dcu;
+    p.q_schedule = dschedule;
+    p.num_q_tiles = int(schedule.size() / 2);
+  }
+  auto launch = [&] { decode ? run_decode(p, impl, nullptr) : run_prefill(p, impl, nullptr); };
+  launch();
+  KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<__nv_bfloat16> out(total_q * row);
+  KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
+  const double err = kernels::test::rel_err(out, ref);
+  const float ms = kernels::test::time_ms(launch);
+  double kv_bytes = 0;
+  for (int len : k_lens) kv_bytes += 2.0 * len * kv_row * 2;
+  const bool ok = err <= 1e-2;
+  std::printf("%-13s %-6s b%-3d hq%d/%d d%-3d page %-4d %-6s  rel_err %.2e  %8.3f ms  %7.1f GB/s(KV)  %s\n",
+              decode ? "paged-decode" : "paged-prefill", impl == AttnImpl::kTensorCore ? "tc" : "scalar", b, hq, hkv, d,
+              page_size, causal ? "causal" : "", err, ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(dv);
+  cudaFree(dtable);
+  cudaFree(dlens);
+  cudaFree(dcu);
+  cudaFree(dout);
+  cudaFree(ws);
+  cudaFree(dschedule);
+  return ok;
 }
 
 // ---- bench: decode tile configurations x split counts ------------------------------------------
 
 __global__ void fill_random_bf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = __float2bfloat16(float(h & 0xffff) / 65536.f * 2.f - 1.f);
-    }
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16(float(h & 0xffff) / 65536.f * 2.f - 1.f);
+  }
 }
 
 struct DecodeVariant {
-    const char* name;
-    std::string tiles;
-    int ctas_per_sm;
-    void (*launch)(const AttnParams&, cudaStream_t);
+  const char* name;
+  std::string tiles;
+  int ctas_per_sm;
+  void (*launch)(const AttnParams&, cudaStream_t);
 };
 
 template <class Cfg>
 void launch_decode_variant(const AttnParams& p, cudaStream_t stream) {
-    p.page_table == nullptr ? launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV>(p, stream)
-                            : launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV>(p, stream);
+  p.page_table == nullptr ? launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV>(p, stream)
+                          : launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV>(p, stream);
 }
 
 template <class Cfg>
 DecodeVariant make_decode_variant(const char* name) {
-    using T = DecodeTraits<Cfg>;
-    return {name,
-            "w" + std::to_string(Cfg::kWarps) + " n" + std::to_string(T::kBlockN) + " s" + std::to_string(Cfg::kStages),
-            T::kCtasPerSm, &launch_decode_variant<Cfg>};
+  using T = DecodeTraits<Cfg>;
+  return {name,
+          "w" + std::to_string(Cfg::kWarps) + " n" + std::to_string(T::kBlockN) + " s" + std::to_string(Cfg::kStages),
+          T::kCtasPerSm, &launch_decode_variant<Cfg>};
 }
 
 static int bench_decode() {
-    using V = DecodeVariants<128>;
-    const DecodeVariant variants[] = {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
-                                      make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W8S2>("w8s2"),
-                                      make_decode_variant<V::W8S3>("w8s3"),       make_decode_variant<V::W4K32S2>("w4k32s2")};
-    constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
-    int dev = 0, sms = 0;
-    KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
-    KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    int failures = 0;
-    std::printf("decode variants, q [B, 1, %d, %d], %d / %d heads, Sk %d: KV TB/s (best split)\n", hq, d, hq, hkv, sk);
-    std::printf("  %-9s %-12s %3s", "variant", "tiles", "cps");
-    // KV sources: contiguous, shuffled pages (the benchmark's), and pages in order (a sorted
-    // page table; page 4096 = one page per sequence): the in-order rows tell the cost of the
-    // paged code path apart from the cost of scattered pages.
-    struct Source {
-        int page;
-        bool shuffled;
-    };
-    const Source sources[] = {{0, false}, {16, true}, {64, true}, {64, false}, {sk, false}};
-    for (int b : {16, 64})
-        for (const Source& src : sources) {
-            const std::string name = src.page == 0 ? "contig"
-                                                   : "pg" + std::to_string(src.page) + (src.shuffled ? "" : " ord");
-            std::printf("   B%-2d %-8s", b, name.c_str());
-        }
-    std::printf("\n");
-    std::vector<std::string> lines(std::size(variants));
-    for (size_t vi = 0; vi < std::size(variants); ++vi) {
-        char head[96];
-        std::snprintf(head, sizeof head, "  %-9s %-12s %3d", variants[vi].name, variants[vi].tiles.c_str(),
-                      variants[vi].ctas_per_sm);
-        lines[vi] = head;
+  using V = DecodeVariants<128>;
+  const DecodeVariant variants[] = {
+      make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
+      make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W8S2>("w8s2"),
+      make_decode_variant<V::W8S3>("w8s3"),       make_decode_variant<V::W4K32S2>("w4k32s2")};
+  constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
+  int dev = 0, sms = 0;
+  KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
+  KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  int failures = 0;
+  std::printf("decode variants, q [B, 1, %d, %d], %d / %d heads, Sk %d: KV TB/s (best split)\n", hq, d, hq, hkv, sk);
+  std::printf("  %-9s %-12s %3s", "variant", "tiles", "cps");
+  // KV sources: contiguous, shuffled pages (the benchmark's), and pages in order (a sorted
+  // page table; page 4096 = one page per sequence): the in-order rows tell the cost of the
+  // paged code path apart from the cost of scattered pages.
+  struct Source {
+    int page;
+    bool shuffled;
+  };
+  const Source sources[] = {{0, false}, {16, true}, {64, true}, {64, false}, {sk, false}};
+  for (int b : {16, 64})
+    for (const Source& src : sources) {
+      const std::string name =
+          src.page == 0 ? "contig" : "pg" + std::to_string(src.page) + (src.shuffled ? "" : " ord");
+      std::printf("   B%-2d %-8s", b, name.c_str());
     }
-    for (int b : {16, 64}) {
-        const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
-        __nv_bfloat16 *dq, *dk, *dv, *dout, *dref;
-        KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
-        KERNELS_CUDA_CHECK(cudaMalloc(&dk, kv_elems * 2));
-        KERNELS_CUDA_CHECK(cudaMalloc(&dv, kv_elems * 2));
-        KERNELS_CUDA_CHECK(cudaMalloc(&dout, q_elems * 2));
-        KERNELS_CUDA_CHECK(cudaMalloc(&dref, q_elems * 2));
-        fill_random_bf16<<<1024, 256>>>(dq, q_elems, 1);
-        fill_random_bf16<<<1024, 256>>>(dk, kv_elems, 2);
-        fill_random_bf16<<<1024, 256>>>(dv, kv_elems, 3);
-        float* ws = nullptr;
-        KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
-        for (const Source& src : sources) {
-            const int page = src.page;
-            AttnParams p;
-            p.q = dq; p.o = dout; p.k = dk; p.v = dv;
-            p.q_batch_stride = p.o_batch_stride = int64_t(hq) * d;
-            p.q_token_stride = p.o_token_stride = int64_t(hq) * d;
-            p.q_head_stride = p.o_head_stride = d;
-            p.k_token_stride = p.v_token_stride = int64_t(hkv) * d;
-            p.k_head_stride = p.v_head_stride = d;
-            p.batch = b; p.seqlen_q = 1; p.seqlen_k = sk; p.heads_q = hq; p.heads_kv = hkv; p.head_dim = d;
-            p.group = hq / hkv;
-            p.scale = float(1.0 / std::sqrt(double(d)));
-            p.scale_log2 = p.scale * 1.4426950408889634f;
-            p.o_partial = ws;
-            int* dtable = nullptr;
-            int* dlens = nullptr;
-            if (page == 0) {
-                p.k_block_stride = p.v_block_stride = int64_t(sk) * hkv * d;
-            } else {
-                const int pages = sk / page;
-                std::vector<int> table(size_t(b) * pages);
-                std::iota(table.begin(), table.end(), 0);
-                if (src.shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(page));
-                dtable = attn_test::to_device(table);
-                dlens = attn_test::to_device(std::vector<int>(b, sk));
-                p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
-                p.page_table = dtable; p.page_table_batch_stride = pages; p.seqlens_k = dlens;
-                p.page_size = page; p.max_pages = pages;
-            }
-            for (size_t vi = 0; vi < std::size(variants); ++vi) {
-                double best_tbps = 0;
-                int best_splits = 0;
-                for (int splits = 1; splits <= (b >= 64 ? 2 : kMaxSplits); ++splits) {
-                    p.num_splits = splits;
-                    p.lse_partial = ws + int64_t(splits) * b * hq * d;
-                    auto launch = [&] { variants[vi].launch(p, nullptr); };
-                    KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
-                    launch();
-                    KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-                    if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
-                    std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
-                    KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
-                    KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
-                    std::vector<float> ref_f(ref.begin(), ref.end());
-                    for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
-                    const double err = attn_test::rel_err(out, ref_f);
-                    if (!(err <= 1e-2)) {
-                        std::printf("  %s B%d page %d%s splits %d differs from default: rel_err %.2e  FAIL\n",
-                                    variants[vi].name, b, page, src.shuffled ? "" : " in order", splits, err);
-                        ++failures;
-                        continue;
-                    }
-                    const double tbps = 2.0 * kv_elems * 2 / (attn_test::time_ms(launch) * 1e-3) / 1e12;
-                    if (tbps > best_tbps) best_tbps = tbps, best_splits = splits;
-                }
-                char cell[32];
-                std::snprintf(cell, sizeof cell, "   %5.2f (s%d)   ", best_tbps, best_splits);
-                lines[vi] += cell;
-            }
-            cudaFree(dtable);
-            cudaFree(dlens);
+  std::printf("\n");
+  std::vector<std::string> lines(std::size(variants));
+  for (size_t vi = 0; vi < std::size(variants); ++vi) {
+    char head[96];
+    std::snprintf(head, sizeof head, "  %-9s %-12s %3d", variants[vi].name, variants[vi].tiles.c_str(),
+                  variants[vi].ctas_per_sm);
+    lines[vi] = head;
+  }
+  for (int b : {16, 64}) {
+    const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
+    __nv_bfloat16 *dq, *dk, *dv, *dout, *dref;
+    KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dk, kv_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dv, kv_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dout, q_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dref, q_elems * 2));
+    fill_random_bf16<<<1024, 256>>>(dq, q_elems, 1);
+    fill_random_bf16<<<1024, 256>>>(dk, kv_elems, 2);
+    fill_random_bf16<<<1024, 256>>>(dv, kv_elems, 3);
+    float* ws = nullptr;
+    KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
+    for (const Source& src : sources) {
+      const int page = src.page;
+      AttnParams p;
+      p.q = dq;
+      p.o = dout;
+      p.k = dk;
+      p.v = dv;
+      p.q_batch_stride = p.o_batch_stride = int64_t(hq) * d;
+      p.q_token_stride = p.o_token_stride = int64_t(hq) * d;
+      p.q_head_stride = p.o_head_stride = d;
+      p.k_token_stride = p.v_token_stride = int64_t(hkv) * d;
+      p.k_head_stride = p.v_head_stride = d;
+      p.batch = b;
+      p.seqlen_q = 1;
+      p.seqlen_k = sk;
+      p.heads_q = hq;
+      p.heads_kv = hkv;
+      p.head_dim = d;
+      p.group = hq / hkv;
+      p.scale = float(1.0 / std::sqrt(double(d)));
+      p.scale_log2 = p.scale * 1.4426950408889634f;
+      p.o_partial = ws;
+      int* dtable = nullptr;
+      int* dlens = nullptr;
+      if (page == 0) {
+        p.k_block_stride = p.v_block_stride = int64_t(sk) * hkv * d;
+      } else {
+        const int pages = sk / page;
+        std::vector<int> table(size_t(b) * pages);
+        std::iota(table.begin(), table.end(), 0);
+        if (src.shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(page));
+        dtable = kernels::test::to_device(table);
+        dlens = kernels::test::to_device(std::vector<int>(b, sk));
+        p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
+        p.page_table = dtable;
+        p.page_table_batch_stride = pages;
+        p.seqlens_k = dlens;
+        p.page_size = page;
+        p.max_pages = pages;
+      }
+      for (size_t vi = 0; vi < std::size(variants); ++vi) {
+        double best_tbps = 0;
+        int best_splits = 0;
+        for (int splits = 1; splits <= (b >= 64 ? 2 : kMaxSplits); ++splits) {
+          p.num_splits = splits;
+          p.lse_partial = ws + int64_t(splits) * b * hq * d;
+          auto launch = [&] { variants[vi].launch(p, nullptr); };
+          KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
+          launch();
+          KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+          if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
+          std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
+          KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
+          KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
+          std::vector<float> ref_f(ref.begin(), ref.end());
+          for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
+          const double err = kernels::test::rel_err(out, ref_f);
+          if (!(err <= 1e-2)) {
+            std::printf("  %s B%d page %d%s splits %d differs from default: rel_err %.2e  FAIL\n", variants[vi].name, b,
+                        page, src.shuffled ? "" : " in order", splits, err);
+            ++failures;
+            continue;
+          }
+          const double tbps = 2.0 * kv_elems * 2 / (kernels::test::time_ms(launch) * 1e-3) / 1e12;
+          if (tbps > best_tbps) best_tbps = tbps, best_splits = splits;
         }
-        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dref); cudaFree(ws);
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "   %5.2f (s%d)   ", best_tbps, best_splits);
+        lines[vi] += cell;
+      }
+      cudaFree(dtable);
+      cudaFree(dlens);
     }
-    for (const auto& line : lines) std::printf("%s\n", line.c_str());
-    std::printf("attn_paged_test bench: %d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dref);
+    cudaFree(ws);
+  }
+  for (const auto& line : lines) std::printf("%s\n", line.c_str());
+  std::printf("attn_paged_test bench: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
-    if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
-    int failures = 0;
-    // An exception (launch error, unsupported shape) fails that case; the others still run.
-    auto guarded = [](bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv,
-                      int d, int page_size, bool causal, AttnImpl impl) {
-        const std::string label = std::string(decode ? "paged decode" : "paged prefill") + " d" + std::to_string(d) +
-                                  " page " + std::to_string(page_size);
-        return attn_test::run_guarded(label.c_str(), [&] {
-            return run_case(decode, q_lens, k_lens, hq, hkv, d, page_size, causal, impl);
-        });
-    };
-    for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {
-        // 12: a thread's rows straddle pages (per-row lookups); 48: one lookup per thread with
-        // a divisor that is not a power of two.
-        for (int page : {1, 12, 16, 48, 64, 256}) {
-            failures += !guarded(true, {1, 1, 1, 1}, {1000, 1, 333, 64}, 32, 8, 128, page, false, impl);
-            failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, page, true, impl);
-        }
-        failures += !guarded(true, {1, 1}, {500, 77}, 8, 1, 64, 16, true, impl);
-        failures += !guarded(false, {33, 5}, {33, 200}, 8, 8, 256, 16, false, impl);
-        failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 64, 64, false, impl);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
+  if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
+  int failures = 0;
+  // An exception (launch error, unsupported shape) fails that case; the others still run.
+  auto guarded = [](bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv, int d,
+                    int page_size, bool causal, AttnImpl impl) {
+    const std::string label = std::string(decode ? "paged decode" : "paged prefill") + " d" + std::to_string(d) +
+                              " page " + std::to_string(page_size);
+    return kernels::test::run_guarded(
+        label.c_str(), [&] { return run_case(decode, q_lens, k_lens, hq, hkv, d, page_size, causal, impl); });
+  };
+  for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {
+    // 12: a thread's rows straddle pages (per-row lookups); 48: one lookup per thread with
+    // a divisor that is not a power of two.
+    for (int page : {1, 12, 16, 48, 64, 256}) {
+      failures += !guarded(true, {1, 1, 1, 1}, {1000, 1, 333, 64}, 32, 8, 128, page, false, impl);
+      failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, page, true, impl);
     }
-    // The benchmark shape: B=16, Sk=4096, 32/8 heads, D=128, page 64.
-    failures += !guarded(true, std::vector<int>(16, 1), std::vector<int>(16, 4096), 32, 8, 128, 64, false,
-                         AttnImpl::kTensorCore);
-    std::printf("attn_paged_test: %d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    failures += !guarded(true, {1, 1}, {500, 77}, 8, 1, 64, 16, true, impl);
+    failures += !guarded(false, {33, 5}, {33, 200}, 8, 8, 256, 16, false, impl);
+    failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 64, 64, false, impl);
+  }
+  // The benchmark shape: B=16, Sk=4096, 32/8 heads, D=128, page 64.
+  failures +=
+      !guarded(true, std::vector<int>(16, 1), std::vector<int>(16, 4096), 32, 8, 128, 64, false, AttnImpl::kTensorCore);
+  std::printf("attn_paged_test: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
 }

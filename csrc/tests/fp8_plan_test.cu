@@ -1,21 +1,24 @@
 // Host-only test of the FP8 GEMM planner's split-K choices (no GPU, no kernel launched):
-//   nvcc -std=c++17 -O2 -I csrc/kernels csrc/tests/fp8_plan_test.cu -o /tmp/fp8_plan_test && /tmp/fp8_plan_test
+//   python -m tools.nvcc csrc/tests/fp8_plan_test.cu && build/csrc-tests/fp8_plan_test
 // Checks, on an H200-like device (132 SMs, sm_90a): automatic plans do not split while
 // PlannerDefaults::kAutoSplitK is off; the cost model (split_k_model) leaves problems whose
 // tiles fill the SMs as with split-K off (the big squares keep their tiles), its splits respect
 // PlannerDefaults (k-blocks per split, waves, only when tiles < SMs), and the decode shapes of
 // results/h200/fp8.json get the split counts listed below; forced counts are capped at the
 // k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
-// workspace size follows the plan. Prints the decode plans and "N failure(s)".
+// workspace size follows the plan; the launch checks throw the errors of common/errors.h.
+// Prints the decode plans and "N failure(s)".
+#include <cstdint>
 #include <cstdio>
 
 #include "fp8/gemm/plan.cuh"
 #include "fp8/gemm/scheduler.cuh"
+#include "test_utils.h"
 
 namespace {
 
-using namespace fp8::gemm;
-using fp8::ceil_div;
+using namespace kernels::fp8::gemm;
+using kernels::ceil_div;
 
 constexpr int kSms = 132;
 int failures = 0;
@@ -82,18 +85,24 @@ int main() {
   expect(split_plans > 0, "the model never splits", 0, 0, 0);
 
   // The decode shapes of results/h200/fp8.json, and the big squares (unchanged tiles).
-  struct Expected { int64_t m, n, k; int block_n, split_k; };
+  struct Expected {
+    int64_t m, n, k;
+    int block_n, split_k;
+  };
+  // clang-format off
   const Expected expected[] = {
       {1, 4096, 4096, 64, 2},     {16, 4096, 4096, 64, 2},    {128, 4096, 4096, 64, 2},
       {1, 4096, 14336, 64, 2},    {1, 11008, 4096, 128, 1},   {1, 11008, 14336, 128, 3},
       {1, 14336, 14336, 128, 1},  {128, 14336, 4096, 128, 1}, {128, 14336, 14336, 128, 1},
       {4096, 4096, 4096, 176, 1}, {8192, 8192, 8192, 192, 1},
   };
+  // clang-format on
   for (const Expected& e : expected) {
     const GemmPlan plan = model_plan(e.m, e.n, e.k);
-    std::printf("plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
-                (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
-                int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));
+    std::printf(
+        "plan M=%-5lld N=%-6lld K=%-6lld bn=%-3d tiles=%-5d split_k=%-2d grid=%-4d persistent=%d workspace=%zu\n",
+        (long long)e.m, (long long)e.n, (long long)e.k, plan.block_n, plan.tiles, plan.split_k, plan.grid,
+        int(plan.persistent), gemm_workspace_bytes(plan, e.m, e.n));
     expect(plan.block_n == e.block_n && plan.split_k == e.split_k, "decode / square plan", e.m, e.n, e.k);
   }
 
@@ -123,6 +132,32 @@ int main() {
       ok = ok && expected_begin == k_blocks && largest - smallest <= 1;
       expect(ok, "split_k_range partition", splits, 0, k_blocks);
     }
+
+  // The launch checks throw the error types of common/errors.h (what the binding raises).
+  {
+    using kernels::test::rejects;
+    alignas(16) static uint8_t operand[64];
+    kernels::fp8::GemmParams p;
+    p.a = p.b = operand;
+    p.m = p.n = 64;
+    p.k = p.lda = p.ldb = 64;
+    failures += !kernels::test::runs("check_gemm", [&] { check_gemm(p, 9, 0); });
+    kernels::fp8::GemmParams bad = p;
+    bad.a_format = bad.b_format = kernels::fp8::Format::kE5M2;
+    failures += !rejects<kernels::TypeError>("e5m2 x e5m2", [&] { check_gemm(bad, 9, 0); }, "format pair");
+    failures += !rejects<kernels::NotImplementedError>("sm_80", [&] { check_gemm(p, 8, 0); }, "sm_89 or newer");
+    bad = p;
+    bad.k = 40;
+    failures += !rejects<kernels::ValueError>("K % 16 != 0", [&] { check_gemm(bad, 9, 0); }, "got M=64, N=64, K=40");
+    bad = p;
+    bad.a = operand + 8;
+    failures += !rejects<kernels::ValueError>("misaligned A", [&] { check_gemm(bad, 9, 0); }, "16-byte aligned");
+    GemmPlan unsupported = plan_of(4096, 4096, 4096, 0, int(Path::kWgmma));
+    unsupported.block_n = 256;
+    unsupported.accum = AccumMode::kPromote;
+    failures += !rejects<kernels::ValueError>(
+        "promoted bn256", [&] { check_plan_supported(unsupported); }, "unsupported plan (path wgmma, block_n 256");
+  }
 
   std::printf("fp8_plan_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;

@@ -1,5 +1,6 @@
 // pybind11 binding of the attention kernels: guards the device, validates the torch inputs
-// (clear TypeError / ValueError), fills AttnParams, dispatches through attn_api.h.
+// (TypeError / ValueError in the style of common/binding.h), fills AttnParams, dispatches through
+// attn_api.h, whose errors (common/errors.h) reach Python as the same exceptions.
 // Module `attention` (built by csrc/CMakeLists.txt into kernels/extension/lib/).
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -10,173 +11,165 @@
 #include <optional>
 #include <string>
 
+#include "../common/binding.h"
 #include "../common/cuda_utils.cuh"
 #include "attn_api.h"
 
 namespace attn = kernels::attention;
+namespace binding = kernels::binding;
 using at::Tensor;
 
 namespace {
 
 attn::AttnImpl parse_impl(const std::string& impl) {
-    if (impl == "tc") return attn::AttnImpl::kTensorCore;
-    if (impl == "scalar") return attn::AttnImpl::kScalar;
-    TORCH_CHECK_VALUE(false, "impl must be 'tc' or 'scalar', got '", impl, "'");
+  if (impl == "tc") return attn::AttnImpl::kTensorCore;
+  if (impl == "scalar") return attn::AttnImpl::kScalar;
+  TORCH_CHECK_VALUE(false, "impl must be 'tc' or 'scalar', got '", impl, "'");
 }
 
 void check_bf16(const Tensor& t, const char* name, int64_t dims) {
-    TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dims, got shape ", t.sizes());
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16, name, " must be bfloat16, got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor");
-    TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must have a contiguous last dim, got strides ", t.strides());
-    for (int64_t d = 0; d + 1 < dims; ++d) {
-        TORCH_CHECK_VALUE(t.stride(d) % 8 == 0 || t.size(d) == 1, name,
-                          " strides must be multiples of 8 elements (16-byte rows), got strides ", t.strides());
-    }
-    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+  binding::check_dims(t, name, dims);
+  binding::check_dtype(t, name, at::kBFloat16);
+  binding::check_cuda(t, name);
+  binding::check_contiguous_last_dim(t, name);
+  for (int64_t d = 0; d + 1 < dims; ++d) {
+    TORCH_CHECK_VALUE(t.stride(d) % 8 == 0 || t.size(d) == 1, name,
+                      " strides must be multiples of 8 elements (16-byte rows), got strides ", t.strides());
+  }
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
 void check_int32_cuda(const Tensor& t, const char* name, int64_t dims) {
-    TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dims, got shape ", t.sizes());
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, name, " must be int32, got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor");
-    TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must be contiguous in its last dim");
+  binding::check_dims(t, name, dims);
+  binding::check_dtype(t, name, at::kInt);
+  binding::check_cuda(t, name);
+  binding::check_contiguous_last_dim(t, name);
 }
 
-void check_same_device(const Tensor& a, const Tensor& b, const char* name) {
-    TORCH_CHECK_VALUE(a.device() == b.device(), name, " is on ", b.device(), " but q is on ", a.device());
-}
+// Every tensor argument lives on q's device.
+void check_same_device(const Tensor& q, const Tensor& t, const char* name) { binding::check_device(t, name, q, "q"); }
 
 void check_head_dim(int64_t d) {
-    TORCH_CHECK_VALUE(d == 64 || d == 128 || d == 256, "head_dim ", d,
-                      " is not supported; supported: " KERNELS_SUPPORTED_HEAD_DIMS);
+  TORCH_CHECK_VALUE(d == 64 || d == 128 || d == 256, "head_dim ", d,
+                    " is not supported; supported: " KERNELS_SUPPORTED_HEAD_DIMS);
 }
 
 float resolve_scale(std::optional<double> scale, int64_t head_dim) {
-    const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-    TORCH_CHECK_VALUE(std::isfinite(s) && s > 0.0, "scale must be a positive finite number, got ", s);
-    return static_cast<float>(s);
+  const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  TORCH_CHECK_VALUE(std::isfinite(s) && s > 0.0, "scale must be a positive finite number, got ", s);
+  return static_cast<float>(s);
 }
 
-int sm_count() {
-    int device = 0, sms = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-}
-
-bool capturing() {
-    return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-}
+bool capturing() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None; }
 
 // q: [B, Sq, Hq, D] (dense) or [total_q, Hq, D] (packed).
 void fill_q_out(attn::AttnParams& p, const Tensor& q, const Tensor& out, bool packed) {
-    p.q = q.data_ptr();
-    p.o = out.data_ptr();
-    const int off = packed ? 0 : 1;
-    p.q_batch_stride = packed ? 0 : q.stride(0);
-    p.q_token_stride = q.stride(off);
-    p.q_head_stride = q.stride(off + 1);
-    p.o_batch_stride = packed ? 0 : out.stride(0);
-    p.o_token_stride = out.stride(off);
-    p.o_head_stride = out.stride(off + 1);
+  p.q = q.data_ptr();
+  p.o = out.data_ptr();
+  const int off = packed ? 0 : 1;
+  p.q_batch_stride = packed ? 0 : q.stride(0);
+  p.q_token_stride = q.stride(off);
+  p.q_head_stride = q.stride(off + 1);
+  p.o_batch_stride = packed ? 0 : out.stride(0);
+  p.o_token_stride = out.stride(off);
+  p.o_head_stride = out.stride(off + 1);
 }
 
 Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
-    if (!out.has_value()) return at::empty_like(q, q.options().memory_format(at::MemoryFormat::Contiguous));
-    const Tensor& o = *out;
-    TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", o.sizes());
-    check_bf16(o, "out", q.dim());
-    check_same_device(q, o, "out");
-    return o;
+  if (!out.has_value()) return at::empty_like(q, q.options().memory_format(at::MemoryFormat::Contiguous));
+  const Tensor& o = *out;
+  TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", o.sizes());
+  check_bf16(o, "out", q.dim());
+  check_same_device(q, o, "out");
+  return o;
 }
 
 // lse: dense [B, Hq, Sq], packed [Hq, total_q]; fp32.
 void fill_lse(attn::AttnParams& p, const std::optional<Tensor>& lse, const Tensor& q, bool packed) {
-    if (!lse.has_value()) return;
-    const Tensor& l = *lse;
-    TORCH_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse must be float32, got ", l.scalar_type());
-    check_same_device(q, l, "lse");
-    if (packed) {
-        TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == q.size(1) && l.size(1) == q.size(0),
-                          "lse must have shape [heads_q, total_q] = [", q.size(1), ", ", q.size(0), "], got ", l.sizes());
-        p.lse_batch_stride = 0;
-        p.lse_head_stride = l.stride(0);
-        p.lse_token_stride = l.stride(1);
-    } else {
-        TORCH_CHECK_VALUE(l.dim() == 3 && l.size(0) == q.size(0) && l.size(1) == q.size(2) && l.size(2) == q.size(1),
-                          "lse must have shape [batch, heads_q, seqlen_q] = [", q.size(0), ", ", q.size(2), ", ",
-                          q.size(1), "], got ", l.sizes());
-        p.lse_batch_stride = l.stride(0);
-        p.lse_head_stride = l.stride(1);
-        p.lse_token_stride = l.stride(2);
-    }
-    p.lse = l.data_ptr<float>();
+  if (!lse.has_value()) return;
+  const Tensor& l = *lse;
+  TORCH_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse must be float32, got ", l.scalar_type());
+  check_same_device(q, l, "lse");
+  if (packed) {
+    TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == q.size(1) && l.size(1) == q.size(0),
+                      "lse must have shape [heads_q, total_q] = [", q.size(1), ", ", q.size(0), "], got ", l.sizes());
+    p.lse_batch_stride = 0;
+    p.lse_head_stride = l.stride(0);
+    p.lse_token_stride = l.stride(1);
+  } else {
+    TORCH_CHECK_VALUE(l.dim() == 3 && l.size(0) == q.size(0) && l.size(1) == q.size(2) && l.size(2) == q.size(1),
+                      "lse must have shape [batch, heads_q, seqlen_q] = [", q.size(0), ", ", q.size(2), ", ", q.size(1),
+                      "], got ", l.sizes());
+    p.lse_batch_stride = l.stride(0);
+    p.lse_head_stride = l.stride(1);
+    p.lse_token_stride = l.stride(2);
+  }
+  p.lse = l.data_ptr<float>();
 }
 
 // mask: bool [B, L] or [B, Sq, L], True = keep; keys >= L are masked out.
-void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Tensor& q, int64_t batch,
-               int64_t seqlen_q, std::optional<int64_t> required_len) {
-    if (!mask.has_value()) return;
-    const Tensor& m = *mask;
-    TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ", m.scalar_type());
-    check_same_device(q, m, "mask");
-    TORCH_CHECK_VALUE((m.dim() == 2 || m.dim() == 3) && m.size(0) == batch,
-                      "mask must have shape [batch, seqlen_k] or [batch, seqlen_q, seqlen_k] with batch = ", batch,
-                      ", got ", m.sizes());
-    if (m.dim() == 3) {
-        TORCH_CHECK_VALUE(m.size(1) == seqlen_q, "mask [batch, seqlen_q, seqlen_k] needs seqlen_q = ", seqlen_q,
-                          ", got ", m.sizes());
-    }
-    if (required_len.has_value()) {
-        TORCH_CHECK_VALUE(m.size(-1) == *required_len, "mask last dim must be seqlen_k = ", *required_len, ", got ",
-                          m.sizes());
-    }
-    TORCH_CHECK_VALUE(m.stride(-1) == 1, "mask must be contiguous in its last dim");
-    p.mask = m.data_ptr<bool>();
-    p.mask_batch_stride = m.stride(0);
-    p.mask_q_stride = m.dim() == 3 ? m.stride(1) : 0;
-    p.mask_len = static_cast<int>(m.size(-1));
+void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Tensor& q, int64_t batch, int64_t seqlen_q,
+               std::optional<int64_t> required_len) {
+  if (!mask.has_value()) return;
+  const Tensor& m = *mask;
+  TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ", m.scalar_type());
+  check_same_device(q, m, "mask");
+  TORCH_CHECK_VALUE((m.dim() == 2 || m.dim() == 3) && m.size(0) == batch,
+                    "mask must have shape [batch, seqlen_k] or [batch, seqlen_q, seqlen_k] with batch = ", batch,
+                    ", got ", m.sizes());
+  if (m.dim() == 3) {
+    TORCH_CHECK_VALUE(m.size(1) == seqlen_q, "mask [batch, seqlen_q, seqlen_k] needs seqlen_q = ", seqlen_q, ", got ",
+                      m.sizes());
+  }
+  if (required_len.has_value()) {
+    TORCH_CHECK_VALUE(m.size(-1) == *required_len, "mask last dim must be seqlen_k = ", *required_len, ", got ",
+                      m.sizes());
+  }
+  TORCH_CHECK_VALUE(m.stride(-1) == 1, "mask must be contiguous in its last dim");
+  p.mask = m.data_ptr<bool>();
+  p.mask_batch_stride = m.stride(0);
+  p.mask_q_stride = m.dim() == 3 ? m.stride(1) : 0;
+  p.mask_len = static_cast<int>(m.size(-1));
 }
 
-void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t heads_kv, int64_t head_dim,
-                 bool causal, std::optional<double> scale) {
-    check_head_dim(head_dim);
-    TORCH_CHECK_VALUE(heads_kv > 0 && heads_q % heads_kv == 0, "heads_q (", heads_q,
-                      ") must be a multiple of heads_kv (", heads_kv, ")");
-    p.heads_q = static_cast<int>(heads_q);
-    p.heads_kv = static_cast<int>(heads_kv);
-    p.head_dim = static_cast<int>(head_dim);
-    p.group = static_cast<int>(heads_q / heads_kv);
-    p.scale = resolve_scale(scale, head_dim);
-    p.scale_log2 = p.scale * 1.4426950408889634f;
-    p.causal = causal;
+void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t heads_kv, int64_t head_dim, bool causal,
+                 std::optional<double> scale) {
+  check_head_dim(head_dim);
+  TORCH_CHECK_VALUE(heads_kv > 0 && heads_q % heads_kv == 0, "heads_q (", heads_q, ") must be a multiple of heads_kv (",
+                    heads_kv, ")");
+  p.heads_q = static_cast<int>(heads_q);
+  p.heads_kv = static_cast<int>(heads_kv);
+  p.head_dim = static_cast<int>(head_dim);
+  p.group = static_cast<int>(heads_q / heads_kv);
+  p.scale = resolve_scale(scale, head_dim);
+  p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.causal = causal;
 }
 
 // K and V base pointers and (block, token, head) strides; a block is a batch entry
 // (contiguous [B, Sk, Hkv, D]) or a page (paged [num_pages, page_size, Hkv, D]).
 void set_kv_pointers(attn::AttnParams& p, const Tensor& k, const Tensor& v) {
-    p.k = k.data_ptr();
-    p.v = v.data_ptr();
-    p.k_block_stride = k.stride(0);
-    p.k_token_stride = k.stride(1);
-    p.k_head_stride = k.stride(2);
-    p.v_block_stride = v.stride(0);
-    p.v_token_stride = v.stride(1);
-    p.v_head_stride = v.stride(2);
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.k_block_stride = k.stride(0);
+  p.k_token_stride = k.stride(1);
+  p.k_head_stride = k.stride(2);
+  p.v_block_stride = v.stride(0);
+  p.v_token_stride = v.stride(1);
+  p.v_head_stride = v.stride(2);
 }
 
 void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {
-    check_bf16(k, "k", 4);
-    check_bf16(v, "v", 4);
-    check_same_device(q, k, "k");
-    check_same_device(q, v, "v");
-    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-    TORCH_CHECK_VALUE(k.size(0) == q.size(0), "k batch (", k.size(0), ") must equal q batch (", q.size(0), ")");
-    TORCH_CHECK_VALUE(k.size(3) == q.size(3), "k head_dim (", k.size(3), ") must equal q head_dim (", q.size(3), ")");
-    TORCH_CHECK_VALUE(k.size(1) >= 1, "seqlen_k must be >= 1");
-    set_kv_pointers(p, k, v);
-    p.seqlen_k = static_cast<int>(k.size(1));
+  check_bf16(k, "k", 4);
+  check_bf16(v, "v", 4);
+  check_same_device(q, k, "k");
+  check_same_device(q, v, "v");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+  TORCH_CHECK_VALUE(k.size(0) == q.size(0), "k batch (", k.size(0), ") must equal q batch (", q.size(0), ")");
+  TORCH_CHECK_VALUE(k.size(3) == q.size(3), "k head_dim (", k.size(3), ") must equal q head_dim (", q.size(3), ")");
+  TORCH_CHECK_VALUE(k.size(1) >= 1, "seqlen_k must be >= 1");
+  set_kv_pointers(p, k, v);
+  p.seqlen_k = static_cast<int>(k.size(1));
 }
 
 // Paged cache [num_pages, page_size, Hkv, D]. Lengths beyond the page table raise here
@@ -185,81 +178,81 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
 void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                    const Tensor& page_table, const Tensor& seqlens_k, int64_t batch, int64_t head_dim,
                    bool check_seqlens, bool debug) {
-    check_bf16(k_cache, "k_cache", 4);
-    check_bf16(v_cache, "v_cache", 4);
-    check_same_device(q, k_cache, "k_cache");
-    check_same_device(q, v_cache, "v_cache");
-    TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have the same shape, got ",
-                      k_cache.sizes(), " and ", v_cache.sizes());
-    TORCH_CHECK_VALUE(k_cache.size(3) == head_dim, "k_cache head_dim (", k_cache.size(3),
-                      ") must equal q head_dim (", head_dim, ")");
-    TORCH_CHECK_VALUE(k_cache.size(1) >= 1, "page_size must be >= 1");
-    check_int32_cuda(page_table, "page_table", 2);
-    check_int32_cuda(seqlens_k, "seqlens_k", 1);
-    check_same_device(q, page_table, "page_table");
-    check_same_device(q, seqlens_k, "seqlens_k");
-    TORCH_CHECK_VALUE(page_table.size(0) == batch, "page_table must have shape [batch = ", batch,
-                      ", max_pages], got ", page_table.sizes());
-    TORCH_CHECK_VALUE(seqlens_k.size(0) == batch, "seqlens_k must have shape [batch = ", batch, "], got ",
-                      seqlens_k.sizes());
-    set_kv_pointers(p, k_cache, v_cache);
-    p.page_table = page_table.data_ptr<int>();
-    p.page_table_batch_stride = page_table.stride(0);
-    p.seqlens_k = seqlens_k.data_ptr<int>();
-    p.page_size = static_cast<int>(k_cache.size(1));
-    p.max_pages = static_cast<int>(page_table.size(1));
-    const int64_t capacity = page_table.size(1) * k_cache.size(1);
+  check_bf16(k_cache, "k_cache", 4);
+  check_bf16(v_cache, "v_cache", 4);
+  check_same_device(q, k_cache, "k_cache");
+  check_same_device(q, v_cache, "v_cache");
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have the same shape, got ",
+                    k_cache.sizes(), " and ", v_cache.sizes());
+  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim, "k_cache head_dim (", k_cache.size(3), ") must equal q head_dim (",
+                    head_dim, ")");
+  TORCH_CHECK_VALUE(k_cache.size(1) >= 1, "page_size must be >= 1");
+  check_int32_cuda(page_table, "page_table", 2);
+  check_int32_cuda(seqlens_k, "seqlens_k", 1);
+  check_same_device(q, page_table, "page_table");
+  check_same_device(q, seqlens_k, "seqlens_k");
+  TORCH_CHECK_VALUE(page_table.size(0) == batch, "page_table must have shape [batch = ", batch, ", max_pages], got ",
+                    page_table.sizes());
+  TORCH_CHECK_VALUE(seqlens_k.size(0) == batch, "seqlens_k must have shape [batch = ", batch, "], got ",
+                    seqlens_k.sizes());
+  set_kv_pointers(p, k_cache, v_cache);
+  p.page_table = page_table.data_ptr<int>();
+  p.page_table_batch_stride = page_table.stride(0);
+  p.seqlens_k = seqlens_k.data_ptr<int>();
+  p.page_size = static_cast<int>(k_cache.size(1));
+  p.max_pages = static_cast<int>(page_table.size(1));
+  const int64_t capacity = page_table.size(1) * k_cache.size(1);
 
-    if (batch == 0 || capturing()) return;
-    if (check_seqlens || debug) {
-        const Tensor range = at::stack({seqlens_k.min(), seqlens_k.max()}).cpu();
-        const int lo = range[0].item<int>(), hi = range[1].item<int>();
-        TORCH_CHECK_VALUE(lo >= 0 && hi <= capacity, "seqlens_k must be in [0, max_pages * page_size = ", capacity,
-                          "], got values in [", lo, ", ", hi, "]");
-        if (p.mask != nullptr) {
-            TORCH_CHECK_VALUE(p.mask_len >= hi, "mask last dim (", p.mask_len, ") is shorter than the longest seqlens_k (",
-                              hi, ")");
-        }
+  if (batch == 0 || capturing()) return;
+  if (check_seqlens || debug) {
+    const Tensor range = at::stack({seqlens_k.min(), seqlens_k.max()}).cpu();
+    const int lo = range[0].item<int>(), hi = range[1].item<int>();
+    TORCH_CHECK_VALUE(lo >= 0 && hi <= capacity, "seqlens_k must be in [0, max_pages * page_size = ", capacity,
+                      "], got values in [", lo, ", ", hi, "]");
+    if (p.mask != nullptr) {
+      TORCH_CHECK_VALUE(p.mask_len >= hi, "mask last dim (", p.mask_len, ") is shorter than the longest seqlens_k (",
+                        hi, ")");
     }
-    if (debug) {
-        const int64_t num_pages = k_cache.size(0);
-        const Tensor needed = (seqlens_k.to(at::kLong) + p.page_size - 1).div(p.page_size, "floor");
-        const Tensor used = at::arange(page_table.size(1), page_table.options().dtype(at::kLong)).unsqueeze(0) <
-                            needed.unsqueeze(1);
-        const Tensor bad = used & ((page_table < 0) | (page_table >= num_pages));
-        TORCH_CHECK_INDEX(!bad.any().item<bool>(), "page_table has page ids outside [0, ", num_pages,
-                          ") among the pages seqlens_k uses (debug check)");
-    }
+  }
+  if (debug) {
+    const int64_t num_pages = k_cache.size(0);
+    const Tensor needed = (seqlens_k.to(at::kLong) + p.page_size - 1).div(p.page_size, "floor");
+    const Tensor used =
+        at::arange(page_table.size(1), page_table.options().dtype(at::kLong)).unsqueeze(0) < needed.unsqueeze(1);
+    const Tensor bad = used & ((page_table < 0) | (page_table >= num_pages));
+    TORCH_CHECK_INDEX(!bad.any().item<bool>(), "page_table has page ids outside [0, ", num_pages,
+                      ") among the pages seqlens_k uses (debug check)");
+  }
 }
 
 void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num_splits, int64_t max_seqlen_k,
                                const std::optional<Tensor>& workspace, attn::AttnImpl impl) {
-    const int sms = sm_count();
-    if (num_splits <= 0) {
-        num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
-                                             p.head_dim, sms);
+  const int sms = binding::sm_count();
+  if (num_splits <= 0) {
+    num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
+                                         p.head_dim, sms);
+  }
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= attn::kMaxDecodeSplits, "num_splits must be in [1, ",
+                    attn::kMaxDecodeSplits, "], got ", num_splits);
+  p.num_splits = static_cast<int>(num_splits);
+  const int64_t floats = attn::decode_workspace_floats(p.num_splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  Tensor ws;
+  if (floats > 0) {
+    if (workspace.has_value()) {
+      ws = *workspace;
+      TORCH_CHECK_TYPE(ws.scalar_type() == at::kFloat, "workspace must be float32");
+      TORCH_CHECK_VALUE(ws.is_contiguous() && ws.numel() >= floats, "workspace must be contiguous with at least ",
+                        floats, " floats (decode_workspace_size), got ", ws.numel());
+      TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0,
+                        "workspace must be 16-byte aligned (the combine kernel reads float4)");
+      check_same_device(q, ws, "workspace");
+    } else {
+      ws = at::empty({floats}, q.options().dtype(at::kFloat));
     }
-    TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= attn::kMaxDecodeSplits, "num_splits must be in [1, ",
-                      attn::kMaxDecodeSplits, "], got ", num_splits);
-    p.num_splits = static_cast<int>(num_splits);
-    const int64_t floats = attn::decode_workspace_floats(p.num_splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-    Tensor ws;
-    if (floats > 0) {
-        if (workspace.has_value()) {
-            ws = *workspace;
-            TORCH_CHECK_TYPE(ws.scalar_type() == at::kFloat, "workspace must be float32");
-            TORCH_CHECK_VALUE(ws.is_contiguous() && ws.numel() >= floats, "workspace must be contiguous with at least ",
-                              floats, " floats (decode_workspace_size), got ", ws.numel());
-            TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0,
-                              "workspace must be 16-byte aligned (the combine kernel reads float4)");
-            check_same_device(q, ws, "workspace");
-        } else {
-            ws = at::empty({floats}, q.options().dtype(at::kFloat));
-        }
-        p.o_partial = ws.data_ptr<float>();
-        p.lse_partial = p.o_partial + static_cast<int64_t>(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
-    }
-    attn::run_decode(p, impl, c10::cuda::getCurrentCUDAStream().stream());
+    p.o_partial = ws.data_ptr<float>();
+    p.lse_partial = p.o_partial + static_cast<int64_t>(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
+  }
+  attn::run_decode(p, impl, c10::cuda::getCurrentCUDAStream().stream());
 }
 
 // ---- entry points ------------------------------------------------------------------------
@@ -268,28 +261,28 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 // batch and query length, out (allocated when not given) and lse. Returns out.
 Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool causal, std::optional<double> scale,
                     const std::optional<Tensor>& out, const std::optional<Tensor>& lse) {
-    check_bf16(q, "q", 4);
-    fill_common(p, q, q.size(2), heads_kv, q.size(3), causal, scale);
-    p.batch = static_cast<int>(q.size(0));
-    p.seqlen_q = static_cast<int>(q.size(1));
-    Tensor o = make_or_check_out(out, q);
-    fill_q_out(p, q, o, false);
-    fill_lse(p, lse, q, false);
-    return o;
+  check_bf16(q, "q", 4);
+  fill_common(p, q, q.size(2), heads_kv, q.size(3), causal, scale);
+  p.batch = static_cast<int>(q.size(0));
+  p.seqlen_q = static_cast<int>(q.size(1));
+  Tensor o = make_or_check_out(out, q);
+  fill_q_out(p, q, o, false);
+  fill_lse(p, lse, q, false);
+  return o;
 }
 
 Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
               const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
               int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace) {
-    attn::AttnParams p;
-    Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
-    fill_contiguous_kv(p, q, k, v);
-    fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
-    // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
-    // current for the split heuristic, the workspace and the stream.
-    const c10::cuda::CUDAGuard guard(q.device());
-    run_decode_with_workspace(p, q, num_splits, k.size(1), workspace, parse_impl(impl));
-    return o;
+  attn::AttnParams p;
+  Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
+  fill_contiguous_kv(p, q, k, v);
+  fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
+  // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
+  // current for the split heuristic, the workspace and the stream.
+  const c10::cuda::CUDAGuard guard(q.device());
+  run_decode_with_workspace(p, q, num_splits, k.size(1), workspace, parse_impl(impl));
+  return o;
 }
 
 Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
@@ -297,120 +290,117 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                     const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                     const std::optional<Tensor>& lse, int64_t num_splits, const std::string& impl,
                     const std::optional<Tensor>& workspace, bool check_seqlens, bool debug) {
-    attn::AttnParams p;
-    Tensor o = fill_dense_q(p, q, k_cache.size(2), causal, scale, out, lse);
-    fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
-    const c10::cuda::CUDAGuard guard(q.device());
-    fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
-    run_decode_with_workspace(p, q, num_splits, page_table.size(1) * k_cache.size(1), workspace, parse_impl(impl));
-    return o;
+  attn::AttnParams p;
+  Tensor o = fill_dense_q(p, q, k_cache.size(2), causal, scale, out, lse);
+  fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
+  const c10::cuda::CUDAGuard guard(q.device());
+  fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
+  run_decode_with_workspace(p, q, num_splits, page_table.size(1) * k_cache.size(1), workspace, parse_impl(impl));
+  return o;
 }
 
 Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
                const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
                const std::string& impl) {
-    attn::AttnParams p;
-    Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
-    fill_contiguous_kv(p, q, k, v);
-    fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
-    const c10::cuda::CUDAGuard guard(q.device());
-    attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
-    return o;
+  attn::AttnParams p;
+  Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
+  fill_contiguous_kv(p, q, k, v);
+  fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
+  const c10::cuda::CUDAGuard guard(q.device());
+  attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
+  return o;
 }
 
 Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
                      const Tensor& cu_seqlens_q, const Tensor& seqlens_k, bool causal, std::optional<double> scale,
                      const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                      const std::optional<Tensor>& lse, const std::string& impl, bool check_seqlens, bool debug) {
-    check_bf16(q, "q", 3);
-    check_int32_cuda(cu_seqlens_q, "cu_seqlens_q", 1);
-    check_same_device(q, cu_seqlens_q, "cu_seqlens_q");
-    const c10::cuda::CUDAGuard guard(q.device());
-    const int64_t batch = cu_seqlens_q.size(0) - 1;
-    TORCH_CHECK_VALUE(batch >= 1, "cu_seqlens_q must have batch + 1 >= 2 entries, got ", cu_seqlens_q.sizes());
-    TORCH_CHECK_VALUE(!capturing(), "paged_prefill builds its Q schedule on the host and cannot be graph-captured");
-    // The packed Q schedule is built on the host: one device->host copy of cu_seqlens_q.
-    const Tensor cu_host = cu_seqlens_q.cpu().contiguous();
-    const int32_t* cu = cu_host.data_ptr<int32_t>();
-    int64_t max_q = 0;
-    TORCH_CHECK_VALUE(cu[0] == 0, "cu_seqlens_q[0] must be 0, got ", cu[0]);
-    for (int64_t b = 0; b < batch; ++b) {
-        TORCH_CHECK_VALUE(cu[b + 1] >= cu[b], "cu_seqlens_q must be non-decreasing, got ", cu_host);
-        max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
-    }
-    TORCH_CHECK_VALUE(cu[batch] == q.size(0), "cu_seqlens_q[-1] (", cu[batch], ") must equal total_q = q.size(0) (",
-                      q.size(0), ")");
+  check_bf16(q, "q", 3);
+  check_int32_cuda(cu_seqlens_q, "cu_seqlens_q", 1);
+  check_same_device(q, cu_seqlens_q, "cu_seqlens_q");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const int64_t batch = cu_seqlens_q.size(0) - 1;
+  TORCH_CHECK_VALUE(batch >= 1, "cu_seqlens_q must have batch + 1 >= 2 entries, got ", cu_seqlens_q.sizes());
+  TORCH_CHECK_VALUE(!capturing(), "paged_prefill builds its Q schedule on the host and cannot be graph-captured");
+  // The packed Q schedule is built on the host: one device->host copy of cu_seqlens_q.
+  const Tensor cu_host = cu_seqlens_q.cpu().contiguous();
+  const int32_t* cu = cu_host.data_ptr<int32_t>();
+  int64_t max_q = 0;
+  TORCH_CHECK_VALUE(cu[0] == 0, "cu_seqlens_q[0] must be 0, got ", cu[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK_VALUE(cu[b + 1] >= cu[b], "cu_seqlens_q must be non-decreasing, got ", cu_host);
+    max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
+  }
+  TORCH_CHECK_VALUE(cu[batch] == q.size(0), "cu_seqlens_q[-1] (", cu[batch], ") must equal total_q = q.size(0) (",
+                    q.size(0), ")");
 
-    attn::AttnParams p;
-    fill_common(p, q, q.size(1), k_cache.size(2), q.size(2), causal, scale);
-    p.batch = static_cast<int>(batch);
-    p.seqlen_q = static_cast<int>(max_q);
-    Tensor o = make_or_check_out(out, q);
-    fill_q_out(p, q, o, true);
-    fill_lse(p, lse, q, true);
-    fill_mask(p, mask, q, batch, max_q, std::nullopt);
-    fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
+  attn::AttnParams p;
+  fill_common(p, q, q.size(1), k_cache.size(2), q.size(2), causal, scale);
+  p.batch = static_cast<int>(batch);
+  p.seqlen_q = static_cast<int>(max_q);
+  Tensor o = make_or_check_out(out, q);
+  fill_q_out(p, q, o, true);
+  fill_lse(p, lse, q, true);
+  fill_mask(p, mask, q, batch, max_q, std::nullopt);
+  fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
 
-    const std::vector<int32_t> schedule =
-        attn::make_packed_q_schedule(cu, static_cast<int>(batch), p.group, attn::prefill_block_m(p.head_dim));
-    if (schedule.empty()) return o;
-    const Tensor schedule_dev =
-        at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())}, at::kInt)
-            .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
-    p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
-    p.q_schedule = schedule_dev.data_ptr<int>();
-    p.num_q_tiles = static_cast<int>(schedule.size() / 2);
-    attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
-    return o;
+  const std::vector<int32_t> schedule =
+      attn::make_packed_q_schedule(cu, static_cast<int>(batch), p.group, attn::prefill_block_m(p.head_dim));
+  if (schedule.empty()) return o;
+  const Tensor schedule_dev =
+      at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())}, at::kInt)
+          .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
+  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
+  p.q_schedule = schedule_dev.data_ptr<int>();
+  p.num_q_tiles = static_cast<int>(schedule.size() / 2);
+  attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
+  return o;
 }
 
 int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group, int64_t max_seqlen_k,
                           int64_t head_dim) {
-    check_head_dim(head_dim);
-    const int sms = sm_count();
-    return attn::decode_num_splits(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
-                                   static_cast<int>(group), static_cast<int>(max_seqlen_k), static_cast<int>(head_dim),
-                                   sms);
+  check_head_dim(head_dim);
+  const int sms = binding::sm_count();
+  return attn::decode_num_splits(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
+                                 static_cast<int>(group), static_cast<int>(max_seqlen_k), static_cast<int>(head_dim),
+                                 sms);
 }
 
 int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim) {
-    return attn::decode_workspace_floats(static_cast<int>(num_splits), static_cast<int>(batch),
-                                         static_cast<int>(heads_q), static_cast<int>(seqlen_q),
-                                         static_cast<int>(head_dim));
+  return attn::decode_workspace_floats(static_cast<int>(num_splits), static_cast<int>(batch), static_cast<int>(heads_q),
+                                       static_cast<int>(seqlen_q), static_cast<int>(head_dim));
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    namespace py = pybind11;
-    m.doc() = "Attention kernels (bf16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
-    m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].",
-          py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
-          py::arg("scale") = py::none(), py::arg("mask") = py::none(), py::arg("out") = py::none(),
-          py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
-          py::arg("workspace") = py::none());
-    m.def("paged_decode", &paged_decode,
-          "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D], page_table [B, max_pages] "
-          "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint).",
-          py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("seqlens_k"),
-          py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
-          py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0,
-          py::arg("impl") = "tc", py::arg("workspace") = py::none(), py::arg("check_seqlens") = true,
-          py::arg("debug") = false);
-    m.def("prefill", &prefill, "Split-Q prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].",
-          py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
-          py::arg("scale") = py::none(), py::arg("mask") = py::none(), py::arg("out") = py::none(),
-          py::arg("lse") = py::none(), py::arg("impl") = "tc");
-    m.def("paged_prefill", &paged_prefill,
-          "Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 on a paged cache.",
-          py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("cu_seqlens_q"),
-          py::arg("seqlens_k"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
-          py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),
-          py::arg("impl") = "tc", py::arg("check_seqlens") = true, py::arg("debug") = false);
-    m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
-          py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"), py::arg("max_seqlen_k"),
-          py::arg("head_dim"));
-    m.def("decode_workspace_size", &decode_workspace_size, "Floats of workspace a decode call needs.",
-          py::arg("num_splits"), py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"), py::arg("head_dim"));
-    m.attr("max_decode_splits") = attn::kMaxDecodeSplits;
+  namespace py = pybind11;
+  binding::register_exceptions();
+  m.doc() = "Attention kernels (bf16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
+  m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+        py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),
+        py::arg("num_splits") = 0, py::arg("impl") = "tc", py::arg("workspace") = py::none());
+  m.def("paged_decode", &paged_decode,
+        "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D], page_table [B, max_pages] "
+        "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint).",
+        py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("seqlens_k"),
+        py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
+        py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
+        py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false);
+  m.def("prefill", &prefill, "Split-Q prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+        py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("impl") = "tc");
+  m.def("paged_prefill", &paged_prefill,
+        "Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 on a paged cache.", py::arg("q"),
+        py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("cu_seqlens_q"), py::arg("seqlens_k"),
+        py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
+        py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("impl") = "tc",
+        py::arg("check_seqlens") = true, py::arg("debug") = false);
+  m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
+        py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"), py::arg("max_seqlen_k"),
+        py::arg("head_dim"));
+  m.def("decode_workspace_size", &decode_workspace_size, "Floats of workspace a decode call needs.",
+        py::arg("num_splits"), py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"), py::arg("head_dim"));
+  m.attr("max_decode_splits") = attn::kMaxDecodeSplits;
 }

@@ -1,7 +1,7 @@
 // Host entry points of the attention kernels. Torch-free: included by the pybind11 binding
-// (attention.cu) and by the standalone tests (csrc/tests/attn_*.cu). Each launcher throws
-// std::invalid_argument for an unsupported configuration (the message lists what is
-// supported) and std::runtime_error for a CUDA launch error.
+// (attention.cu) and by the standalone tests (csrc/tests/attn_*.cu). Errors as in
+// common/errors.h: kernels::ValueError for an unsupported configuration (the message lists
+// what is supported), kernels::CudaError for a failed CUDA call or launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,19 +24,16 @@ void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
 
 // Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
 // (for paged KV: max_pages * page_size), so the choice never needs the device lengths.
-int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k,
-                      int head_dim, int num_sms);
+int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms);
 
 // Floats of workspace a decode call with num_splits > 1 needs (o_partial then lse_partial).
-int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q,
-                                int head_dim);
+int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q, int head_dim);
 
 // Packed rows (query, head-in-group) one prefill CTA owns for this head_dim.
 int prefill_block_m(int head_dim);
 
 // Host-built packed Q schedule: for every batch, its q tiles of block_m packed rows, as
 // (batch, tile) pairs; the longest-running tiles (last rows, most keys under causal) first.
-std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch,
-                                            int group, int block_m);
+std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group, int block_m);
 
 }  // namespace kernels::attention

@@ -15,55 +15,55 @@ enum class AttnImpl : int { kTensorCore = 0, kScalar = 1 };
 constexpr int kMaxDecodeSplits = 128;
 
 struct AttnParams {
-    // ---- queries and outputs ------------------------------------------------------------
-    // Dense:  q, o [B, Sq, Hq, D]; lse [B, Hq, Sq].
-    // Packed: q, o [total_q, Hq, D] with cu_seqlens_q [B + 1]; lse [Hq, total_q];
-    //         batch strides are 0 and the token index is cu_seqlens_q[b] + t.
-    const void* q = nullptr;
-    void* o = nullptr;
-    float* lse = nullptr;  // optional
-    int64_t q_batch_stride = 0, q_token_stride = 0, q_head_stride = 0;
-    int64_t o_batch_stride = 0, o_token_stride = 0, o_head_stride = 0;
-    int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_token_stride = 0;
-    const int* cu_seqlens_q = nullptr;  // packed only
-    const int* q_schedule = nullptr;    // packed only: [num_q_tiles][2] = (batch, tile)
-    int num_q_tiles = 0;
+  // ---- queries and outputs ------------------------------------------------------------
+  // Dense:  q, o [B, Sq, Hq, D]; lse [B, Hq, Sq].
+  // Packed: q, o [total_q, Hq, D] with cu_seqlens_q [B + 1]; lse [Hq, total_q];
+  //         batch strides are 0 and the token index is cu_seqlens_q[b] + t.
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // optional
+  int64_t q_batch_stride = 0, q_token_stride = 0, q_head_stride = 0;
+  int64_t o_batch_stride = 0, o_token_stride = 0, o_head_stride = 0;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_token_stride = 0;
+  const int* cu_seqlens_q = nullptr;  // packed only
+  const int* q_schedule = nullptr;    // packed only: [num_q_tiles][2] = (batch, tile)
+  int num_q_tiles = 0;
 
-    // ---- keys and values ----------------------------------------------------------------
-    // Contiguous: k, v [B, Sk, Hkv, D]; "block" = batch.
-    // Paged:      k, v [num_pages, page_size, Hkv, D]; "block" = page.
-    const void* k = nullptr;
-    const void* v = nullptr;
-    int64_t k_block_stride = 0, k_token_stride = 0, k_head_stride = 0;
-    int64_t v_block_stride = 0, v_token_stride = 0, v_head_stride = 0;
-    const int* page_table = nullptr;  // paged: [B, max_pages]
-    int64_t page_table_batch_stride = 0;
-    const int* seqlens_k = nullptr;   // paged: [B]
-    int page_size = 0;
-    int max_pages = 0;
-    FastDivmod page_divmod;  // by page_size; the launchers set it (callers set page_size only)
+  // ---- keys and values ----------------------------------------------------------------
+  // Contiguous: k, v [B, Sk, Hkv, D]; "block" = batch.
+  // Paged:      k, v [num_pages, page_size, Hkv, D]; "block" = page.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_block_stride = 0, k_token_stride = 0, k_head_stride = 0;
+  int64_t v_block_stride = 0, v_token_stride = 0, v_head_stride = 0;
+  const int* page_table = nullptr;  // paged: [B, max_pages]
+  int64_t page_table_batch_stride = 0;
+  const int* seqlens_k = nullptr;  // paged: [B]
+  int page_size = 0;
+  int max_pages = 0;
+  FastDivmod page_divmod;  // by page_size; the launchers set it (callers set page_size only)
 
-    // ---- optional boolean mask, True = keep: [B, Sk] (mask_q_stride = 0) or [B, Sq, Sk] --
-    const bool* mask = nullptr;
-    int64_t mask_batch_stride = 0, mask_q_stride = 0;
-    int mask_len = 0;  // keys at or beyond mask_len are masked out
+  // ---- optional boolean mask, True = keep: [B, Sk] (mask_q_stride = 0) or [B, Sq, Sk] --
+  const bool* mask = nullptr;
+  int64_t mask_batch_stride = 0, mask_q_stride = 0;
+  int mask_len = 0;  // keys at or beyond mask_len are masked out
 
-    // ---- sizes ---------------------------------------------------------------------------
-    int batch = 0;
-    int seqlen_q = 0;  // dense: every batch; packed: the maximum
-    int seqlen_k = 0;  // contiguous only
-    int heads_q = 0;
-    int heads_kv = 0;
-    int head_dim = 0;
-    int group = 1;  // heads_q / heads_kv
-    float scale = 1.f;
-    float scale_log2 = 1.f;  // scale * log2(e), for exp2
-    bool causal = false;
+  // ---- sizes ---------------------------------------------------------------------------
+  int batch = 0;
+  int seqlen_q = 0;  // dense: every batch; packed: the maximum
+  int seqlen_k = 0;  // contiguous only
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  int group = 1;  // heads_q / heads_kv
+  float scale = 1.f;
+  float scale_log2 = 1.f;  // scale * log2(e), for exp2
+  bool causal = false;
 
-    // ---- split-KV decode workspace ------------------------------------------------------
-    int num_splits = 1;
-    float* o_partial = nullptr;    // [num_splits][B][Hq][Sq][D]
-    float* lse_partial = nullptr;  // [num_splits][B][Hq][Sq]
+  // ---- split-KV decode workspace ------------------------------------------------------
+  int num_splits = 1;
+  float* o_partial = nullptr;    // [num_splits][B][Hq][Sq][D]
+  float* lse_partial = nullptr;  // [num_splits][B][Hq][Sq]
 };
 
 }  // namespace kernels::attention

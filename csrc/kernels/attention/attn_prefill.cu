@@ -5,45 +5,43 @@
 namespace kernels::attention {
 
 void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
-    const bool paged = p.page_table != nullptr;
-    const bool packed = p.cu_seqlens_q != nullptr;
-    if (paged != packed || (packed && p.q_schedule == nullptr)) {
-        throw std::invalid_argument(
-            "prefill supports dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
+  const bool paged = p.page_table != nullptr;
+  const bool packed = p.cu_seqlens_q != nullptr;
+  check(paged == packed && (!packed || p.q_schedule != nullptr),
+        "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
+  if (p.batch == 0) return;
+  KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
+    static_assert(
+        PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
+        "the packed-Q schedule (prefill_block_m) must fit both tensor-core configurations");
+    if (impl == AttnImpl::kTensorCore && current_device_is_sm90()) {
+      paged ? launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
+            : launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
+    } else if (impl == AttnImpl::kTensorCore) {
+      paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
+            : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
+    } else {
+      paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, PackedQ, PagedKV>(p, stream)
+            : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, DenseQ, ContiguousKV>(p, stream);
     }
-    if (p.batch == 0) return;
-    DISPATCH_HEAD_DIM(p.head_dim, [&] {
-        static_assert(PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
-                      "the packed-Q schedule (prefill_block_m) must fit both tensor-core configurations");
-        if (impl == AttnImpl::kTensorCore && current_device_is_sm90()) {
-            paged ? launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
-                  : launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
-        } else if (impl == AttnImpl::kTensorCore) {
-            paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
-                  : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
-        } else {
-            paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, PackedQ, PagedKV>(p, stream)
-                  : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, DenseQ, ContiguousKV>(p, stream);
-        }
-    });
+  });
 }
 
 int prefill_block_m(int head_dim) {
-    return DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
+  return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
 }
 
-std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group,
-                                            int block_m) {
-    std::vector<int32_t> schedule;
-    for (int b = 0; b < batch; ++b) {
-        const int64_t rows = static_cast<int64_t>(cu_seqlens_q_host[b + 1] - cu_seqlens_q_host[b]) * group;
-        // Last tiles first: under causal masking they see the most keys.
-        for (int64_t tile = ceil_div<int64_t>(rows, block_m) - 1; tile >= 0; --tile) {
-            schedule.push_back(b);
-            schedule.push_back(static_cast<int32_t>(tile));
-        }
+std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group, int block_m) {
+  std::vector<int32_t> schedule;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t rows = static_cast<int64_t>(cu_seqlens_q_host[b + 1] - cu_seqlens_q_host[b]) * group;
+    // Last tiles first: under causal masking they see the most keys.
+    for (int64_t tile = ceil_div<int64_t>(rows, block_m) - 1; tile >= 0; --tile) {
+      schedule.push_back(b);
+      schedule.push_back(static_cast<int32_t>(tile));
     }
-    return schedule;
+  }
+  return schedule;
 }
 
 }  // namespace kernels::attention

@@ -14,7 +14,7 @@ namespace kernels::attention {
 // run_decode uses, DecodeVariants<kD> what `attn_paged_test bench` compares it with.
 template <int kD_, int kWarps_, int kKeysPerWarp_, int kStages_>
 struct DecodeTiles {
-    static constexpr int kD = kD_, kWarps = kWarps_, kKeysPerWarp = kKeysPerWarp_, kStages = kStages_;
+  static constexpr int kD = kD_, kWarps = kWarps_, kKeysPerWarp = kKeysPerWarp_, kStages = kStages_;
 };
 
 template <int kD>
@@ -28,31 +28,31 @@ struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 2> {};
 
 template <int kD>
 struct DecodeVariants {
-    using Default = DecodeConfig<kD>;
-    using W4S2 = DecodeTiles<kD, 4, 16, 2>;   // smaller ring: three CTAs per SM at D 128
-    using W4S4 = DecodeTiles<kD, 4, 16, 4>;   // deeper ring, one CTA per SM
-    using W8S2 = DecodeTiles<kD, 8, 16, 2>;   // 128-key tiles, 8 warps
-    using W8S3 = DecodeTiles<kD, 8, 16, 3>;
-    using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
+  using Default = DecodeConfig<kD>;
+  using W4S2 = DecodeTiles<kD, 4, 16, 2>;  // smaller ring: three CTAs per SM at D 128
+  using W4S4 = DecodeTiles<kD, 4, 16, 4>;  // deeper ring, one CTA per SM
+  using W8S2 = DecodeTiles<kD, 8, 16, 2>;  // 128-key tiles, 8 warps
+  using W8S3 = DecodeTiles<kD, 8, 16, 3>;
+  using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
 };
 
 template <class Cfg>
 struct DecodeTraits : Cfg {
-    static constexpr int kD = Cfg::kD;
-    static constexpr int kThreads = Cfg::kWarps * 32;
-    static constexpr int kRows = 16;
-    static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
-    static constexpr int kTileElems = kBlockN * smem_stride<kD>();
-    // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
-    static constexpr int kPageEntriesOffset = (kRows * smem_stride<kD>() + 2 * Cfg::kStages * kTileElems) * 2;
-    static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
-    // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
-    static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;
-    static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
-    // CTAs one SM holds at once: shared memory is the limit (228 KB per SM on sm_90, 1 KB of
-    // it reserved per CTA); registers and warps allow more.
-    static constexpr int kCtasPerSm = (228 * 1024) / (kSmemBytes + 1024);
-    static_assert(kCtasPerSm >= 1, "decode tile does not fit in shared memory");
+  static constexpr int kD = Cfg::kD;
+  static constexpr int kThreads = Cfg::kWarps * 32;
+  static constexpr int kRows = 16;
+  static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
+  static constexpr int kTileElems = kBlockN * smem_stride<kD>();
+  // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
+  static constexpr int kPageEntriesOffset = (kRows * smem_stride<kD>() + 2 * Cfg::kStages * kTileElems) * 2;
+  static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
+  // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
+  static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+  // CTAs one SM holds at once: shared memory is the limit (228 KB per SM on sm_90, 1 KB of
+  // it reserved per CTA); registers and warps allow more.
+  static constexpr int kCtasPerSm = (228 * 1024) / (kSmemBytes + 1024);
+  static_assert(kCtasPerSm >= 1, "decode tile does not fit in shared memory");
 };
 
 // Prefill: one CTA = kBlockM packed rows of one kv head, all of its keys; warps own
@@ -83,30 +83,30 @@ struct DecodeTraits : Cfg {
 //                        (FlashAttention-3's intra-warpgroup overlap). One barrier per
 //                        iteration; K_j and V_{j-1} travel as one cp.async group.
 enum : unsigned {
-    kPrefillSplitKV = 1u,
-    kPrefillPackP = 2u,
-    kPrefillLongestFirst = 4u,
-    kPrefillTwoCtas = 8u,
-    kPrefillLazyRescale = 16u,
-    kPrefillWgmma = 32u,
-    kPrefillSoftmaxOverlap = 64u,
+  kPrefillSplitKV = 1u,
+  kPrefillPackP = 2u,
+  kPrefillLongestFirst = 4u,
+  kPrefillTwoCtas = 8u,
+  kPrefillLazyRescale = 16u,
+  kPrefillWgmma = 32u,
+  kPrefillSoftmaxOverlap = 64u,
 };
 
 template <int kD_, int kWarps_, int kMT_, int kBlockN_, int kStages_, unsigned kFlags_ = 0u>
 struct PrefillTiles {
-    static constexpr int kD = kD_, kWarps = kWarps_, kMT = kMT_, kBlockN = kBlockN_, kStages = kStages_;
-    static constexpr unsigned kFlags = kFlags_;
-    static constexpr bool kSplitKV = (kFlags & kPrefillSplitKV) != 0;
-    static constexpr bool kPackP = (kFlags & kPrefillPackP) != 0;
-    static constexpr bool kLongestFirst = (kFlags & kPrefillLongestFirst) != 0;
-    static constexpr int kMinBlocks = (kFlags & kPrefillTwoCtas) != 0 ? 2 : 1;
-    static constexpr bool kLazyRescale = (kFlags & kPrefillLazyRescale) != 0;
-    static constexpr bool kWgmma = (kFlags & kPrefillWgmma) != 0;
-    static_assert(kStages >= 1 && (kSplitKV || kStages >= 2), "a joint K/V ring needs two stages");
-    static_assert(!kWgmma || (kWarps % 4 == 0 && kMT == 1), "WGMMA tiles are warpgroups of 64 rows");
-    static constexpr bool kSoftmaxOverlap = (kFlags & kPrefillSoftmaxOverlap) != 0;
-    static_assert(!kSoftmaxOverlap || (kWgmma && kLazyRescale && !kSplitKV && kStages >= 2),
-                  "the softmax overlap is its own WGMMA schedule and uses the split lazy update");
+  static constexpr int kD = kD_, kWarps = kWarps_, kMT = kMT_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr unsigned kFlags = kFlags_;
+  static constexpr bool kSplitKV = (kFlags & kPrefillSplitKV) != 0;
+  static constexpr bool kPackP = (kFlags & kPrefillPackP) != 0;
+  static constexpr bool kLongestFirst = (kFlags & kPrefillLongestFirst) != 0;
+  static constexpr int kMinBlocks = (kFlags & kPrefillTwoCtas) != 0 ? 2 : 1;
+  static constexpr bool kLazyRescale = (kFlags & kPrefillLazyRescale) != 0;
+  static constexpr bool kWgmma = (kFlags & kPrefillWgmma) != 0;
+  static_assert(kStages >= 1 && (kSplitKV || kStages >= 2), "a joint K/V ring needs two stages");
+  static_assert(!kWgmma || (kWarps % 4 == 0 && kMT == 1), "WGMMA tiles are warpgroups of 64 rows");
+  static constexpr bool kSoftmaxOverlap = (kFlags & kPrefillSoftmaxOverlap) != 0;
+  static_assert(!kSoftmaxOverlap || (kWgmma && kLazyRescale && !kSplitKV && kStages >= 2),
+                "the softmax overlap is its own WGMMA schedule and uses the split lazy update");
 };
 
 // D=128: FA2's 128 x 64 tile with double-buffered, separately waited K and V; it fits in 255
@@ -138,9 +138,9 @@ struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
 // (262), and 491 (423) against 250 (207) (b4 s4096, 32 / 8 heads).
 template <int kD>
 struct PrefillSm90Choice {
-    static constexpr int kBlockN = kD == 256 ? 64 : 128;  // S, P and O within 255 registers
-    using type = PrefillTiles<kD, 8, 1, kBlockN, 2,
-                              kPrefillLazyRescale | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
+  static constexpr int kBlockN = kD == 256 ? 64 : 128;  // S, P and O within 255 registers
+  using type = PrefillTiles<kD, 8, 1, kBlockN, 2,
+                            kPrefillLazyRescale | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
 };
 template <int kD>
 using PrefillConfigSm90 = typename PrefillSm90Choice<kD>::type;
@@ -150,49 +150,48 @@ using PrefillConfigSm90 = typename PrefillSm90Choice<kD>::type;
 // the lazy rescale (ptxas, nvcc 13.0, sm_90a).
 template <int kD>
 struct PrefillVariants {
-    static constexpr unsigned kLazy = kPrefillLazyRescale;
-    using Default = PrefillConfig<kD>;
-    // The former D=128 default: 128 x 32, joint K/V double buffer; plus longest-first / lazy rescale.
-    using N32 = PrefillTiles<kD, 4, 2, 32, 2>;
-    using N32LF = PrefillTiles<kD, 4, 2, 32, 2, kPrefillLongestFirst>;
-    using N32Lazy = PrefillTiles<kD, 4, 2, 32, 2, kLazy>;
-    // FA2's tile: 128 x 64, 4 warps of 32 rows.
-    using N64 = PrefillTiles<kD, 4, 2, 64, 2, kLazy>;
-    using N64PackP = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillPackP>;
-    // ... with K and V waited for separately (double-buffered rings).
-    using N64Split = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV>;
-    // ... FA2's single-buffered K and V (half the K/V shared memory).
-    using N64Split1 = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV>;
-    // ... plus the longest causal q tiles first (the D=128 default), and with P packed early.
-    using N64SplitLF = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
-    using N64SplitPackPLF =
-        PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillPackP | kPrefillLongestFirst>;
-    // The former D=128 default: single-buffered K and V, longest-first.
-    using N64Split1LF = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
-    // 8 warps of 32 rows (kBlockM = 256): half the K/V traffic per FLOP, one CTA per SM.
-    using W8N64 = PrefillTiles<kD, 8, 2, 64, 2, kLazy | kPrefillSplitKV>;
-    // 8 warps of 16 rows: few registers, two CTAs (16 warps) per SM, twice the ldmatrix per MMA.
-    using W8M1N64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillTwoCtas>;
-    // Hopper: two warpgroups with WGMMA and the softmax of S_i under P_{i-1} V_{i-1} (the
-    // sm_90a default), with three stages, and without the overlap (128- and 64-key tiles).
-    using Sm90 = PrefillConfigSm90<kD>;
-    using WgSoftmaxOverlap3 =
-        PrefillTiles<kD, 8, 1, 128, 3, kLazy | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
-    using Wg = PrefillTiles<kD, 8, 1, 128, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst | kPrefillWgmma>;
-    using WgN64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst | kPrefillWgmma>;
+  static constexpr unsigned kLazy = kPrefillLazyRescale;
+  using Default = PrefillConfig<kD>;
+  // The former D=128 default: 128 x 32, joint K/V double buffer; plus longest-first / lazy rescale.
+  using N32 = PrefillTiles<kD, 4, 2, 32, 2>;
+  using N32LF = PrefillTiles<kD, 4, 2, 32, 2, kPrefillLongestFirst>;
+  using N32Lazy = PrefillTiles<kD, 4, 2, 32, 2, kLazy>;
+  // FA2's tile: 128 x 64, 4 warps of 32 rows.
+  using N64 = PrefillTiles<kD, 4, 2, 64, 2, kLazy>;
+  using N64PackP = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillPackP>;
+  // ... with K and V waited for separately (double-buffered rings).
+  using N64Split = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV>;
+  // ... FA2's single-buffered K and V (half the K/V shared memory).
+  using N64Split1 = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV>;
+  // ... plus the longest causal q tiles first (the D=128 default), and with P packed early.
+  using N64SplitLF = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
+  using N64SplitPackPLF = PrefillTiles<kD, 4, 2, 64, 2, kLazy | kPrefillSplitKV | kPrefillPackP | kPrefillLongestFirst>;
+  // The former D=128 default: single-buffered K and V, longest-first.
+  using N64Split1LF = PrefillTiles<kD, 4, 2, 64, 1, kLazy | kPrefillSplitKV | kPrefillLongestFirst>;
+  // 8 warps of 32 rows (kBlockM = 256): half the K/V traffic per FLOP, one CTA per SM.
+  using W8N64 = PrefillTiles<kD, 8, 2, 64, 2, kLazy | kPrefillSplitKV>;
+  // 8 warps of 16 rows: few registers, two CTAs (16 warps) per SM, twice the ldmatrix per MMA.
+  using W8M1N64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillTwoCtas>;
+  // Hopper: two warpgroups with WGMMA and the softmax of S_i under P_{i-1} V_{i-1} (the
+  // sm_90a default), with three stages, and without the overlap (128- and 64-key tiles).
+  using Sm90 = PrefillConfigSm90<kD>;
+  using WgSoftmaxOverlap3 =
+      PrefillTiles<kD, 8, 1, 128, 3, kLazy | kPrefillLongestFirst | kPrefillWgmma | kPrefillSoftmaxOverlap>;
+  using Wg = PrefillTiles<kD, 8, 1, 128, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst | kPrefillWgmma>;
+  using WgN64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst | kPrefillWgmma>;
 };
 
 template <class Cfg>
 struct PrefillTraits : Cfg {
-    static constexpr int kD = Cfg::kD;
-    static constexpr int kThreads = Cfg::kWarps * 32;
-    static constexpr int kBlockM = Cfg::kWarps * 16 * Cfg::kMT;
-    // Padded rows for the warp-level math; packed swizzled rows for WGMMA, whose tiles need
-    // a 1024-byte aligned base (the kernel rounds the dynamic smem pointer up).
-    static constexpr int kRowElems = Cfg::kWgmma ? kD : smem_stride<kD>();
-    static constexpr int kTileElems = Cfg::kBlockN * kRowElems;
-    static constexpr int kAlignSlack = Cfg::kWgmma ? 1024 : 0;
-    static constexpr int kSmemBytes = (kBlockM * kRowElems + 2 * Cfg::kStages * kTileElems) * 2 + kAlignSlack;
+  static constexpr int kD = Cfg::kD;
+  static constexpr int kThreads = Cfg::kWarps * 32;
+  static constexpr int kBlockM = Cfg::kWarps * 16 * Cfg::kMT;
+  // Padded rows for the warp-level math; packed swizzled rows for WGMMA, whose tiles need
+  // a 1024-byte aligned base (the kernel rounds the dynamic smem pointer up).
+  static constexpr int kRowElems = Cfg::kWgmma ? kD : smem_stride<kD>();
+  static constexpr int kTileElems = Cfg::kBlockN * kRowElems;
+  static constexpr int kAlignSlack = Cfg::kWgmma ? 1024 : 0;
+  static constexpr int kSmemBytes = (kBlockM * kRowElems + 2 * Cfg::kStages * kTileElems) * 2 + kAlignSlack;
 };
 
 }  // namespace kernels::attention

@@ -12,10 +12,7 @@
 //      otherwise fp32 partial O and LSE for the combine kernel.
 #pragma once
 
-#include <atomic>
-#include <stdexcept>
-#include <string>
-
+#include "../common/launch.cuh"
 #include "configs.cuh"
 
 namespace kernels::attention {
@@ -25,171 +22,171 @@ constexpr int kCombineThreads = 128;
 template <class Cfg, AttnImpl kImpl, class KV>
 __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
-    using T = DecodeTraits<Cfg>;
-    constexpr int kD = T::kD;
-    constexpr int S = smem_stride<kD>();
-    constexpr int kNT = T::kKeysPerWarp / 8;
-    constexpr int kDT = kD / 8;
-    using Math = WarpMath<kImpl, 1, kNT, kD>;
+  using T = DecodeTraits<Cfg>;
+  constexpr int kD = T::kD;
+  constexpr int S = smem_stride<kD>();
+  constexpr int kNT = T::kKeysPerWarp / 8;
+  constexpr int kDT = kD / 8;
+  using Math = WarpMath<kImpl, 1, kNT, kD>;
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-    bf16* sK = sQ + T::kRows * S;
-    bf16* sV = sK + T::kStages * T::kTileElems;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sK = sQ + T::kRows * S;
+  bf16* sV = sK + T::kStages * T::kTileElems;
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int split = blockIdx.x;
-    const int hkv = blockIdx.y % p.heads_kv;
-    const int row0 = (blockIdx.y / p.heads_kv) * T::kRows;
-    const int b = blockIdx.z;
-    const int q_len = p.seqlen_q;
-    const int rows_total = q_len * p.group;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = blockIdx.x;
+  const int hkv = blockIdx.y % p.heads_kv;
+  const int row0 = (blockIdx.y / p.heads_kv) * T::kRows;
+  const int b = blockIdx.z;
+  const int q_len = p.seqlen_q;
+  const int rows_total = q_len * p.group;
 
-    const bool kv_ok = KV::kv_len_ok(p, b);
-    const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
-    const int causal_offset = kv_len - q_len;
-    const int last_qpos = (min(row0 + T::kRows, rows_total) - 1) / p.group;
-    const int visible = p.causal ? max(0, min(kv_len, last_qpos + causal_offset + 1)) : kv_len;
-    const int n_tiles_total = ceil_div(visible, T::kBlockN);
-    const int tiles_per_split = ceil_div(n_tiles_total, p.num_splits);
-    const int tile_begin = min(split * tiles_per_split, n_tiles_total);
-    const int n_tiles = min(tiles_per_split, n_tiles_total - tile_begin);
+  const bool kv_ok = KV::kv_len_ok(p, b);
+  const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
+  const int causal_offset = kv_len - q_len;
+  const int last_qpos = (min(row0 + T::kRows, rows_total) - 1) / p.group;
+  const int visible = p.causal ? max(0, min(kv_len, last_qpos + causal_offset + 1)) : kv_len;
+  const int n_tiles_total = ceil_div(visible, T::kBlockN);
+  const int tiles_per_split = ceil_div(n_tiles_total, p.num_splits);
+  const int tile_begin = min(split * tiles_per_split, n_tiles_total);
+  const int n_tiles = min(tiles_per_split, n_tiles_total - tile_begin);
 
-    // ---- prologue: Q and the first kStages - 1 KV tiles --------------------------------
-    const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride;
-    load_q_tile<T::kRows, kD, T::kThreads>(sQ, p.q, [&](int r) -> const bf16* {
-        const int packed = row0 + r;
-        if (packed >= rows_total) return nullptr;
-        const int head = hkv * p.group + packed % p.group;
-        return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
-    });
-    // Paged KV: the page-table entries of a tile travel through shared memory kStages - 1
-    // tiles ahead of its K/V copies (commit group g carries tile g's K/V and tile
-    // g + kStages - 1's entries), so issuing a tile's copies never waits on a global load.
-    // The first kStages - 1 tiles look their pages up directly.
-    int* sEntries = reinterpret_cast<int*>(smem_raw + T::kPageEntriesOffset);  // [kStages][kBlockN]
-    const auto stage_entries = [&](int tile) {
-        if constexpr (KV::kPaged) {
-            if (tile < n_tiles) {
-                stage_page_entries<T::kBlockN, T::kThreads, KV>(sEntries + (tile % T::kStages) * T::kBlockN, p, b,
-                                                                (tile_begin + tile) * T::kBlockN, kv_len);
-            }
-        }
-    };
-#pragma unroll
-    for (int st = 0; st < T::kStages - 1; ++st) {
-        if (st < n_tiles) {
-            load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
-                                                          hkv, (tile_begin + st) * T::kBlockN, kv_len);
-        }
-        stage_entries(st + T::kStages - 1);
-        cp_async_commit();
+  // ---- prologue: Q and the first kStages - 1 KV tiles --------------------------------
+  const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride;
+  load_q_tile<T::kRows, kD, T::kThreads>(sQ, p.q, [&](int r) -> const bf16* {
+    const int packed = row0 + r;
+    if (packed >= rows_total) return nullptr;
+    const int head = hkv * p.group + packed % p.group;
+    return q_base + (packed / p.group) * p.q_token_stride + head * p.q_head_stride;
+  });
+  // Paged KV: the page-table entries of a tile travel through shared memory kStages - 1
+  // tiles ahead of its K/V copies (commit group g carries tile g's K/V and tile
+  // g + kStages - 1's entries), so issuing a tile's copies never waits on a global load.
+  // The first kStages - 1 tiles look their pages up directly.
+  int* sEntries = reinterpret_cast<int*>(smem_raw + T::kPageEntriesOffset);  // [kStages][kBlockN]
+  const auto stage_entries = [&](int tile) {
+    if constexpr (KV::kPaged) {
+      if (tile < n_tiles) {
+        stage_page_entries<T::kBlockN, T::kThreads, KV>(sEntries + (tile % T::kStages) * T::kBlockN, p, b,
+                                                        (tile_begin + tile) * T::kBlockN, kv_len);
+      }
     }
-
-    int qpos[1][2];
-    fragment_qpos<1>(qpos, row0, rows_total, p.group);
-    float acc_o[1][kDT][4];
+  };
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][dt][e] = 0.f;
-    OnlineSoftmax<1, kNT, kDT> softmax;
-    softmax.init();
-
-    // ---- main loop -------------------------------------------------------------------------
-    for (int i = 0; i < n_tiles; ++i) {
-        cp_async_wait<T::kStages - 2>();
-        __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
-        const int next = i + T::kStages - 1;
-        if (next < n_tiles) {
-            const int st = next % T::kStages;
-            const int first_key = (tile_begin + next) * T::kBlockN;
-            if constexpr (KV::kPaged) {
-                // The tile's pages from its staged copy of the page-table entries.
-                const int* entries = sEntries + st * T::kBlockN;
-                const int first_index = KV::page_index(p, first_key);
-                load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, true>(
-                    sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
-                    [&](int pos) { return KV::locate(p, entries, first_index, pos); });
-            } else {
-                load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p,
-                                                              b, hkv, first_key, kv_len);
-            }
-        }
-        // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
-        stage_entries(next + T::kStages - 1);
-        cp_async_commit();
-
-        const int st = i % T::kStages;
-        const int warp_key0 = warp * T::kKeysPerWarp;
-        float acc_s[1][kNT][4];
-        // S = Q @ K^T over this warp's keys
-        Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * S);
-        const int key0 = (tile_begin + i) * T::kBlockN + warp_key0;
-        if (p.causal || p.mask != nullptr || key0 + T::kKeysPerWarp > kv_len) {
-            apply_mask<1, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
-        }
-        softmax.update(acc_s, acc_o, p.scale_log2);
-        // O += P @ V
-        Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * S);
+  for (int st = 0; st < T::kStages - 1; ++st) {
+    if (st < n_tiles) {
+      load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv,
+                                                    (tile_begin + st) * T::kBlockN, kv_len);
     }
-    cp_async_wait<0>();
-    __syncthreads();  // all warps are done with the ring: it becomes the merge buffer
+    stage_entries(st + T::kStages - 1);
+    cp_async_commit();
+  }
 
-    // ---- merge the warps ---------------------------------------------------------------------
-    softmax.reduce_sums();
-    float* sO = reinterpret_cast<float*>(smem_raw);      // [kWarps][16][kD]
-    float* sMax = sO + T::kWarps * T::kRows * kD;        // [kWarps][16]
-    float* sSum = sMax + T::kWarps * T::kRows;           // [kWarps][16]
-    const int g = lane / 4, t = lane % 4;
+  int qpos[1][2];
+  fragment_qpos<1>(qpos, row0, rows_total, p.group);
+  float acc_o[1][kDT][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = warp * T::kRows + g + 8 * h;
-        if (t == 0) {
-            sMax[r] = softmax.row_max[0][h];
-            sSum[r] = softmax.row_sum[0][h];
-        }
+  for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
-        for (int dt = 0; dt < kDT; ++dt) {
-            *reinterpret_cast<float2*>(sO + r * kD + dt * 8 + 2 * t) =
-                make_float2(acc_o[0][dt][2 * h], acc_o[0][dt][2 * h + 1]);
-        }
-    }
-    __syncthreads();
+    for (int e = 0; e < 4; ++e) acc_o[0][dt][e] = 0.f;
+  OnlineSoftmax<1, kNT, kDT> softmax;
+  softmax.init();
 
-    for (int idx = threadIdx.x; idx < T::kRows * kD; idx += T::kThreads) {
-        const int r = idx / kD, col = idx % kD;
-        const int packed = row0 + r;
-        if (packed >= rows_total) continue;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < T::kWarps; ++w) mx = fmaxf(mx, sMax[w * T::kRows + r]);
-        float sum = 0.f, acc = 0.f;
-        if (mx != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < T::kWarps; ++w) {
-                const float f = fast_exp2((sMax[w * T::kRows + r] - mx) * p.scale_log2);
-                sum += sSum[w * T::kRows + r] * f;
-                acc += sO[(w * T::kRows + r) * kD + col] * f;
-            }
-        }
-        float out = sum > 0.f ? acc / sum : 0.f;
-        float lse = row_lse(mx, sum, p.scale_log2);
-        if (!kv_ok) out = lse = NAN;
-        const int qp = packed / p.group;
-        const int head = hkv * p.group + packed % p.group;
-        if (p.num_splits == 1) {
-            bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
-            o[col] = __float2bfloat16(out);
-            if (col == 0 && p.lse != nullptr) {
-                p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] = lse;
-            }
-        } else {
-            const int64_t prow = ((static_cast<int64_t>(split) * p.batch + b) * p.heads_q + head) * q_len + qp;
-            p.o_partial[prow * kD + col] = out;
-            if (col == 0) p.lse_partial[prow] = lse;
-        }
+  // ---- main loop -------------------------------------------------------------------------
+  for (int i = 0; i < n_tiles; ++i) {
+    cp_async_wait<T::kStages - 2>();
+    __syncthreads();  // tile i landed for every thread; stage (i - 1) % kStages is free
+    const int next = i + T::kStages - 1;
+    if (next < n_tiles) {
+      const int st = next % T::kStages;
+      const int first_key = (tile_begin + next) * T::kBlockN;
+      if constexpr (KV::kPaged) {
+        // The tile's pages from its staged copy of the page-table entries.
+        const int* entries = sEntries + st * T::kBlockN;
+        const int first_index = KV::page_index(p, first_key);
+        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, true>(
+            sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
+            [&](int pos) { return KV::locate(p, entries, first_index, pos); });
+      } else {
+        load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv,
+                                                      first_key, kv_len);
+      }
     }
+    // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
+    stage_entries(next + T::kStages - 1);
+    cp_async_commit();
+
+    const int st = i % T::kStages;
+    const int warp_key0 = warp * T::kKeysPerWarp;
+    float acc_s[1][kNT][4];
+    // S = Q @ K^T over this warp's keys
+    Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * S);
+    const int key0 = (tile_begin + i) * T::kBlockN + warp_key0;
+    if (p.causal || p.mask != nullptr || key0 + T::kKeysPerWarp > kv_len) {
+      apply_mask<1, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
+    }
+    softmax.update(acc_s, acc_o, p.scale_log2);
+    // O += P @ V
+    Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * S);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // all warps are done with the ring: it becomes the merge buffer
+
+  // ---- merge the warps ---------------------------------------------------------------------
+  softmax.reduce_sums();
+  float* sO = reinterpret_cast<float*>(smem_raw);  // [kWarps][16][kD]
+  float* sMax = sO + T::kWarps * T::kRows * kD;    // [kWarps][16]
+  float* sSum = sMax + T::kWarps * T::kRows;       // [kWarps][16]
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * T::kRows + g + 8 * h;
+    if (t == 0) {
+      sMax[r] = softmax.row_max[0][h];
+      sSum[r] = softmax.row_sum[0][h];
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      *reinterpret_cast<float2*>(sO + r * kD + dt * 8 + 2 * t) =
+          make_float2(acc_o[0][dt][2 * h], acc_o[0][dt][2 * h + 1]);
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < T::kRows * kD; idx += T::kThreads) {
+    const int r = idx / kD, col = idx % kD;
+    const int packed = row0 + r;
+    if (packed >= rows_total) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < T::kWarps; ++w) mx = fmaxf(mx, sMax[w * T::kRows + r]);
+    float sum = 0.f, acc = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < T::kWarps; ++w) {
+        const float f = fast_exp2((sMax[w * T::kRows + r] - mx) * p.scale_log2);
+        sum += sSum[w * T::kRows + r] * f;
+        acc += sO[(w * T::kRows + r) * kD + col] * f;
+      }
+    }
+    float out = sum > 0.f ? acc / sum : 0.f;
+    float lse = row_lse(mx, sum, p.scale_log2);
+    if (!kv_ok) out = lse = NAN;
+    const int qp = packed / p.group;
+    const int head = hkv * p.group + packed % p.group;
+    if (p.num_splits == 1) {
+      bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+      o[col] = __float2bfloat16(out);
+      if (col == 0 && p.lse != nullptr) {
+        p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] = lse;
+      }
+    } else {
+      const int64_t prow = ((static_cast<int64_t>(split) * p.batch + b) * p.heads_q + head) * q_len + qp;
+      p.o_partial[prow * kD + col] = out;
+      if (col == 0) p.lse_partial[prow] = lse;
+    }
+  }
 }
 
 // One CTA per (batch, head, query) row. Split s carries weight exp(lse_s - max lse); the
@@ -198,135 +195,86 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 // bandwidth, bounds this kernel: a few KB per row), then the groups add up in shared memory.
 template <int kD>
 __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(const __grid_constant__ AttnParams p) {
-    constexpr int kLanesPerRow = kD / 4;
-    constexpr int kGroups = kCombineThreads / kLanesPerRow;
-    __shared__ float s_lse[kMaxDecodeSplits];
-    __shared__ float4 s_acc[kGroups][kLanesPerRow];
-    const int64_t rows_total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    const int64_t row = blockIdx.x;
-    const int qp = static_cast<int>(row % p.seqlen_q);
-    const int head = static_cast<int>((row / p.seqlen_q) % p.heads_q);
-    const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-    const int n = p.num_splits;
+  constexpr int kLanesPerRow = kD / 4;
+  constexpr int kGroups = kCombineThreads / kLanesPerRow;
+  __shared__ float s_lse[kMaxDecodeSplits];
+  __shared__ float4 s_acc[kGroups][kLanesPerRow];
+  const int64_t rows_total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t row = blockIdx.x;
+  const int qp = static_cast<int>(row % p.seqlen_q);
+  const int head = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const int n = p.num_splits;
 
-    for (int s = threadIdx.x; s < n; s += kCombineThreads) s_lse[s] = p.lse_partial[s * rows_total + row];
-    __syncthreads();
-    float mx = -INFINITY;
-    bool poisoned = false;
-    for (int s = 0; s < n; ++s) {
-        poisoned |= isnan(s_lse[s]);
-        mx = fmaxf(mx, s_lse[s]);
-    }
-    const bool empty = poisoned || mx == -INFINITY;
+  for (int s = threadIdx.x; s < n; s += kCombineThreads) s_lse[s] = p.lse_partial[s * rows_total + row];
+  __syncthreads();
+  float mx = -INFINITY;
+  bool poisoned = false;
+  for (int s = 0; s < n; ++s) {
+    poisoned |= isnan(s_lse[s]);
+    mx = fmaxf(mx, s_lse[s]);
+  }
+  const bool empty = poisoned || mx == -INFINITY;
 
-    const int group = threadIdx.x / kLanesPerRow, lane = threadIdx.x % kLanesPerRow;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (!empty) {
+  const int group = threadIdx.x / kLanesPerRow, lane = threadIdx.x % kLanesPerRow;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (!empty) {
 #pragma unroll 4
-        for (int s = group; s < n; s += kGroups) {
-            const float w = __expf(s_lse[s] - mx);
-            const float4 part = reinterpret_cast<const float4*>(p.o_partial + (s * rows_total + row) * kD)[lane];
-            acc.x = fmaf(w, part.x, acc.x);
-            acc.y = fmaf(w, part.y, acc.y);
-            acc.z = fmaf(w, part.z, acc.z);
-            acc.w = fmaf(w, part.w, acc.w);
-        }
+    for (int s = group; s < n; s += kGroups) {
+      const float w = __expf(s_lse[s] - mx);
+      const float4 part = reinterpret_cast<const float4*>(p.o_partial + (s * rows_total + row) * kD)[lane];
+      acc.x = fmaf(w, part.x, acc.x);
+      acc.y = fmaf(w, part.y, acc.y);
+      acc.z = fmaf(w, part.z, acc.z);
+      acc.w = fmaf(w, part.w, acc.w);
     }
-    s_acc[group][lane] = acc;
-    __syncthreads();
-    if (threadIdx.x >= kLanesPerRow) return;
-    float sum = 0.f;
-    if (!empty) {
-        for (int s = 0; s < n; ++s) sum += __expf(s_lse[s] - mx);
-    }
+  }
+  s_acc[group][lane] = acc;
+  __syncthreads();
+  if (threadIdx.x >= kLanesPerRow) return;
+  float sum = 0.f;
+  if (!empty) {
+    for (int s = 0; s < n; ++s) sum += __expf(s_lse[s] - mx);
+  }
 #pragma unroll
-    for (int g = 1; g < kGroups; ++g) {
-        acc.x += s_acc[g][lane].x;
-        acc.y += s_acc[g][lane].y;
-        acc.z += s_acc[g][lane].z;
-        acc.w += s_acc[g][lane].w;
-    }
-    const float inv = poisoned ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
-    bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
-    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(o + 4 * lane);
-    o2[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-    o2[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-    if (lane == 0 && p.lse != nullptr) {
-        p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] =
-            poisoned ? NAN : (sum > 0.f ? mx + __logf(sum) : -INFINITY);
-    }
-}
-
-// The kernel's copy of the parameters, with the page-size divisor that PagedKV divides by.
-template <class KV>
-AttnParams with_page_divmod(const AttnParams& p) {
-    AttnParams kp = p;
-    if constexpr (KV::kPaged) kp.page_divmod = FastDivmod(p.page_size);
-    return kp;
-}
-
-inline void check_launch(const char* what) {
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-        throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
-    }
-}
-
-// Opts one kernel instantiation into its dynamic shared memory, once per device (the first
-// call, normally a warm-up outside CUDA-graph capture, so captured launches make no
-// configuration calls). Every launcher holds its own function-local static instance: the
-// attribute belongs to one instantiation, and all attention kernels share one function type,
-// so a flag keyed on the type alone would configure only the first kernel ever launched.
-class SmemOptIn {
-public:
-    template <class Kernel>
-    void ensure(Kernel kernel, int bytes) {
-        int device = 0;
-        KERNELS_CUDA_CHECK(cudaGetDevice(&device));
-        if (device < kMaxDevices && configured_[device].load(std::memory_order_acquire)) return;
-        KERNELS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        if (device < kMaxDevices) configured_[device].store(true, std::memory_order_release);
-    }
-
-private:
-    static constexpr int kMaxDevices = 64;
-    std::atomic<bool> configured_[kMaxDevices] = {};
-};
-
-// Grid dimensions y and z are limited to 65535 by the hardware; a larger problem would fail
-// at launch with "invalid argument", so it is rejected with the reason instead.
-inline void check_grid(const dim3& grid, const char* what) {
-    constexpr unsigned kMaxYZ = 65535;
-    if (grid.y > kMaxYZ || grid.z > kMaxYZ) {
-        throw std::invalid_argument(std::string(what) + ": grid (" + std::to_string(grid.x) + ", " +
-                                    std::to_string(grid.y) + ", " + std::to_string(grid.z) +
-                                    ") exceeds 65535 in y or z (too many heads x query tiles or batch entries)");
-    }
+  for (int g = 1; g < kGroups; ++g) {
+    acc.x += s_acc[g][lane].x;
+    acc.y += s_acc[g][lane].y;
+    acc.z += s_acc[g][lane].z;
+    acc.w += s_acc[g][lane].w;
+  }
+  const float inv = poisoned ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
+  bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(o + 4 * lane);
+  o2[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  o2[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (lane == 0 && p.lse != nullptr) {
+    p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] =
+        poisoned ? NAN : (sum > 0.f ? mx + __logf(sum) : -INFINITY);
+  }
 }
 
 template <class Cfg, AttnImpl kImpl, class KV>
 void launch_decode(const AttnParams& p, cudaStream_t stream) {
-    using T = DecodeTraits<Cfg>;
-    constexpr int kD = T::kD;
-    auto kernel = attn_decode_kernel<Cfg, kImpl, KV>;
-    static SmemOptIn opt_in;
-    opt_in.ensure(kernel, T::kSmemBytes);
-    const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);
-    const int64_t grid_y = row_tiles * p.heads_kv;
-    if (grid_y > 65535) {
-        throw std::invalid_argument("decode: heads_kv * ceil(seqlen_q * group / 16) = " + std::to_string(grid_y) +
-                                    " exceeds 65535; use prefill for long query blocks");
-    }
-    const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
-    check_grid(grid, "attn_decode_kernel");
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
-    check_launch("attn_decode_kernel");
-    if (p.num_splits > 1) {
-        const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-        if (rows > 0x7fffffff) throw std::invalid_argument("decode: batch * heads_q * seqlen_q exceeds 2^31 - 1");
-        attn_decode_combine_kernel<kD><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
-        check_launch("attn_decode_combine_kernel");
-    }
+  using T = DecodeTraits<Cfg>;
+  constexpr int kD = T::kD;
+  auto kernel = attn_decode_kernel<Cfg, kImpl, KV>;
+  static SmemOptIn opt_in;
+  opt_in.ensure(kernel, T::kSmemBytes);
+  const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);
+  const int64_t grid_y = row_tiles * p.heads_kv;
+  check(grid_y <= 65535, "decode: heads_kv * ceil(seqlen_q * group / 16) must be <= 65535, got ", grid_y,
+        "; use prefill for long query blocks");
+  const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
+  check_grid(grid, "attn_decode_kernel", "too many heads x query tiles or batch entries");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
+  check_launch("attn_decode_kernel");
+  if (p.num_splits > 1) {
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
+    attn_decode_combine_kernel<kD><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
+    check_launch("attn_decode_combine_kernel");
+  }
 }
 
 }  // namespace kernels::attention

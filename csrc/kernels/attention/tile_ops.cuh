@@ -23,7 +23,7 @@ using bf16 = __nv_bfloat16;
 
 template <int kD>
 __host__ __device__ constexpr int smem_stride() {
-    return kD + 8;
+  return kD + 8;
 }
 
 // The padded [rows][kD] layout above as a tile policy: element offset of 16-byte chunk
@@ -31,13 +31,13 @@ __host__ __device__ constexpr int smem_stride() {
 // swizzled tiles (Sw128Tile, wgmma_math.cuh) with the same code.
 template <int kD>
 struct PaddedTile {
-    __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
+  __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- tile loads ------------------------------------------------------------------------
@@ -47,17 +47,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // Q rows: row_src(r) returns the global row start, or nullptr for a row past the end.
 template <int kRows, int kD, int kThreads, class Tile = PaddedTile<kD>, class RowSrc>
 __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr, RowSrc row_src) {
-    constexpr int kChunks = kD / 8;
-    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int chunk = threadIdx.x % kChunks;
+  constexpr int kChunks = kD / 8;
+  static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  const int chunk = threadIdx.x % kChunks;
 #pragma unroll
-    for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
-        const bf16* src = row_src(r);
-        const bool valid = src != nullptr;
-        cp_async_16(smem_addr(sQ + Tile::offset(r, chunk)),
-                    valid ? static_cast<const void*>(src + chunk * 8) : any_valid_ptr, valid);
-    }
+  for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
+    const bf16* src = row_src(r);
+    const bool valid = src != nullptr;
+    cp_async_16(smem_addr(sQ + Tile::offset(r, chunk)),
+                valid ? static_cast<const void*>(src + chunk * 8) : any_valid_ptr, valid);
+  }
 }
 
 // Copies the page-table entries of keys [first_key, min(first_key + kKeys, kv_len)) into
@@ -65,12 +65,12 @@ __device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr,
 template <int kKeys, int kThreads, class KV>
 __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParams& p, int b, int first_key,
                                                    int kv_len) {
-    static_assert(KV::kPaged, "only paged KV has page-table entries");
-    if (first_key >= kv_len) return;
-    const int first = KV::page_index(p, first_key);
-    const int count = KV::page_index(p, min(first_key + kKeys, kv_len) - 1) - first + 1;
-    const int* src = KV::page_row(p, b) + first;
-    for (int t = threadIdx.x; t < count; t += kThreads) cp_async_4(smem_addr(entries + t), src + t);
+  static_assert(KV::kPaged, "only paged KV has page-table entries");
+  if (first_key >= kv_len) return;
+  const int first = KV::page_index(p, first_key);
+  const int count = KV::page_index(p, min(first_key + kKeys, kv_len) - 1) - first + 1;
+  const int* src = KV::page_row(p, b) + first;
+  for (int t = threadIdx.x; t < count; t += kThreads) cp_async_4(smem_addr(entries + t), src + t);
 }
 
 // Rows [first_key, first_key + kRows) of K (kLoadK) and / or V (kLoadV) of kv head hkv into
@@ -82,51 +82,51 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 // look every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
 template <int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV, class Tile = PaddedTile<kD>,
           class Lookup>
-__device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
-                                             int first_key, int kv_len, Lookup lookup) {
-    constexpr int kChunks = kD / 8;
-    static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
-    constexpr int kPerThread = kRows / kRowsPerPass;
-    const int chunk = threadIdx.x % kChunks;
-    const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
-    const int pos0 = first_key + r0;
-    const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
-    const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
-    const auto copy = [&](int j, const KvRow& off, bool valid) {
-        const int s = Tile::offset(r0 + j, chunk);
-        if constexpr (kLoadK) cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
-        if constexpr (kLoadV) cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
-    };
-    if (!KV::kPaged || p.page_size % kPerThread == 0) {
-        // Invalid rows are zero-filled without a read, so their (out-of-row) addresses are unused.
-        KvRow off = pos0 < kv_len ? KV::row(p, b, pos0, lookup(pos0)) : KvRow{0, 0};
-        // Unrolled by at most 8 rows: 16 (D = 256) made ptxas spill the scalar decode kernel.
+__device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv, int first_key,
+                                             int kv_len, Lookup lookup) {
+  constexpr int kChunks = kD / 8;
+  static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
+  constexpr int kPerThread = kRows / kRowsPerPass;
+  const int chunk = threadIdx.x % kChunks;
+  const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
+  const int pos0 = first_key + r0;
+  const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
+  const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
+  const auto copy = [&](int j, const KvRow& off, bool valid) {
+    const int s = Tile::offset(r0 + j, chunk);
+    if constexpr (kLoadK) cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
+    if constexpr (kLoadV) cp_async_16(smem_addr(sV + s), v_base + off.v, valid);
+  };
+  if (!KV::kPaged || p.page_size % kPerThread == 0) {
+    // Invalid rows are zero-filled without a read, so their (out-of-row) addresses are unused.
+    KvRow off = pos0 < kv_len ? KV::row(p, b, pos0, lookup(pos0)) : KvRow{0, 0};
+    // Unrolled by at most 8 rows: 16 (D = 256) made ptxas spill the scalar decode kernel.
 #pragma unroll 8
-        for (int j = 0; j < kPerThread; ++j) {
-            copy(j, off, pos0 + j < kv_len);
-            off.k += p.k_token_stride;
-            off.v += p.v_token_stride;
-        }
-    } else {
-        // Two rows at a time: fully unrolled, the lookups push the D = 128 paged prefill
-        // kernel past 255 registers.
-#pragma unroll 2
-        for (int j = 0; j < kPerThread; ++j) {
-            const int pos = pos0 + j;
-            const bool valid = pos < kv_len;
-            copy(j, valid ? KV::row(p, b, pos, lookup(pos)) : KvRow{0, 0}, valid);
-        }
+    for (int j = 0; j < kPerThread; ++j) {
+      copy(j, off, pos0 + j < kv_len);
+      off.k += p.k_token_stride;
+      off.v += p.v_token_stride;
     }
+  } else {
+    // Two rows at a time: fully unrolled, the lookups push the D = 128 paged prefill
+    // kernel past 255 registers.
+#pragma unroll 2
+    for (int j = 0; j < kPerThread; ++j) {
+      const int pos = pos0 + j;
+      const bool valid = pos < kv_len;
+      copy(j, valid ? KV::row(p, b, pos, lookup(pos)) : KvRow{0, 0}, valid);
+    }
+  }
 }
 
 // K and V rows [first_key, first_key + kRows), pages looked up in the global page table.
 template <int kRows, int kD, int kThreads, class KV>
-__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv,
-                                             int first_key, int kv_len) {
-    load_kv_rows<kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
-                                                      [&](int pos) { return KV::locate(p, b, pos); });
+__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv, int first_key,
+                                             int kv_len) {
+  load_kv_rows<kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
+                                                    [&](int pos) { return KV::locate(p, b, pos); });
 }
 
 // P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
@@ -134,14 +134,14 @@ __device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParam
 template <int kMT, int kNT>
 __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int kc = 0; kc < kNT / 2; ++kc) {
-            pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-            pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-            pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-            pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-        }
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+      pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+      pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+      pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+      pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+    }
 }
 
 // ---- warp-level math on C fragments -----------------------------------------------------
@@ -152,145 +152,142 @@ __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4]
 // first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has the same contract).
 template <int kMT, int kD>
 struct WarpMathTiles {
-    using QSmemTile = PaddedTile<kD>;
-    using KVSmemTile = PaddedTile<kD>;
-    static constexpr bool kAsyncProxy = false;
-    __device__ __forceinline__ static int first_q_row(int warp) { return warp * 16 * kMT; }
+  using QSmemTile = PaddedTile<kD>;
+  using KVSmemTile = PaddedTile<kD>;
+  static constexpr bool kAsyncProxy = false;
+  __device__ __forceinline__ static int first_q_row(int warp) { return warp * 16 * kMT; }
 };
 
 template <int kMT, int kNT, int kD>
 struct TensorCoreMath : WarpMathTiles<kMT, kD> {
-    static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
-    static constexpr int kDT = kD / 8;
+  static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
+  static constexpr int kDT = kD / 8;
 
-    __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
-        constexpr int S = smem_stride<kD>();
-        const int lane = threadIdx.x % 32;
+  __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+    constexpr int S = smem_stride<kD>();
+    const int lane = threadIdx.x % 32;
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-        // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
-        // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
-        const bf16* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
-        const bf16* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
+    // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
+    const bf16* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
+    const bf16* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
 #pragma unroll
-        for (int kc = 0; kc < kD / 16; ++kc) {
-            uint32_t a[kMT][4];
+    for (int kc = 0; kc < kD / 16; ++kc) {
+      uint32_t a[kMT][4];
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], smem_addr(q_lane + mt * 16 * S + kc * 16));
+      for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], smem_addr(q_lane + mt * 16 * S + kc * 16));
 #pragma unroll
-            for (int np = 0; np < kNT / 2; ++np) {
-                uint32_t b[4];
-                ldmatrix_x4(b, smem_addr(k_lane + np * 16 * S + kc * 16));
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(k_lane + np * 16 * S + kc * 16));
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
-                    mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-                }
-            }
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
+      }
     }
+  }
 
-    __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4],
-                              const bf16* sV) {
-        constexpr int S = smem_stride<kD>();
-        const int lane = threadIdx.x % 32;
-        // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
-        // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
-        const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const bf16* sV) {
+    constexpr int S = smem_stride<kD>();
+    const int lane = threadIdx.x % 32;
+    // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
+    // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
+    const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
 #pragma unroll
-        for (int kc = 0; kc < kNT / 2; ++kc) {
-            // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
-            uint32_t a[kMT][4];
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+      // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
+      uint32_t a[kMT][4];
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-                a[mt][0] = pack_bf16x2(p[mt][2 * kc][0], p[mt][2 * kc][1]);
-                a[mt][1] = pack_bf16x2(p[mt][2 * kc][2], p[mt][2 * kc][3]);
-                a[mt][2] = pack_bf16x2(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
-                a[mt][3] = pack_bf16x2(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
-            }
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = pack_bf16x2(p[mt][2 * kc][0], p[mt][2 * kc][1]);
+        a[mt][1] = pack_bf16x2(p[mt][2 * kc][2], p[mt][2 * kc][3]);
+        a[mt][2] = pack_bf16x2(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
+        a[mt][3] = pack_bf16x2(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
+      }
 #pragma unroll
-            for (int dp = 0; dp < kDT / 2; ++dp) {
-                uint32_t b[4];
-                ldmatrix_x4_trans(b, smem_addr(v_lane + kc * 16 * S + dp * 16));
+      for (int dp = 0; dp < kDT / 2; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_addr(v_lane + kc * 16 * S + dp * 16));
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    mma_16816(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
-                    mma_16816(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-                }
-            }
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_16816(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
+      }
     }
+  }
 };
 
 // The same contract with FP32 FMAs reading shared memory: each thread computes exactly the
 // C-fragment elements the MMA would give it. P stays in FP32 (no bf16 rounding).
 template <int kMT, int kNT, int kD>
 struct ScalarMath : WarpMathTiles<kMT, kD> {
-    static constexpr int kDT = kD / 8;
+  static constexpr int kDT = kD / 8;
 
-    __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
-        constexpr int S = smem_stride<kD>();
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+    constexpr int S = smem_stride<kD>();
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-            const __nv_bfloat162* q0 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g) * S);
-            const __nv_bfloat162* q1 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g + 8) * S);
+    for (int mt = 0; mt < kMT; ++mt) {
+      const __nv_bfloat162* q0 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g) * S);
+      const __nv_bfloat162* q1 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g + 8) * S);
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-                const __nv_bfloat162* k0 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t) * S);
-                const __nv_bfloat162* k1 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t + 1) * S);
-                float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+      for (int nt = 0; nt < kNT; ++nt) {
+        const __nv_bfloat162* k0 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t) * S);
+        const __nv_bfloat162* k1 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t + 1) * S);
+        float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
 #pragma unroll 2
-                for (int d2 = 0; d2 < kD / 2; ++d2) {
-                    const float2 x0 = __bfloat1622float2(q0[d2]), x1 = __bfloat1622float2(q1[d2]);
-                    const float2 y0 = __bfloat1622float2(k0[d2]), y1 = __bfloat1622float2(k1[d2]);
-                    s00 = fmaf(x0.x, y0.x, fmaf(x0.y, y0.y, s00));
-                    s01 = fmaf(x0.x, y1.x, fmaf(x0.y, y1.y, s01));
-                    s10 = fmaf(x1.x, y0.x, fmaf(x1.y, y0.y, s10));
-                    s11 = fmaf(x1.x, y1.x, fmaf(x1.y, y1.y, s11));
-                }
-                acc[mt][nt][0] = s00;
-                acc[mt][nt][1] = s01;
-                acc[mt][nt][2] = s10;
-                acc[mt][nt][3] = s11;
-            }
+        for (int d2 = 0; d2 < kD / 2; ++d2) {
+          const float2 x0 = __bfloat1622float2(q0[d2]), x1 = __bfloat1622float2(q1[d2]);
+          const float2 y0 = __bfloat1622float2(k0[d2]), y1 = __bfloat1622float2(k1[d2]);
+          s00 = fmaf(x0.x, y0.x, fmaf(x0.y, y0.y, s00));
+          s01 = fmaf(x0.x, y1.x, fmaf(x0.y, y1.y, s01));
+          s10 = fmaf(x1.x, y0.x, fmaf(x1.y, y0.y, s10));
+          s11 = fmaf(x1.x, y1.x, fmaf(x1.y, y1.y, s11));
         }
+        acc[mt][nt][0] = s00;
+        acc[mt][nt][1] = s01;
+        acc[mt][nt][2] = s10;
+        acc[mt][nt][3] = s11;
+      }
     }
+  }
 
-    __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4],
-                              const bf16* sV) {
-        constexpr int S = smem_stride<kD>();
-        const int lane = threadIdx.x % 32, t = lane % 4, quad = lane & ~3;
+  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const bf16* sV) {
+    constexpr int S = smem_stride<kD>();
+    const int lane = threadIdx.x % 32, t = lane % 4, quad = lane & ~3;
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-                // The four lanes of a quad hold a row's keys 2t, 2t + 1 of this n tile.
+      for (int nt = 0; nt < kNT; ++nt) {
+        // The four lanes of a quad hold a row's keys 2t, 2t + 1 of this n tile.
 #pragma unroll 1
-                for (int src = 0; src < 4; ++src) {
+        for (int src = 0; src < 4; ++src) {
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float p0 = __shfl_sync(0xffffffffu, p[mt][nt][c], quad + src);
-                        const float p1 = __shfl_sync(0xffffffffu, p[mt][nt][2 + c], quad + src);
-                        const __nv_bfloat162* vrow =
-                            reinterpret_cast<const __nv_bfloat162*>(sV + (nt * 8 + 2 * src + c) * S);
+          for (int c = 0; c < 2; ++c) {
+            const float p0 = __shfl_sync(0xffffffffu, p[mt][nt][c], quad + src);
+            const float p1 = __shfl_sync(0xffffffffu, p[mt][nt][2 + c], quad + src);
+            const __nv_bfloat162* vrow = reinterpret_cast<const __nv_bfloat162*>(sV + (nt * 8 + 2 * src + c) * S);
 #pragma unroll
-                        for (int dt = 0; dt < kDT; ++dt) {
-                            const float2 v = __bfloat1622float2(vrow[dt * 4 + t]);
-                            acc_o[mt][dt][0] = fmaf(p0, v.x, acc_o[mt][dt][0]);
-                            acc_o[mt][dt][1] = fmaf(p0, v.y, acc_o[mt][dt][1]);
-                            acc_o[mt][dt][2] = fmaf(p1, v.x, acc_o[mt][dt][2]);
-                            acc_o[mt][dt][3] = fmaf(p1, v.y, acc_o[mt][dt][3]);
-                        }
-                    }
-                }
+            for (int dt = 0; dt < kDT; ++dt) {
+              const float2 v = __bfloat1622float2(vrow[dt * 4 + t]);
+              acc_o[mt][dt][0] = fmaf(p0, v.x, acc_o[mt][dt][0]);
+              acc_o[mt][dt][1] = fmaf(p0, v.y, acc_o[mt][dt][1]);
+              acc_o[mt][dt][2] = fmaf(p1, v.x, acc_o[mt][dt][2]);
+              acc_o[mt][dt][3] = fmaf(p1, v.y, acc_o[mt][dt][3]);
             }
+          }
         }
+      }
     }
+  }
 };
 
 template <AttnImpl kImpl, int kMT, int kNT, int kD>
@@ -302,123 +299,121 @@ using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, Tenso
 // Query position of each C-fragment row this thread holds (rows g and g + 8 of every m tile),
 // or -1 for a packed row past the end. Packed row r = (query r / group, head r % group).
 template <int kMT>
-__device__ __forceinline__ void fragment_qpos(int (&qpos)[kMT][2], int first_packed_row,
-                                              int rows_total, int group) {
-    const int g = (threadIdx.x % 32) / 4;
+__device__ __forceinline__ void fragment_qpos(int (&qpos)[kMT][2], int first_packed_row, int rows_total, int group) {
+  const int g = (threadIdx.x % 32) / 4;
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = first_packed_row + mt * 16 + g + 8 * h;
-            qpos[mt][h] = r < rows_total ? r / group : -1;
-        }
+    for (int h = 0; h < 2; ++h) {
+      const int r = first_packed_row + mt * 16 + g + 8 * h;
+      qpos[mt][h] = r < rows_total ? r / group : -1;
+    }
 }
 
 // -inf for every score a row may not see: keys past kv_len, keys after the causal diagonal
 // (query i sees keys j <= i + causal_offset), keys the boolean mask drops.
 template <int kMT, int kNT>
 __device__ __forceinline__ void apply_mask(float (&s)[kMT][kNT][4], const AttnParams& p, int b,
-                                           const int (&qpos)[kMT][2], int key0, int kv_len,
-                                           int causal_offset) {
-    const int t = threadIdx.x % 4;
+                                           const int (&qpos)[kMT][2], int key0, int kv_len, int causal_offset) {
+  const int t = threadIdx.x % 4;
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int q = qpos[mt][h];
-            int last_key = q < 0 ? -1 : kv_len - 1;
-            if (p.causal && q >= 0) last_key = min(last_key, q + causal_offset);
-            const bool* mask_row =
-                (p.mask != nullptr && q >= 0) ? p.mask + b * p.mask_batch_stride + q * p.mask_q_stride : nullptr;
+    for (int h = 0; h < 2; ++h) {
+      const int q = qpos[mt][h];
+      int last_key = q < 0 ? -1 : kv_len - 1;
+      if (p.causal && q >= 0) last_key = min(last_key, q + causal_offset);
+      const bool* mask_row =
+          (p.mask != nullptr && q >= 0) ? p.mask + b * p.mask_batch_stride + q * p.mask_q_stride : nullptr;
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int key = key0 + nt * 8 + 2 * t + c;
-                    bool keep = key <= last_key;
-                    if (mask_row != nullptr) keep = keep && key < p.mask_len && mask_row[key];
-                    if (!keep) s[mt][nt][2 * h + c] = -INFINITY;
-                }
+        for (int c = 0; c < 2; ++c) {
+          const int key = key0 + nt * 8 + 2 * t + c;
+          bool keep = key <= last_key;
+          if (mask_row != nullptr) keep = keep && key < p.mask_len && mask_row[key];
+          if (!keep) s[mt][nt][2 * h + c] = -INFINITY;
         }
+    }
 }
 
 // FA2 online softmax on C fragments; row_max in raw score units, row_sum per thread until
 // reduce_sums() adds up the quad.
 template <int kMT, int kNT, int kDT>
 struct OnlineSoftmax {
-    float row_max[kMT][2];
-    float row_sum[kMT][2];
+  float row_max[kMT][2];
+  float row_sum[kMT][2];
 
-    __device__ void init() {
+  __device__ void init() {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                row_max[mt][h] = -INFINITY;
-                row_sum[mt][h] = 0.f;
-            }
-    }
+      for (int h = 0; h < 2; ++h) {
+        row_max[mt][h] = -INFINITY;
+        row_sum[mt][h] = 0.f;
+      }
+  }
 
-    // The max of `init` and fragment row (mt, h) of this tile's scores, over the row's quad.
-    __device__ __forceinline__ static float tile_row_max(const float (&s)[kMT][kNT][4], int mt, int h, float init) {
-        float mx = init;
+  // The max of `init` and fragment row (mt, h) of this tile's scores, over the row's quad.
+  __device__ __forceinline__ static float tile_row_max(const float (&s)[kMT][kNT][4], int mt, int h, float init) {
+    float mx = init;
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    }
+    for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  }
 
-    // Row (mt, h): s -> exp2(s * scale_log2 - scaled max) in place; returns this thread's sum.
-    // A row that has seen no key yet keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
-    __device__ __forceinline__ static float exponentiate_row(float (&s)[kMT][kNT][4], int mt, int h, float row_max,
-                                                             float scale_log2) {
-        const float max_scaled = row_max == -INFINITY ? 0.f : row_max * scale_log2;
-        float sum = 0.f;
+  // Row (mt, h): s -> exp2(s * scale_log2 - scaled max) in place; returns this thread's sum.
+  // A row that has seen no key yet keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
+  __device__ __forceinline__ static float exponentiate_row(float (&s)[kMT][kNT][4], int mt, int h, float row_max,
+                                                           float scale_log2) {
+    const float max_scaled = row_max == -INFINITY ? 0.f : row_max * scale_log2;
+    float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
-                s[mt][nt][2 * h + c] = e;
-                sum += e;
-            }
-        return sum;
-    }
+      for (int c = 0; c < 2; ++c) {
+        const float e = fast_exp2(fmaf(s[mt][nt][2 * h + c], scale_log2, -max_scaled));
+        s[mt][nt][2 * h + c] = e;
+        sum += e;
+      }
+    return sum;
+  }
 
-    // S -> P = exp(scale * (S - running max)) in place; rescales O and the running sums.
-    __device__ void update(float (&s)[kMT][kNT][4], float (&o)[kMT][kDT][4], float scale_log2) {
+  // S -> P = exp(scale * (S - running max)) in place; rescales O and the running sums.
+  __device__ void update(float (&s)[kMT][kNT][4], float (&o)[kMT][kDT][4], float scale_log2) {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float mx = tile_row_max(s, mt, h, row_max[mt][h]);
-                const float correction = fast_exp2(row_max[mt][h] * scale_log2 - (mx == -INFINITY ? 0.f : mx * scale_log2));
-                row_max[mt][h] = mx;
-                const float sum = exponentiate_row(s, mt, h, mx, scale_log2);
-                row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+      for (int h = 0; h < 2; ++h) {
+        const float mx = tile_row_max(s, mt, h, row_max[mt][h]);
+        const float correction = fast_exp2(row_max[mt][h] * scale_log2 - (mx == -INFINITY ? 0.f : mx * scale_log2));
+        row_max[mt][h] = mx;
+        const float sum = exponentiate_row(s, mt, h, mx, scale_log2);
+        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
 #pragma unroll
-                for (int dt = 0; dt < kDT; ++dt) {
-                    o[mt][dt][2 * h] *= correction;
-                    o[mt][dt][2 * h + 1] *= correction;
-                }
-            }
-    }
+        for (int dt = 0; dt < kDT; ++dt) {
+          o[mt][dt][2 * h] *= correction;
+          o[mt][dt][2 * h + 1] *= correction;
+        }
+      }
+  }
 
-    __device__ void reduce_sums() {
+  __device__ void reduce_sums() {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 1);
-                row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 2);
-            }
-    }
+      for (int h = 0; h < 2; ++h) {
+        row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 1);
+        row_sum[mt][h] += __shfl_xor_sync(0xffffffffu, row_sum[mt][h], 2);
+      }
+  }
 };
 
 // Natural-log LSE of a finished row; -inf for a row that saw no key.
 __device__ __forceinline__ float row_lse(float row_max, float row_sum, float scale_log2) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    return row_sum > 0.f ? (row_max * scale_log2 + __log2f(row_sum)) * kLn2 : -INFINITY;
+  constexpr float kLn2 = 0.6931471805599453f;
+  return row_sum > 0.f ? (row_max * scale_log2 + __log2f(row_sum)) * kLn2 : -INFINITY;
 }
 
 }  // namespace kernels::attention

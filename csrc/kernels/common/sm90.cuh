@@ -17,17 +17,17 @@ namespace kernels {
 
 // Orders register accesses before the WGMMAs that follow (wgmma.fence), closes the batch
 // of issued WGMMAs into a group, and waits until at most N groups are still in flight.
-__device__ __forceinline__ void wgmma_fence() { KERNELS_SM90A_ASM("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { KERNELS_SM90A_ASM("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { KERNELS_SM90A_ASM("wgmma.fence.sync.aligned;" :: : "memory"); }
+__device__ __forceinline__ void wgmma_commit() { KERNELS_SM90A_ASM("wgmma.commit_group.sync.aligned;" :: : "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
-    KERNELS_SM90A_ASM("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+  KERNELS_SM90A_ASM("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 // This thread's completed generic-proxy shared-memory writes (cp.async included) become
 // visible to the async proxy (WGMMA operand reads) once a barrier follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {
-    KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+  KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" :: : "memory");
 }
 
 // Shared-memory matrix descriptor of a tile in the 128-byte swizzle (PTX ISA, "Matrix
@@ -39,12 +39,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 //   MN-major operand: SBO = bytes between 8-row groups along K; LBO = bytes between
 //     64-element (128-byte) column panels along M / N.
 __device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-    uint64_t desc = 0;
-    desc |= uint64_t((smem_byte_addr & 0x3FFFF) >> 4);
-    desc |= uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16;
-    desc |= uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32;
-    desc |= uint64_t(1) << 62;
-    return desc;
+  uint64_t desc = 0;
+  desc |= uint64_t((smem_byte_addr & 0x3FFFF) >> 4);
+  desc |= uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  desc |= uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
 }
 
 }  // namespace kernels

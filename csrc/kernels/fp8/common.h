@@ -1,6 +1,7 @@
 // FP8 family: the plain parameters and format traits shared by quantize, the GEMM collective
 // pieces (gemm/), the host planner (gemm.cuh), the torch binding (fp8.cu) and the standalone
-// test (csrc/tests/fp8_test.cu). No torch here.
+// test (csrc/tests/fp8_test.cu). No torch here. The launchers report errors as in
+// common/errors.h.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -10,9 +11,7 @@
 
 #include "../common/cuda_utils.cuh"
 
-namespace fp8 {
-
-using kernels::ceil_div;
+namespace kernels::fp8 {
 
 enum class Format : int { kE4M3 = 0, kE5M2 = 1 };
 
@@ -40,7 +39,7 @@ inline const char* format_name(Format f) { return f == Format::kE4M3 ? "e4m3" : 
 // Quantize: out = saturate_to_format(x * (*scale)); amax = max |x| (input domain, before the
 // multiplier) folded into *amax with an atomic max (the caller zeroes it).
 struct QuantizeParams {
-  const void* x = nullptr;      // bf16 [rows, cols], row stride ld_x elements
+  const void* x = nullptr;  // bf16 [rows, cols], row stride ld_x elements
   int64_t rows = 0, cols = 0, ld_x = 0;
   const float* scale = nullptr;  // device scalar multiplier
   void* out = nullptr;           // fp8 [rows, cols] (row stride cols), or nullptr
@@ -55,47 +54,14 @@ struct GemmParams {
   const void* a = nullptr;
   const void* b = nullptr;
   int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldd = 0;   // elements
+  int64_t lda = 0, ldb = 0, ldd = 0;  // elements
   Format a_format = Format::kE4M3, b_format = Format::kE4M3;
-  const float* scale_a = nullptr;      // device scalars (required)
+  const float* scale_a = nullptr;  // device scalars (required)
   const float* scale_b = nullptr;
-  const float* row_scale = nullptr;    // [M] or nullptr
-  const float* col_scale = nullptr;    // [N] or nullptr
-  const void* bias = nullptr;          // bf16 [N] or nullptr
-  void* d = nullptr;                   // bf16 [M, N]
+  const float* row_scale = nullptr;  // [M] or nullptr
+  const float* col_scale = nullptr;  // [N] or nullptr
+  const void* bias = nullptr;        // bf16 [N] or nullptr
+  void* d = nullptr;                 // bf16 [M, N]
 };
 
-enum class Status {
-  kOk,
-  kUnsupportedK,        // K % 16 != 0 (TMA and 16-byte loads need 16-byte rows)
-  kMisaligned,          // a pointer or a leading dimension not 16-byte aligned
-  kUnsupportedArch,     // below sm_89
-  kUnsupportedFormats,  // format pair the path does not take
-  kDriverEntryPoint,    // cuTensorMapEncodeTiled not obtainable from the driver
-  kTensorMapFailed,
-  kLaunchFailed,
-  kUnsupportedPlan,     // a forced (block_n, accumulation, cluster, ...) combination with no kernel
-  kWorkspace,           // a split-K plan without (enough) workspace
-};
-
-inline const char* status_string(Status s) {
-  switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kUnsupportedK: return "K must be a multiple of 16 (16-byte rows for TMA / cp.async)";
-    case Status::kMisaligned:
-      return "A, B and D need 16-byte aligned base pointers and row strides";
-    case Status::kUnsupportedArch: return "FP8 GEMM needs sm_89 or newer";
-    case Status::kUnsupportedFormats: return "unsupported format pair";
-    case Status::kDriverEntryPoint: return "cuTensorMapEncodeTiled is not available from the driver";
-    case Status::kTensorMapFailed: return "cuTensorMapEncodeTiled rejected the tensor map";
-    case Status::kLaunchFailed: return "kernel launch failed";
-    case Status::kUnsupportedPlan:
-      return "unsupported GEMM plan: promoted accumulation needs block_n 64, 128, 176 or 192 "
-             "(ping-pong and fast at 128 only, 256 fast only; overlap at 128 / 176 / 192), promote_every 1 or 2, "
-             "cluster 0-3, split_k 1-64 (WGMMA path only)";
-    case Status::kWorkspace: return "split-K plan without a workspace of gemm_workspace_bytes(plan, m, n) bytes";
-  }
-  return "unknown";
-}
-
-}  // namespace fp8
+}  // namespace kernels::fp8

@@ -1,94 +1,96 @@
 // Torch binding of the FP8 family (the module's only .cu): guard the device, check inputs,
 // fill QuantizeParams / GemmParams, plan, launch. Output allocation and shape flattening
-// are in kernels/extension/ops/fp8.py.
+// are in kernels/extension/ops/fp8.py. Errors in the style of common/binding.h; the
+// launchers' (common/errors.h) reach Python the same way.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
+#include "../common/binding.h"
 #include "gemm.cuh"
 #include "quantize.cuh"
 
 namespace {
 
+namespace binding = kernels::binding;
+namespace fp8 = kernels::fp8;
+
 fp8::Format format_of(const at::Tensor& t, const char* name) {
   if (t.scalar_type() == at::kFloat8_e4m3fn) return fp8::Format::kE4M3;
   if (t.scalar_type() == at::kFloat8_e5m2) return fp8::Format::kE5M2;
-  TORCH_CHECK_TYPE(false, name, " must be float8_e4m3fn or float8_e5m2, got ", t.scalar_type());
+  TORCH_CHECK_TYPE(false, name, " must be float8_e4m3fn or float8_e5m2, got ", binding::dtype_name(t.scalar_type()));
   return fp8::Format::kE4M3;
 }
 
-void check_on(const at::Tensor& t, const at::Tensor& like, const char* name) {
-  TORCH_CHECK_VALUE(t.is_cuda() && t.get_device() == like.get_device(), name,
-                    " must be a CUDA tensor on the device of the first operand");
-}
-
-const float* scalar_f32(const at::Tensor& t, const at::Tensor& like, const char* name) {
-  check_on(t, like, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+// Every tensor argument lives on the device of the first operand (`like`, called like_name).
+const float* scalar_f32(const at::Tensor& t, const char* name, const at::Tensor& like, const char* like_name) {
+  binding::check_device(t, name, like, like_name);
+  binding::check_dtype(t, name, at::kFloat);
   TORCH_CHECK_VALUE(t.numel() == 1, name, " must hold one value, got ", t.numel());
   return t.data_ptr<float>();
 }
 
-const float* vector_f32(const c10::optional<at::Tensor>& t, int64_t n, const at::Tensor& like,
-                        const char* name) {
+const float* vector_f32(const c10::optional<at::Tensor>& t, const char* name, int64_t n, const at::Tensor& like,
+                        const char* like_name) {
   if (!t) return nullptr;
-  check_on(*t, like, name);
-  TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, " must be float32, got ", t->scalar_type());
-  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == n && t->stride(0) == 1, name,
-                    " must be a contiguous [", n, "] vector, got ", t->sizes());
+  binding::check_device(*t, name, like, like_name);
+  binding::check_dtype(*t, name, at::kFloat);
+  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == n && t->stride(0) == 1, name, " must be a contiguous [", n,
+                    "] vector, got ", t->sizes());
   return t->data_ptr<float>();
 }
 
 void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& out,
               const c10::optional<at::Tensor>& out_t, const c10::optional<at::Tensor>& amax) {
-  TORCH_CHECK_VALUE(x.is_cuda(), "x must be a CUDA tensor");
-  TORCH_CHECK_TYPE(x.scalar_type() == at::kBFloat16, "x must be bfloat16, got ", x.scalar_type());
-  TORCH_CHECK_VALUE(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
+  binding::check_cuda(x, "x");
+  binding::check_dtype(x, "x", at::kBFloat16);
+  binding::check_dims(x, "x", 2, " [rows, cols]");
+  binding::check_contiguous_last_dim(x, "x");
   TORCH_CHECK_VALUE(out || out_t || amax, "nothing to compute: give out, out_t or amax");
   fp8::QuantizeParams p;
   p.x = x.data_ptr();
   p.rows = x.size(0);
   p.cols = x.size(1);
   p.ld_x = x.stride(0);
-  p.scale = scalar_f32(scale, x, "scale");
+  p.scale = scalar_f32(scale, "scale", x, "x");
   bool have_format = false;
   if (out) {
-    check_on(*out, x, "out");
+    binding::check_device(*out, "out", x, "x");
     p.format = format_of(*out, "out");
     have_format = true;
-    TORCH_CHECK_VALUE(out->sizes() == x.sizes() && out->is_contiguous(),
-                      "out must be contiguous with x's shape ", x.sizes());
+    TORCH_CHECK_VALUE(out->sizes() == x.sizes() && out->is_contiguous(), "out must be contiguous with x's shape ",
+                      x.sizes(), ", got ", out->sizes(), " with strides ", out->strides());
     p.out = out->data_ptr();
   }
   if (out_t) {
-    check_on(*out_t, x, "out_t");
+    binding::check_device(*out_t, "out_t", x, "x");
     const fp8::Format f = format_of(*out_t, "out_t");
-    TORCH_CHECK_TYPE(!have_format || f == p.format, "out and out_t must share one fp8 format");
+    TORCH_CHECK_TYPE(!have_format || f == p.format, "out_t must have out's fp8 format ",
+                     binding::dtype_name(out->scalar_type()), ", got ", binding::dtype_name(out_t->scalar_type()));
     p.format = f;
-    TORCH_CHECK_VALUE(out_t->dim() == 2 && out_t->size(0) == p.cols && out_t->size(1) == p.rows &&
-                          out_t->is_contiguous(),
-                      "out_t must be contiguous [", p.cols, ", ", p.rows, "]");
+    TORCH_CHECK_VALUE(
+        out_t->dim() == 2 && out_t->size(0) == p.cols && out_t->size(1) == p.rows && out_t->is_contiguous(),
+        "out_t must be contiguous [", p.cols, ", ", p.rows, "], got ", out_t->sizes(), " with strides ",
+        out_t->strides());
     p.out_t = out_t->data_ptr();
   }
   if (amax) {
-    check_on(*amax, x, "amax");
-    TORCH_CHECK_TYPE(amax->scalar_type() == at::kFloat && amax->numel() == 1,
-                     "amax must be a one-element float32 tensor");
+    binding::check_device(*amax, "amax", x, "x");
+    binding::check_dtype(*amax, "amax", at::kFloat);
+    TORCH_CHECK_VALUE(amax->numel() == 1, "amax must hold one value, got ", amax->numel());
     p.amax = amax->data_ptr<float>();
   }
   const c10::cuda::CUDAGuard guard(x.device());
-  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const fp8::Status s = fp8::launch_quantize(p, num_sms, at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(s == fp8::Status::kOk, "fp8 quantize: ", fp8::status_string(s));
+  fp8::launch_quantize(p, binding::sm_count(), at::cuda::getCurrentCUDAStream());
 }
 
-fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
-                               int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every,
+                               int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 1, "path must be -1 (auto), 0 (wgmma) or 1 (mma_sync)");
-  TORCH_CHECK_VALUE(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 ||
-                        block_n == 256,
-                    "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
+  TORCH_CHECK_VALUE(
+      block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256,
+      "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
   TORCH_CHECK_VALUE(accum >= -1 && accum <= 3,
                     "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong), 2 (fast) or 3 (promote, "
@@ -111,12 +113,12 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
   return req;
 }
 
-pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent,
-                    int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
+                    int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(
-      m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
-      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
+  const auto pl =
+      fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
+                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   const bool wgmma = pl.path == fp8::gemm::Path::kWgmma;
   pybind11::dict d;
   d["path"] = fp8::gemm::path_name(pl.path);
@@ -140,23 +142,23 @@ pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block
 
 void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
-          const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path,
-          int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster,
-          int64_t group_m, int64_t split_k) {
-  TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor");
-  check_on(b, a, "b");
-  check_on(out, a, "out");
+          const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path, int64_t block_n,
+          int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+  binding::check_cuda(a, "a");
+  binding::check_device(b, "b", a, "a");
+  binding::check_device(out, "out", a, "a");
   fp8::GemmParams p;
   p.a_format = format_of(a, "a");
   p.b_format = format_of(b, "b");
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a must be [M, K] and b [N, K]");
-  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a [M, K] and b [N, K] disagree on K: ", a.size(1),
-                    " vs ", b.size(1));
-  TORCH_CHECK_VALUE(a.stride(1) == 1 && b.stride(1) == 1, "a and b must be K-major (contiguous rows)");
-  TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16, "out must be bfloat16");
-  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) &&
-                        out.stride(1) == 1,
-                    "out must be [M, N] with contiguous rows");
+  binding::check_dims(a, "a", 2, " [M, K]");
+  binding::check_dims(b, "b", 2, " [N, K]");
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a [M, K] and b [N, K] disagree on K: ", a.size(1), " vs ", b.size(1));
+  TORCH_CHECK_VALUE(a.stride(1) == 1 && b.stride(1) == 1, "a and b must be K-major (contiguous rows), got strides ",
+                    a.strides(), " and ", b.strides());
+  binding::check_dtype(out, "out", at::kBFloat16);
+  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) && out.stride(1) == 1,
+                    "out must be [M, N] = [", a.size(0), ", ", b.size(0), "] with contiguous rows, got ", out.sizes(),
+                    " with strides ", out.strides());
   p.a = a.data_ptr();
   p.b = b.data_ptr();
   p.m = a.size(0);
@@ -166,72 +168,56 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
   p.lda = a.size(0) > 1 && p.k > 0 ? a.stride(0) : a.size(1);
   p.ldb = b.size(0) > 1 && p.k > 0 ? b.stride(0) : b.size(1);
   p.ldd = out.size(0) > 1 ? out.stride(0) : out.size(1);
-  p.scale_a = scalar_f32(scale_a, a, "scale_a");
-  p.scale_b = scalar_f32(scale_b, a, "scale_b");
-  p.row_scale = vector_f32(row_scale, p.m, a, "row_scale");
-  p.col_scale = vector_f32(col_scale, p.n, a, "col_scale");
+  p.scale_a = scalar_f32(scale_a, "scale_a", a, "a");
+  p.scale_b = scalar_f32(scale_b, "scale_b", a, "a");
+  p.row_scale = vector_f32(row_scale, "row_scale", p.m, a, "a");
+  p.col_scale = vector_f32(col_scale, "col_scale", p.n, a, "a");
   if (bias) {
-    check_on(*bias, a, "bias");
-    TORCH_CHECK_TYPE(bias->scalar_type() == at::kBFloat16, "bias must be bfloat16, got ", bias->scalar_type());
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.n && bias->stride(0) == 1,
-                      "bias must be a contiguous [", p.n, "] vector");
+    binding::check_device(*bias, "bias", a, "a");
+    binding::check_dtype(*bias, "bias", at::kBFloat16);
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.n && bias->stride(0) == 1, "bias must be a contiguous [",
+                      p.n, "] vector, got ", bias->sizes());
     p.bias = bias->data_ptr();
   }
   p.d = out.data_ptr();
 
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl = fp8::gemm::plan_gemm(
-      p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
-      request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
+  const auto pl =
+      fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
+                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   // Split-K partials: from the caching allocator on the current stream (stream-ordered reuse,
   // capturable in CUDA graphs); released when this returns, after the launches are queued.
   const size_t workspace_bytes = p.k > 0 ? fp8::gemm::gemm_workspace_bytes(pl, p.m, p.n) : 0;
   at::Tensor workspace;
   if (workspace_bytes > 0)
     workspace = at::empty({int64_t(workspace_bytes / sizeof(float))}, a.options().dtype(at::kFloat));
-  const fp8::Status s =
-      fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
-                             workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
-  switch (s) {
-    case fp8::Status::kOk: return;
-    case fp8::Status::kUnsupportedK:
-    case fp8::Status::kMisaligned:
-    case fp8::Status::kUnsupportedPlan:
-    case fp8::Status::kWorkspace:
-      TORCH_CHECK_VALUE(false, "fp8 gemm: ", fp8::status_string(s), " (M=", p.m, ", N=", p.n, ", K=", p.k, ")");
-    case fp8::Status::kUnsupportedFormats:
-      TORCH_CHECK_TYPE(false, "fp8 gemm: ", fp8::status_string(s), " ", fp8::format_name(p.a_format), " x ",
-                       fp8::format_name(p.b_format), " (supported: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
-    case fp8::Status::kUnsupportedArch:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "fp8 gemm: path ", fp8::gemm::path_name(pl.path),
-                                  " is not available on sm_", prop->major, prop->minor);
-    default: TORCH_CHECK(false, "fp8 gemm: ", fp8::status_string(s));
-  }
+  fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
+                         workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  binding::register_exceptions();
   namespace py = pybind11;
   m.doc() = "FP8 quantize and GEMM (csrc/kernels/fp8).";
-  m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"),
-        py::arg("amax"),
+  m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"), py::arg("amax"),
         "out = sat(x * scale) as out's fp8 format, out_t its [cols, rows] transpose, amax = "
         "max(amax, max|x|) (atomic; zero it first). x bf16 [rows, cols]; scale f32 scalar.");
-  m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"),
-        py::arg("bias"), py::arg("row_scale"), py::arg("col_scale"), py::arg("out"),
-        py::arg("path") = -1, py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
+  m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"), py::arg("bias"),
+        py::arg("row_scale"), py::arg("col_scale"), py::arg("out"), py::arg("path") = -1, py::arg("block_n") = 0,
+        py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
+        py::arg("group_m") = 0, py::arg("split_k") = 0,
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
         "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
         "promote_every/cluster/group_m/split_k override the planner (-1/0/-1/-1/0/-1/0/0 = auto); accum 0 "
         "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair "
         "along M, 2 pair along N, 3 2 x 2; split_k 1 none, n: K in n slices summed by a reduction kernel "
         "(fp32 workspace allocated here).");
-  m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1,
-        py::arg("block_n") = 0, py::arg("persistent") = -1, py::arg("accum") = -1,
-        py::arg("promote_every") = 0, py::arg("cluster") = -1, py::arg("group_m") = 0, py::arg("split_k") = 0,
+  m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1, py::arg("block_n") = 0,
+        py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
+        py::arg("group_m") = 0, py::arg("split_k") = 0,
         "The planner's choice for this problem on the current device (path, tile, grid, split_k, "
         "workspace_bytes).");
 }

@@ -24,7 +24,7 @@
 // What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
 //
-// Constraints (checked, Status on failure): K % 16 == 0; A, B 16-byte aligned with row
+// Constraints (checked; errors as in common/errors.h): K % 16 == 0; A, B 16-byte aligned with row
 // strides that are multiples of 16 bytes; format pairs e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
 // (as cuBLASLt). Tails in M, N, K: TMA / cp.async zero-fill, predicated stores.
 #pragma once
@@ -34,6 +34,7 @@
 
 #include <cstdint>
 
+#include "../common/launch.cuh"
 #include "common.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/load.cuh"
@@ -42,24 +43,25 @@
 #include "gemm/policy.cuh"
 #include "gemm/scheduler.cuh"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // ---- kernels --------------------------------------------------------------------------------
 
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched, const int promote_every,
-                     const bool fast_store, const SplitKPartials split) {
+                     const GemmParams p, const TileScheduler sched, const int promote_every, const bool fast_store,
+                     const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
-  typename Mainloop::Storage storage{reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+  typename Mainloop::Storage storage{
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
   const ClusterRole role = ClusterRole::make(sched.cluster_m, sched.cluster_n);
   if (threadIdx.x == 0) Mainloop::init_barriers(storage, role);
   // partners' multicasts and remote arrivals may target our barriers right after this
-  if (role.size > 1) cluster_sync(); else __syncthreads();
+  if (role.size > 1) cluster_sync();
+  else __syncthreads();
 
   const int k_blocks = int(ceil_div<int64_t>(p.k, Policy::kBK));
   const int warpgroup = threadIdx.x / 128;
@@ -119,8 +121,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
           int unit, kb_begin, kb_end, m_block, n_block;
           k_range(work, unit, kb_begin, kb_end);
           sched.tile_coord(unit, role.rank, m_block, n_block);
-          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role,
-                                epi.alpha);
+          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role, epi.alpha);
           const bool in_range = sched.tile_in_range(m_block, n_block);
           const int done = work;
           work += unit_stride;
@@ -199,15 +200,6 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 
 // ---- host: checks and launch ----------------------------------------------------------------
 
-inline Status check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
-  if (cc_major * 10 + cc_minor < 89) return Status::kUnsupportedArch;
-  if (p.a_format == Format::kE5M2 && p.b_format == Format::kE5M2) return Status::kUnsupportedFormats;
-  if (p.k % 16 != 0) return Status::kUnsupportedK;
-  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (!aligned16(p.a) || !aligned16(p.b) || p.lda % 16 != 0 || p.ldb % 16 != 0) return Status::kMisaligned;
-  return Status::kOk;
-}
-
 inline cudaLaunchAttribute cluster_attribute(int size) {
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeClusterDimension;
@@ -245,16 +237,16 @@ int max_active_clusters(int size) {
 }
 
 // The split-K reduction after the GEMM kernel, on the same stream.
-inline Status launch_splitk_reduce(const GemmParams& p, const SplitKPartials& split, cudaStream_t stream) {
+inline void launch_splitk_reduce(const GemmParams& p, const SplitKPartials& split, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t quads = split.m * ((split.n + 3) / 4);
   const int64_t blocks = ceil_div<int64_t>(quads, kThreads);
   splitk_reduce_kernel<kThreads><<<int(blocks < 16384 ? blocks : 16384), kThreads, 0, stream>>>(p, split);
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("fp8 splitk_reduce_kernel");
 }
 
 template <int kBlockN, AccumMode kAccum, Format FA, Format FB>
-Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
+void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
   using Policy = Sm90Policy<kBlockN, kAccum>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
@@ -264,15 +256,11 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, 
   sched.cluster_n = cluster_n_of(plan.cluster);
   // a shared operand is loaded in halves, one per block sharing it
   CUtensorMap map_a, map_b;
-  Status s = make_kmajor_map(&map_a, p.a, p.m, p.k, p.lda, Policy::kBM / sched.cluster_n, Policy::kBK);
-  if (s != Status::kOk) return s;
-  s = make_kmajor_map(&map_b, p.b, p.n, p.k, p.ldb, Policy::kBN / sched.cluster_m, Policy::kBK);
-  if (s != Status::kOk) return s;
+  make_kmajor_map(&map_a, p.a, p.m, p.k, p.lda, Policy::kBM / sched.cluster_n, Policy::kBK);
+  make_kmajor_map(&map_b, p.b, p.n, p.k, p.ldb, Policy::kBN / sched.cluster_m, Policy::kBK);
   auto kernel = gemm_sm90_kernel<Policy, FA, FB>;
-  // per device and process; setting it again is cheap and keeps multi-GPU hosts correct
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes) !=
-      cudaSuccess)
-    return Status::kLaunchFailed;
+  static SmemOptIn opt_in;
+  opt_in.ensure(kernel, Policy::kSmemBytes);
   const int promote_every = plan.promote_every;
   const bool fast_store = plan.fast_store;
   SplitKPartials split;
@@ -284,9 +272,10 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, 
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
-                                                                          fast_store, split);
-    if (cudaGetLastError() != cudaSuccess) return Status::kLaunchFailed;
-    return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
+                                                                        fast_store, split);
+    check_launch("fp8 gemm_sm90_kernel");
+    if (split.splits > 1) launch_splitk_reduce(p, split, stream);
+    return;
   }
   int grid = plan.grid;
   if (plan.persistent) {
@@ -301,25 +290,23 @@ Status launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, 
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store, split) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::kLaunchFailed;
-  }
-  return split.splits > 1 ? launch_splitk_reduce(p, split, stream) : Status::kOk;
+  check_launch("fp8 gemm_sm90_kernel (cluster)",
+               cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store, split));
+  if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 
 template <Format FA, Format FB>
-Status launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
+void launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream) {
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Sm89Policy::kBM));
   sched.tiles_n = int(ceil_div<int64_t>(p.n, Sm89Policy::kBN));
   sched.group_m = plan.group_m;
   gemm_sm89_kernel<FA, FB><<<plan.grid, Sm89Policy::kThreads, 0, stream>>>(p, sched);
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("fp8 gemm_sm89_kernel");
 }
 
 template <Format FA, Format FB>
-Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
+void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
@@ -333,7 +320,7 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cuda
         case AccumMode::kPromoteOverlap:
           return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream);
       }
-      return Status::kUnsupportedPlan;
+      break;
     case 176:
       return plan.accum == AccumMode::kPromoteOverlap
                  ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
@@ -343,8 +330,9 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cuda
                  ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream)
                  : launch_sm90<192, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
-    default: return Status::kUnsupportedPlan;
+    default: break;
   }
+  check_plan_supported(plan);  // throws: only plans without a kernel get here
 }
 
 // Runtime formats -> template instance, in one place. The plan must come from plan_gemm
@@ -352,16 +340,19 @@ Status launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cuda
 // needs gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in
 // `workspace`, owned by the caller and not used by anything else until this GEMM completes
 // on `stream` (no zeroing needed).
-inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor,
-                          cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
-  const Status s = check_gemm(p, cc_major, cc_minor);
-  if (s != Status::kOk) return s;
-  if (plan.path == Path::kWgmma && !(cc_major == 9 && cc_minor == 0)) return Status::kUnsupportedArch;
-  if (!plan_supported(plan)) return Status::kUnsupportedPlan;
-  if (p.m == 0 || p.n == 0) return Status::kOk;
-  if (p.k > 0 && gemm_workspace_bytes(plan, p.m, p.n) > 0) {
-    if (workspace == nullptr || workspace_bytes < gemm_workspace_bytes(plan, p.m, p.n)) return Status::kWorkspace;
-    if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return Status::kMisaligned;
+inline void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
+                        void* workspace = nullptr, size_t workspace_bytes = 0) {
+  check_gemm(p, cc_major, cc_minor);
+  check<NotImplementedError>(plan.path != Path::kWgmma || (cc_major == 9 && cc_minor == 0),
+                             "fp8 gemm: the wgmma path needs sm_90a, the device is sm_", cc_major, cc_minor);
+  check_plan_supported(plan);
+  if (p.m == 0 || p.n == 0) return;
+  const size_t needed = p.k > 0 ? gemm_workspace_bytes(plan, p.m, p.n) : 0;
+  if (needed > 0) {
+    check(workspace != nullptr && workspace_bytes >= needed, "fp8 gemm: a split-K plan (split_k ", plan.split_k,
+          ") needs a workspace of gemm_workspace_bytes(plan, m, n) = ", needed, " bytes, got ",
+          workspace == nullptr ? size_t(0) : workspace_bytes);
+    check(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "fp8 gemm: the split-K workspace must be 16-byte aligned");
   }
   if (p.k == 0 && plan.path == Path::kWgmma) {
     // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
@@ -379,4 +370,4 @@ inline Status launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_majo
   return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream);
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

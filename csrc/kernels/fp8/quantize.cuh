@@ -16,9 +16,10 @@
 
 #include <cstdint>
 
+#include "../common/launch.cuh"
 #include "common.h"
 
-namespace fp8 {
+namespace kernels::fp8 {
 
 namespace quantize_detail {
 
@@ -80,8 +81,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams
       if constexpr (kRowOut) {
         uint8_t* out = static_cast<uint8_t*>(p.out) + gr * p.cols + gc;
         if constexpr (kVectorized) {
-          if (gr < p.rows && gc < p.cols)
-            *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(packed);
+          if (gr < p.rows && gc < p.cols) *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(packed);
         } else {
           const uint8_t* bytes = reinterpret_cast<const uint8_t*>(packed);
           for (int j = 0; j < kVec; ++j)
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams
     // ---- transposed store: out_t[c][r0 .. r0+64), 8 rows per thread
     if constexpr (kTransOut) {
       __syncthreads();
-      const int c = threadIdx.x / (kTile / kVec);           // 32 columns per pass
+      const int c = threadIdx.x / (kTile / kVec);            // 32 columns per pass
       const int rr = (threadIdx.x % (kTile / kVec)) * kVec;  // 8 consecutive rows
 #pragma unroll
       for (int pass = 0; pass < 2; ++pass) {
@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams
   // ---- amax: warp, block, then one atomic per block
   if (p.amax != nullptr) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -143,25 +142,24 @@ inline bool quantize_vectorizable(const QuantizeParams& p) {
 }
 
 template <Format F, bool kVec>
-Status launch_quantize_format(const QuantizeParams& p, int blocks, cudaStream_t stream) {
+void launch_quantize_format(const QuantizeParams& p, int blocks, cudaStream_t stream) {
   using namespace quantize_detail;
-  if (p.out != nullptr && p.out_t != nullptr)
-    quantize_kernel<F, kVec, true, true><<<blocks, kThreads, 0, stream>>>(p);
-  else if (p.out != nullptr)
-    quantize_kernel<F, kVec, true, false><<<blocks, kThreads, 0, stream>>>(p);
-  else if (p.out_t != nullptr)
-    quantize_kernel<F, kVec, false, true><<<blocks, kThreads, 0, stream>>>(p);
+  if (p.out != nullptr && p.out_t != nullptr) quantize_kernel<F, kVec, true, true><<<blocks, kThreads, 0, stream>>>(p);
+  else if (p.out != nullptr) quantize_kernel<F, kVec, true, false><<<blocks, kThreads, 0, stream>>>(p);
+  else if (p.out_t != nullptr) quantize_kernel<F, kVec, false, true><<<blocks, kThreads, 0, stream>>>(p);
   else  // amax only
     quantize_kernel<F, kVec, false, false><<<blocks, kThreads, 0, stream>>>(p);
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("fp8 quantize_kernel");
 }
 
-// Runtime format and vector path -> template instance, in one place.
-inline Status launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
-  if (p.rows == 0 || p.cols == 0) return Status::kOk;
-  if (p.out == nullptr && p.out_t == nullptr && p.amax == nullptr) return Status::kOk;
+// Runtime format and vector path -> template instance, in one place. Throws
+// kernels::CudaError when the launch fails.
+inline void launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return;
+  if (p.out == nullptr && p.out_t == nullptr && p.amax == nullptr) return;
   const QuantizeParams& q = p;
-  const int64_t tiles = ceil_div<int64_t>(p.rows, quantize_detail::kTile) * ceil_div<int64_t>(p.cols, quantize_detail::kTile);
+  const int64_t tiles =
+      ceil_div<int64_t>(p.rows, quantize_detail::kTile) * ceil_div<int64_t>(p.cols, quantize_detail::kTile);
   const int64_t max_blocks = int64_t(num_sms) * 8;
   const int blocks = int(tiles < max_blocks ? tiles : max_blocks);
   const bool vec = quantize_vectorizable(p);
@@ -172,4 +170,4 @@ inline Status launch_quantize(const QuantizeParams& p, int num_sms, cudaStream_t
              : launch_quantize_format<Format::kE5M2, false>(q, blocks, stream);
 }
 
-}  // namespace fp8
+}  // namespace kernels::fp8

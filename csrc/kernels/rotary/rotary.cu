@@ -1,15 +1,18 @@
 // Torch binding of the rotary kernel: guard the device, check inputs, fill RotaryParams,
 // launch. Shape normalisation (3-D token inputs, broadcast positions, output allocation)
-// lives in kernels/extension/ops/rotary.py; this file trusts nothing it is given.
+// lives in kernels/extension/ops/rotary.py; this file trusts nothing it is given. Errors in
+// the style of common/binding.h; the launcher's (common/errors.h) reach Python the same way.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <torch/extension.h>
 
+#include "../common/binding.h"
 #include "rotary_kernel.cuh"
 
 namespace {
 
+namespace binding = kernels::binding;
+namespace rotary = kernels::rotary;
 using rotary::RotaryParams;
 using rotary::TensorView;
 
@@ -22,44 +25,45 @@ TensorView view_of(const at::Tensor& t) {
   return v;
 }
 
-void check_qk(const at::Tensor& x, const at::Tensor& out, const char* name, const at::Tensor& q) {
-  TORCH_CHECK_VALUE(x.is_cuda() && out.is_cuda(), name, " and its output must be CUDA tensors");
+// x (q or k) and its output `out_name`: [batch, seqlen, heads, head_dim] on q's device, q's
+// dtype (bfloat16 or float16), contiguous last dim, batch / seqlen / head_dim of q.
+void check_qk(const at::Tensor& x, const char* name, const at::Tensor& out, const char* out_name, const at::Tensor& q) {
+  binding::check_device(x, name, q, "q");
+  binding::check_device(out, out_name, q, "q");
   TORCH_CHECK_TYPE(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf, name,
-                   " must be bfloat16 or float16, got ", x.scalar_type());
-  TORCH_CHECK_TYPE(x.scalar_type() == q.scalar_type() && out.scalar_type() == x.scalar_type(),
-                   name, ", q and the outputs must share one dtype");
-  TORCH_CHECK_VALUE(x.dim() == 4, name, " must be [batch, seqlen, heads, head_dim], got ",
-                    x.dim(), " dims");
-  TORCH_CHECK_VALUE(out.sizes() == x.sizes(), name, " output shape ", out.sizes(),
-                    " differs from input ", x.sizes());
-  TORCH_CHECK_VALUE(x.stride(3) == 1 && out.stride(3) == 1, name,
-                    " and its output need a contiguous last dim");
-  TORCH_CHECK_VALUE(x.size(0) == q.size(0) && x.size(1) == q.size(1) && x.size(3) == q.size(3),
-                    name, " must share batch, seqlen and head_dim with q");
-  TORCH_CHECK_VALUE(x.get_device() == q.get_device() && out.get_device() == q.get_device(),
-                    name, " is on another device than q");
+                   " must be bfloat16 or float16, got ", binding::dtype_name(x.scalar_type()));
+  binding::check_dtype(x, name, q.scalar_type());
+  binding::check_dtype(out, out_name, q.scalar_type());
+  binding::check_dims(x, name, 4, " [batch, seqlen, heads, head_dim]");
+  TORCH_CHECK_VALUE(out.sizes() == x.sizes(), out_name, " must have the shape of ", name, " ", x.sizes(), ", got ",
+                    out.sizes());
+  binding::check_contiguous_last_dim(x, name);
+  binding::check_contiguous_last_dim(out, out_name);
+  TORCH_CHECK_VALUE(x.size(0) == q.size(0) && x.size(1) == q.size(1) && x.size(3) == q.size(3), name,
+                    " must have q's batch, seqlen and head_dim ", q.sizes(), ", got ", x.sizes());
 }
 
 void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const at::Tensor& q_out,
-                  const c10::optional<at::Tensor>& k_out, const at::Tensor& cos,
-                  const at::Tensor& sin, const c10::optional<at::Tensor>& positions,
-                  int64_t table_stride_b, bool interleaved, bool conjugate) {
-  check_qk(q, q_out, "q", q);
-  TORCH_CHECK_VALUE(k.has_value() == k_out.has_value(), "k and k_out must be given together");
-  if (k) check_qk(*k, *k_out, "k", q);
-  TORCH_CHECK_TYPE(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
-                   "cos and sin must be float32 tables");
-  TORCH_CHECK_VALUE(cos.is_cuda() && sin.is_cuda() && cos.get_device() == q.get_device() &&
-                        sin.get_device() == q.get_device(),
-                    "cos and sin must be on q's device");
+                  const c10::optional<at::Tensor>& k_out, const at::Tensor& cos, const at::Tensor& sin,
+                  const c10::optional<at::Tensor>& positions, int64_t table_stride_b, bool interleaved,
+                  bool conjugate) {
+  check_qk(q, "q", q_out, "q_out", q);
+  TORCH_CHECK_VALUE(k.has_value() == k_out.has_value(), "k and k_out must be given together, got ",
+                    k.has_value() ? "k only" : "k_out only");
+  if (k) check_qk(*k, "k", *k_out, "k_out", q);
+  binding::check_device(cos, "cos", q, "q");
+  binding::check_device(sin, "sin", q, "q");
+  binding::check_dtype(cos, "cos", at::kFloat);
+  binding::check_dtype(sin, "sin", at::kFloat);
   TORCH_CHECK_VALUE(cos.dim() == 2 && cos.sizes() == sin.sizes(),
-                    "cos and sin must be [rows, rotary_dim / 2] of one shape");
+                    "cos and sin must be [rows, rotary_dim / 2] of one shape, got ", cos.sizes(), " and ", sin.sizes());
   TORCH_CHECK_VALUE(cos.stride(1) == 1 && sin.stride(1) == 1 && cos.stride(0) == sin.stride(0),
-                    "cos and sin need contiguous rows and one row stride");
+                    "cos and sin must have contiguous rows and one row stride, got strides ", cos.strides(), " and ",
+                    sin.strides());
   const int64_t rotary_dim = 2 * cos.size(1);
   const int64_t head_dim = q.size(3);
-  TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim <= head_dim, "rotary_dim (2 * cos.size(1) = ",
-                    rotary_dim, ") must be in [2, head_dim = ", head_dim, "]");
+  TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim <= head_dim,
+                    "rotary_dim = 2 * cos.size(1) must be in [2, head_dim = ", head_dim, "], got ", rotary_dim);
 
   RotaryParams p;
   p.q = view_of(q);
@@ -80,48 +84,45 @@ void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const
   p.table_stride_row = cos.stride(0);
   if (positions) {
     const at::Tensor& pos = *positions;
+    binding::check_device(pos, "positions", q, "q");
     TORCH_CHECK_TYPE(pos.scalar_type() == at::kInt || pos.scalar_type() == at::kLong,
-                     "positions must be int32 or int64, got ", pos.scalar_type());
-    TORCH_CHECK_VALUE(pos.is_cuda() && pos.get_device() == q.get_device(),
-                      "positions must be on q's device");
+                     "positions must be int32 or int64, got ", binding::dtype_name(pos.scalar_type()));
     TORCH_CHECK_VALUE(pos.dim() == 2 && pos.size(0) == q.size(0) && pos.size(1) == q.size(1),
-                      "positions must be [batch, seqlen] (broadcast strides allowed), got ",
-                      pos.sizes());
+                      "positions must be [batch, seqlen] (broadcast strides allowed), got ", pos.sizes());
     p.positions = pos.data_ptr();
     p.positions_int64 = pos.scalar_type() == at::kLong;
     p.pos_stride_b = pos.stride(0);
     p.pos_stride_s = pos.stride(1);
   } else {
     TORCH_CHECK_VALUE(table_stride_b == 0 || table_stride_b == q.size(1),
-                      "table_stride_b must be 0 (shared table) or seqlen (per-token tables)");
+                      "table_stride_b must be 0 (shared table) or seqlen = ", q.size(1), " (per-token tables), got ",
+                      table_stride_b);
     const int64_t rows_needed = (q.size(0) - 1) * table_stride_b + q.size(1);
-    TORCH_CHECK_VALUE(q.size(0) == 0 || cos.size(0) >= rows_needed, "cos/sin have ",
-                      cos.size(0), " rows, need ", rows_needed, " without positions");
+    TORCH_CHECK_VALUE(q.size(0) == 0 || cos.size(0) >= rows_needed, "cos and sin must have at least ", rows_needed,
+                      " rows without positions, got ", cos.size(0));
     p.table_stride_b = table_stride_b;
   }
   p.layout = interleaved ? rotary::Layout::kInterleaved : rotary::Layout::kHalfSplit;
   p.conjugate = conjugate;
-  p.copy_passthrough = rotary_dim < head_dim &&
-                       (q_out.data_ptr() != q.data_ptr() || (k && k_out->data_ptr() != k->data_ptr()));
+  p.copy_passthrough =
+      rotary_dim < head_dim && (q_out.data_ptr() != q.data_ptr() || (k && k_out->data_ptr() != k->data_ptr()));
 
   const c10::cuda::CUDAGuard guard(q.device());
-  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const rotary::Status status = q.scalar_type() == at::kBFloat16
-                                    ? rotary::launch_rotary<__nv_bfloat16>(p, num_sms, stream)
-                                    : rotary::launch_rotary<__half>(p, num_sms, stream);
-  TORCH_CHECK_VALUE(status != rotary::Status::kBadShape && status != rotary::Status::kMisaligned,
-                    "rotary: ", rotary::status_string(status));
-  TORCH_CHECK(status == rotary::Status::kOk, "rotary: ", rotary::status_string(status));
+  if (q.scalar_type() == at::kBFloat16) {
+    rotary::launch_rotary<__nv_bfloat16>(p, binding::sm_count(), stream);
+  } else {
+    rotary::launch_rotary<__half>(p, binding::sm_count(), stream);
+  }
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  binding::register_exceptions();
   m.doc() = "Rotary position embedding (csrc/kernels/rotary): q and k in one launch.";
-  m.def("apply", &rotary_apply, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("q_out"),
-        pybind11::arg("k_out"), pybind11::arg("cos"), pybind11::arg("sin"),
-        pybind11::arg("positions"), pybind11::arg("table_stride_b") = 0,
+  m.def("apply", &rotary_apply, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("q_out"), pybind11::arg("k_out"),
+        pybind11::arg("cos"), pybind11::arg("sin"), pybind11::arg("positions"), pybind11::arg("table_stride_b") = 0,
         pybind11::arg("interleaved") = false, pybind11::arg("conjugate") = false,
         "Rotate q [B, S, Hq, D] (and k [B, S, Hk, D]) into q_out (k_out) with f32 cos/sin "
         "tables [rows, R/2]; positions [B, S] int32/int64 pick rows, else row = b * "

@@ -16,9 +16,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/launch.cuh"
 #include "rotary_params.h"
 
-namespace rotary {
+namespace kernels::rotary {
 
 // N elements of T in one aligned access (16 bytes at N = 8 for 2-byte types).
 template <typename T, int N>
@@ -60,8 +61,7 @@ struct LaunchShape {
 
 template <typename T, int N, Layout kLayout>
 __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, const LaunchShape shape) {
-  static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0,
-                "interleaved pairs must not straddle a vector access");
+  static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0, "interleaved pairs must not straddle a vector access");
   const int heads = p.heads_q + p.heads_k;
   const int items_per_token = heads * shape.items_per_head;
   const int local_token = threadIdx.x / items_per_token;
@@ -77,8 +77,7 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
   const int64_t tokens = int64_t(p.batch) * p.seqlen;
   const int64_t token_step = int64_t(gridDim.x) * shape.tokens_per_block;
 
-  for (int64_t t = int64_t(blockIdx.x) * shape.tokens_per_block + local_token; t < tokens;
-       t += token_step) {
+  for (int64_t t = int64_t(blockIdx.x) * shape.tokens_per_block + local_token; t < tokens; t += token_step) {
     const int64_t b = t / p.seqlen;
     const int64_t s = t - b * p.seqlen;
 
@@ -172,8 +171,8 @@ inline int pick_vector_width(const RotaryParams& p, int elem_bytes) {
     const TensorView* views[4] = {&p.q, &p.k, &p.q_out, &p.k_out};
     for (const TensorView* v : views) {
       if (v->ptr == nullptr) continue;
-      ok = ok && aligned_to(v->ptr, n * elem_bytes) && v->stride_b % n == 0 &&
-           v->stride_s % n == 0 && v->stride_h % n == 0;
+      ok = ok && aligned_to(v->ptr, n * elem_bytes) && v->stride_b % n == 0 && v->stride_s % n == 0 &&
+           v->stride_h % n == 0;
     }
     // the table is read with accesses of up to 4 floats
     const int64_t table_vec = table_n < 4 ? table_n : 4;
@@ -209,31 +208,20 @@ inline LaunchShape plan_launch(const RotaryParams& p, int vector_width, int num_
   return shape;
 }
 
-enum class Status { kOk, kBadShape, kMisaligned, kLaunchFailed };
-
-inline const char* status_string(Status s) {
-  switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kBadShape: return "rotary_dim must be even, positive and <= head_dim";
-    case Status::kMisaligned:
-      return "interleaved layout needs even strides and 4-byte aligned pointers";
-    case Status::kLaunchFailed: return "kernel launch failed";
-  }
-  return "unknown";
-}
-
+// Rotates q (and k) on `stream`; errors as in common/errors.h (kernels::ValueError for a
+// rotary_dim or an interleaved layout the kernel cannot take, kernels::CudaError for a failed
+// launch).
 template <typename T>
-Status launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
-  if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim)
-    return Status::kBadShape;
-  if (int64_t(p.batch) * p.seqlen == 0 || p.heads_q + p.heads_k == 0) return Status::kOk;
+void launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
+  check(p.rotary_dim > 0 && p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim,
+        "rotary: rotary_dim must be even, positive and <= head_dim = ", p.head_dim, ", got ", p.rotary_dim);
+  if (int64_t(p.batch) * p.seqlen == 0 || p.heads_q + p.heads_k == 0) return;
   const int n = pick_vector_width(p, sizeof(T));
-  if (n == 0) return Status::kMisaligned;
+  check(n > 0, "rotary: the interleaved layout needs even strides and 4-byte aligned pointers");
   const LaunchShape shape = plan_launch(p, n, num_sms);
   const bool interleaved = p.layout == Layout::kInterleaved;
   // runtime width and layout -> template instance, in one place
-#define ROTARY_LAUNCH(N_, L_) \
-  rotary_kernel<T, N_, L_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
+#define ROTARY_LAUNCH(N_, L_) rotary_kernel<T, N_, L_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
   switch (n) {
     case 8: interleaved ? ROTARY_LAUNCH(8, Layout::kInterleaved) : ROTARY_LAUNCH(8, Layout::kHalfSplit); break;
     case 4: interleaved ? ROTARY_LAUNCH(4, Layout::kInterleaved) : ROTARY_LAUNCH(4, Layout::kHalfSplit); break;
@@ -241,7 +229,7 @@ Status launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
     default: ROTARY_LAUNCH(1, Layout::kHalfSplit); break;
   }
 #undef ROTARY_LAUNCH
-  return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kLaunchFailed;
+  check_launch("rotary_kernel");
 }
 
-}  // namespace rotary
+}  // namespace kernels::rotary

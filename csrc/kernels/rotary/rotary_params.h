@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace rotary {
+namespace kernels::rotary {
 
 enum class Layout : int { kHalfSplit = 0, kInterleaved = 1 };
 
@@ -48,4 +48,4 @@ struct RotaryParams {
   bool copy_passthrough = false;  // out-of-place with R < D: copy dims [R, D)
 };
 
-}  // namespace rotary
+}  // namespace kernels::rotary

@@ -14,7 +14,7 @@
 
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 struct Epilogue {
   float alpha = 1.f;  // *scale_a * *scale_b, read once per thread
@@ -60,8 +60,7 @@ struct Epilogue {
     store_pair(row, col, v0, v1, row_factor(row, alpha));
   }
 
-  __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1,
-                                             float row_factor) const {
+  __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1, float row_factor) const {
     if (row >= m || col >= n) return;
     __nv_bfloat16* out = d + row * ldd + col;
     const float o0 = finish(v0, row_factor, col);
@@ -96,7 +95,8 @@ struct Epilogue {
       __nv_bfloat16* out8 = out + 8 * ldd;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
+            __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
         *reinterpret_cast<__nv_bfloat162*>(out8 + 8 * j) =
             __floats2bfloat162_rn(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
       }
@@ -129,8 +129,8 @@ struct SplitKPartials {
   // One thread's part of a WGMMA m64 x kN accumulator (the layout of
   // Epilogue::store_wgmma_fragment); scale is 1 for accumulators that carry alpha already.
   template <int kN>
-  __device__ __forceinline__ void store_wgmma_fragment(int split, int64_t row, int64_t col0,
-                                                       const float (&acc)[kN / 2], float scale) const {
+  __device__ __forceinline__ void store_wgmma_fragment(int split, int64_t row, int64_t col0, const float (&acc)[kN / 2],
+                                                       float scale) const {
     float* base = partials + int64_t(split) * m * ldw;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -174,4 +174,4 @@ __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const GemmParam
   }
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

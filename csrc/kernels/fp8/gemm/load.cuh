@@ -3,14 +3,14 @@
 #pragma once
 
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // ---- shared-memory addresses and mbarriers ------------------------------------------------
 
@@ -28,9 +28,7 @@ __device__ __forceinline__ void fence_barrier_init() {
 }
 
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
@@ -87,8 +85,8 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
 // ---- TMA ----------------------------------------------------------------------------------
 
 // One 2-D box (inner coordinate first) into shared memory; completes bytes on `bar`.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                            int32_t inner, int32_t outer) {
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
+                                            int32_t outer) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
@@ -98,8 +96,8 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
 
 // The same box into shared memory at the same offset in every block of cta_mask (bit r =
 // cluster rank r); each destination block's mbarrier at `bar`'s offset receives the bytes.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                                      int32_t inner, int32_t outer, uint16_t cta_mask) {
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
+                                                      int32_t outer, uint16_t cta_mask) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
@@ -115,8 +113,7 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
 
 // 16 bytes global -> shared; zero-filled when `valid` is false (no global read then).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -132,8 +129,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* ptr = nullptr;
     cudaDriverEntryPointQueryResult query{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                                              cudaEnableDefault, &query);
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &query);
     if (err != cudaSuccess || query != cudaDriverEntryPointSuccess) ptr = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
   }();
@@ -143,19 +140,19 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A K-major fp8 matrix [rows, k] (row stride ld bytes) read in boxes of box_k x box_rows
 // with the 128-byte swizzle WGMMA expects; out-of-bounds rows and k are zero-filled, so
 // the M, N and K tails need no predication in the mainloop.
-inline Status make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_t ld,
-                              int box_rows, int box_k) {
+inline void make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_t ld, int box_rows,
+                            int box_k) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return Status::kDriverEntryPoint;
+  check<CudaError>(encode != nullptr, "fp8 gemm: cuTensorMapEncodeTiled is not available from the driver");
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(ld)};
   const cuuint32_t box[2] = {cuuint32_t(box_k), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims,
-                              strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return res == CUDA_SUCCESS ? Status::kOk : Status::kTensorMapFailed;
+  const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  check<CudaError>(res == CUDA_SUCCESS, "fp8 gemm: cuTensorMapEncodeTiled rejected the tensor map of a [", rows, ", ",
+                   k, "] operand (row stride ", ld, " bytes, box ", box_rows, " x ", box_k, "): CUresult ", int(res));
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

@@ -23,7 +23,7 @@
 #include "policy.cuh"
 #include "wgmma.cuh"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 struct PipelineState {
   int stage = 0;
@@ -68,9 +68,7 @@ struct ClusterRole {
   __device__ __forceinline__ uint32_t a_partner() const { return rank_m + cluster_m * (1 - rank_n); }
   __device__ __forceinline__ uint32_t b_partner() const { return (1 - rank_m) + cluster_m * rank_n; }
   // Writer index w in 1 .. writers() - 1 -> that partner's rank (the A partner first if A is shared).
-  __device__ __forceinline__ uint32_t partner(int w) const {
-    return w == 1 && share_a() ? a_partner() : b_partner();
-  }
+  __device__ __forceinline__ uint32_t partner(int w) const { return w == 1 && share_a() ? a_partner() : b_partner(); }
 };
 
 template <class Policy, Format FA, Format FB>
@@ -82,9 +80,7 @@ struct Sm90Mainloop {
   struct Storage {
     uint8_t* base;
     __device__ __forceinline__ uint8_t* a(int stage) const { return base + stage * Policy::kStageBytes; }
-    __device__ __forceinline__ uint8_t* b(int stage) const {
-      return a(stage) + Policy::kStageBytesA;
-    }
+    __device__ __forceinline__ uint8_t* b(int stage) const { return a(stage) + Policy::kStageBytesA; }
     __device__ __forceinline__ uint64_t* full(int stage) const {
       return reinterpret_cast<uint64_t*>(base + Policy::kStages * Policy::kStageBytes) + stage;
     }
@@ -109,9 +105,8 @@ struct Sm90Mainloop {
   // allow. It cannot land early by a whole phase: its sender first waited for this block's
   // consumers to free the stage (they arrive on the sender's empty[s] too).
   __device__ __forceinline__ static void produce_tile(const Storage& s, const CUtensorMap* map_a,
-                                                      const CUtensorMap* map_b, int m_block,
-                                                      int n_block, int kb_begin, int kb_end, PipelineState& st,
-                                                      const ClusterRole& role) {
+                                                      const CUtensorMap* map_b, int m_block, int n_block, int kb_begin,
+                                                      int kb_end, PipelineState& st, const ClusterRole& role) {
     constexpr int kHalfA = Policy::kBM / 2, kHalfB = Policy::kBN / 2;
     for (int kb = kb_begin; kb < kb_end; ++kb) {
       mbarrier_wait(s.empty(st.stage), st.phase ^ 1u);
@@ -174,15 +169,15 @@ struct Sm90Mainloop {
   }
 
   // The four k32 WGMMAs of one stage into d; the first overwrites d when fresh is true.
-  __device__ __forceinline__ static void mma_stage(const Storage& s, int consumer, int stage,
-                                                   float (&d)[kAccRegs], bool fresh) {
+  __device__ __forceinline__ static void mma_stage(const Storage& s, int consumer, int stage, float (&d)[kAccRegs],
+                                                   bool fresh) {
     const uint32_t a_addr = smem_addr(s.a(stage)) + consumer * 64 * Policy::kBK;
     const uint32_t b_addr = smem_addr(s.b(stage));
 #pragma unroll
     for (int k = 0; k < Policy::kBK / 32; ++k) {
       // d += A[64 rows, k32] @ B[kBN rows, k32]^T; k32 = 32 bytes into each 128-byte row
-      wgmma_fp8<Policy::kBN, FA, FB>(d, make_smem_desc_sw128(a_addr + 32 * k),
-                                     make_smem_desc_sw128(b_addr + 32 * k), (fresh && k == 0) ? 0 : 1);
+      wgmma_fp8<Policy::kBN, FA, FB>(d, make_smem_desc_sw128(a_addr + 32 * k), make_smem_desc_sw128(b_addr + 32 * k),
+                                     (fresh && k == 0) ? 0 : 1);
     }
   }
 
@@ -336,16 +331,16 @@ struct Sm90Mainloop {
 
 // ---- sm_89: cp.async + mma.sync m16n8k32 -----------------------------------------------------
 
-#define FP8_MMA_M16N8K32(TA, TB)                                                              \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 "                     \
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"              \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
+#define FP8_MMA_M16N8K32(TA, TB)                                                 \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB                \
+               ".f32 "                                                           \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                  \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 
 // c (16 x 8 f32) += a (16 x 32 fp8, row-major fragment) @ b (32 x 8 fp8, column fragment)
 template <Format FA, Format FB>
-__device__ __forceinline__ void mma_fp8_m16n8k32(float (&c)[4], const uint32_t (&a)[4],
-                                                 const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_fp8_m16n8k32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   if constexpr (FA == Format::kE4M3 && FB == Format::kE4M3) FP8_MMA_M16N8K32("e4m3", "e4m3");
   else if constexpr (FA == Format::kE4M3 && FB == Format::kE5M2) FP8_MMA_M16N8K32("e4m3", "e5m2");
   else if constexpr (FA == Format::kE5M2 && FB == Format::kE4M3) FP8_MMA_M16N8K32("e5m2", "e4m3");
@@ -365,8 +360,8 @@ struct Sm89Mainloop {
   };
 
   // Rows of 64 bytes as 4 x 16-byte chunks; K % 16 == 0 so a chunk is wholly in or out.
-  __device__ __forceinline__ static void load_stage(Storage& s, int stage, const GemmParams& p,
-                                                    int64_t m0, int64_t n0, int64_t k0) {
+  __device__ __forceinline__ static void load_stage(Storage& s, int stage, const GemmParams& p, int64_t m0, int64_t n0,
+                                                    int64_t k0) {
     constexpr int kChunksPerRow = P::kBK / 16;
     const uint8_t* a = static_cast<const uint8_t*>(p.a);
     const uint8_t* b = static_cast<const uint8_t*>(p.b);
@@ -412,4 +407,4 @@ struct Sm89Mainloop {
   }
 };
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

@@ -1,7 +1,7 @@
 // FP8 GEMM host planning: the planner's defaults, the plan and request types, plan_gemm (tile
 // shape, accumulation, clusters, persistence, split-K from the problem and the SM count),
-// plan_supported and the split-K workspace size. Host code only: nothing here instantiates a
-// kernel, so planner tests (csrc/tests/fp8_plan_test.cu) build without the kernels.
+// plan_supported, the launch checks (errors as in common/errors.h) and the split-K workspace size. Host code only:
+// nothing here instantiates a kernel, so planner tests (csrc/tests/fp8_plan_test.cu) build without the kernels.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include "epilogue.cuh"
 #include "policy.cuh"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // The planner's choices when a request leaves them open (sm_90a path): the one place to flip
 // after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
@@ -24,9 +24,9 @@ struct PlannerDefaults {
   // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
   // (tests/test_fp8.py).
   static constexpr AccumMode kAccum = AccumMode::kPromote;
-  static constexpr int kPromoteEvery = 2;                 // k-blocks per promotion (kPromote)
+  static constexpr int kPromoteEvery = 2;  // k-blocks per promotion (kPromote)
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
-  static constexpr int kGroupM = 8;                       // raster group height in tiles
+  static constexpr int kGroupM = 8;  // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
   // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
   static constexpr bool kFastStore = true;
@@ -46,8 +46,8 @@ struct PlannerDefaults {
   static constexpr int kSplitMinKBlocks = 4;
   static constexpr int kSplitMaxWaves = 4;
   static constexpr int kSplitMax = 32;
-  static constexpr double kSplitUnitCost = 1.0;     // pipeline fill and partial store per unit
-  static constexpr double kSplitReduceCost = 8.0;   // second launch (~2-3 us of k-blocks)
+  static constexpr double kSplitUnitCost = 1.0;    // pipeline fill and partial store per unit
+  static constexpr double kSplitReduceCost = 8.0;  // second launch (~2-3 us of k-blocks)
   static constexpr double kSplitMinGain = 0.97;
 };
 
@@ -64,19 +64,19 @@ struct GemmPlan {
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
   bool fast_store = PlannerDefaults::kFastStore;
-  int split_k = 1;          // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
+  int split_k = 1;  // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
 };
 
 struct PlanRequest {
-  int force_path = -1;     // -1 auto, else Path
-  int force_block_n = 0;   // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
-  int persistent = -1;     // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
-  int accum = -1;          // -1 auto, else AccumMode (WGMMA path)
-  int promote_every = 0;   // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
-  int cluster = -1;        // -1 auto, else ClusterMode (WGMMA path)
-  int group_m = 0;         // 0 auto, else raster group height in tiles
-  int fast_store = -1;     // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
-  int split_k = 0;         // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
+  int force_path = -1;    // -1 auto, else Path
+  int force_block_n = 0;  // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
+  int persistent = -1;    // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
+  int accum = -1;         // -1 auto, else AccumMode (WGMMA path)
+  int promote_every = 0;  // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
+  int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
+  int group_m = 0;        // 0 auto, else raster group height in tiles
+  int fast_store = -1;    // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
+  int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
 // The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).
@@ -91,7 +91,9 @@ inline bool has_kernel(int block_n, AccumMode accum) {
   }
 }
 
-inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) { return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn); }
+inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) {
+  return ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn);
+}
 
 // The split-K cost model of PlannerDefaults for a WGMMA plan of `blocks` blocks (tiles,
 // phantom cluster tiles included): only problems with fewer blocks than SMs split.
@@ -153,7 +155,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
-    plan.accum = req.accum >= 0           ? AccumMode(req.accum)
+    plan.accum = req.accum >= 0             ? AccumMode(req.accum)
                  : req.force_block_n == 256 ? AccumMode::kFast
                                             : PlannerDefaults::kAccum;
     plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
@@ -223,9 +225,36 @@ inline bool plan_supported(const GemmPlan& plan) {
   return has_kernel(plan.block_n, plan.accum);
 }
 
+// Throws kernels::ValueError for a plan no compiled kernel runs (a forced combination).
+inline void check_plan_supported(const GemmPlan& plan) {
+  check(plan_supported(plan), "fp8 gemm: unsupported plan (path ", path_name(plan.path), ", block_n ", plan.block_n,
+        ", accum ", accum_name(plan.accum), ", promote_every ", plan.promote_every, ", cluster ", int(plan.cluster),
+        ", group_m ", plan.group_m, ", split_k ", plan.split_k,
+        "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
+        "overlap at 128 / 176 / 192), promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
+        kMaxSplitK, " (WGMMA path only)");
+}
+
+// What every GEMM launch checks first (launch_gemm): the device, the format pair, K and the
+// operand alignment.
+inline void check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
+  check<NotImplementedError>(cc_major * 10 + cc_minor >= 89, "fp8 gemm: needs sm_89 or newer, the device is sm_",
+                             cc_major, cc_minor);
+  check<TypeError>(!(p.a_format == Format::kE5M2 && p.b_format == Format::kE5M2), "fp8 gemm: unsupported format pair ",
+                   format_name(p.a_format), " x ", format_name(p.b_format),
+                   " (supported: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
+  check(p.k % 16 == 0, "fp8 gemm: K must be a multiple of 16 (16-byte rows for TMA / cp.async), got M=", p.m,
+        ", N=", p.n, ", K=", p.k);
+  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  check(aligned16(p.a) && aligned16(p.b) && p.lda % 16 == 0 && p.ldb % 16 == 0,
+        "fp8 gemm: A and B must have 16-byte aligned base pointers and row strides, got A ",
+        reinterpret_cast<uintptr_t>(p.a) % 16, " and B ", reinterpret_cast<uintptr_t>(p.b) % 16,
+        " bytes past a 16-byte boundary, row strides ", p.lda, " and ", p.ldb, " bytes");
+}
+
 // Bytes of fp32 split-K partials a plan needs from the caller (0 without split-K).
 inline size_t gemm_workspace_bytes(const GemmPlan& plan, int64_t m, int64_t n) {
   return plan.path == Path::kWgmma ? SplitKPartials::bytes(plan.split_k, m, n) : 0;
 }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

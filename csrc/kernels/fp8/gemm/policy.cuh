@@ -4,7 +4,7 @@
 
 #include "../common.h"
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // Largest dynamic shared memory a Hopper block may opt into (227 KiB).
 constexpr int kSm90SmemLimit = 232448;
@@ -116,4 +116,4 @@ enum class Path : int { kWgmma = 0, kMmaSync = 1 };
 
 inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : "mma_sync"; }
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-namespace fp8::gemm {
+namespace kernels::fp8::gemm {
 
 // K-block range [begin, end) of split s of k_blocks over `splits` (<= k_blocks): sizes differ
 // by at most one, none is empty. 32-bit unsigned arithmetic (a 64-bit division is a called
@@ -30,7 +30,7 @@ __host__ __device__ __forceinline__ void split_k_range(int s, int splits, int k_
 
 struct TileScheduler {
   int tiles_m = 0, tiles_n = 0;
-  int group_m = 8;                 // tiles along M per raster group
+  int group_m = 8;  // tiles along M per raster group
   int cluster_m = 1, cluster_n = 1;
 
   __host__ __device__ int units_m() const { return (tiles_m + cluster_m - 1) / cluster_m; }
@@ -58,4 +58,4 @@ struct TileScheduler {
   }
 };
 
-}  // namespace fp8::gemm
+}  // namespace kernels::fp8::gemm

@@ -1,0 +1,52 @@
+// Host-side launch helpers shared by every csrc kernel family: dynamic shared memory opt-in,
+// grid limits and launch-error checks (errors as in errors.h). No torch here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "errors.h"
+
+namespace kernels {
+
+// Throws CudaError when the launch just issued failed: `launched` is what a launch call that
+// returns an error (cudaLaunchKernelEx) gave; a <<<>>> launch leaves cudaGetLastError(), which
+// this reads (and so clears) either way.
+inline void check_launch(const char* what, cudaError_t launched = cudaSuccess) {
+  const cudaError_t last = cudaGetLastError();
+  const cudaError_t err = launched != cudaSuccess ? launched : last;
+  if (err != cudaSuccess) throw CudaError(concat(what, " launch failed: ", cudaGetErrorString(err)));
+}
+
+// Opts one kernel instantiation into its dynamic shared memory, once per device (the first
+// call, normally a warm-up outside CUDA-graph capture, so captured launches make no
+// configuration calls). Every launcher holds its own function-local static instance: the
+// attribute belongs to one instantiation, and kernels of one family often share one function
+// type, so a flag keyed on the type alone would configure only the first kernel ever launched.
+class SmemOptIn {
+ public:
+  template <class Kernel>
+  void ensure(Kernel kernel, int bytes) {
+    int device = 0;
+    KERNELS_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kMaxDevices && configured_[device].load(std::memory_order_acquire)) return;
+    KERNELS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (device < kMaxDevices) configured_[device].store(true, std::memory_order_release);
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::atomic<bool> configured_[kMaxDevices] = {};
+};
+
+// Grid dimensions y and z are limited to 65535 by the hardware; a larger problem would fail
+// at launch with "invalid argument", so it is rejected with the reason (`cause`: what made
+// the grid that large) instead.
+inline void check_grid(const dim3& grid, const char* what, const char* cause) {
+  constexpr unsigned kMaxYZ = 65535;
+  check(grid.y <= kMaxYZ && grid.z <= kMaxYZ, what, ": grid (", grid.x, ", ", grid.y, ", ", grid.z,
+        ") exceeds 65535 in y or z (", cause, ")");
+}
+
+}  // namespace kernels

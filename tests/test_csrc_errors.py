@@ -1,0 +1,73 @@
+"""The error model of the csrc bindings (csrc/kernels/common/errors.h, binding.h), called directly
+(no Python checks in front): every family raises ValueError for a bad argument, TypeError for a
+bad dtype or format, with "<argument> must <requirement>, got <what was given>" messages, both
+from the binding's tensor checks and from the torch-free launchers behind it. GPU only: the
+modules need a CUDA build (`python -m tools.build_ext`, which `make test` runs where CUDA is).
+The host-side C++ of the same model is checked without a GPU by csrc/tests/attn_host_test.cu
+and fp8_plan_test.cu (tests/test_csrc_compile.py, tests/test_fp8.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.extension import loader
+
+pytestmark = pytest.mark.gpu
+
+
+def module(name: str):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if not loader.available(name):
+        pytest.skip(f"module {name!r} not built (python -m tools.build_ext)")
+    return loader.load(name)
+
+
+def test_attention_binding_errors():
+    attention = module("attention")
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(TypeError, match="q must be bfloat16, got float16"):
+        attention.prefill(q.half(), q.half(), q.half())
+    with pytest.raises(ValueError, match="k must be a CUDA tensor, got device cpu"):
+        attention.prefill(q, q.cpu(), q)
+    with pytest.raises(ValueError, match="impl must be 'tc' or 'scalar', got 'fast'"):
+        attention.prefill(q, q, q, impl="fast")
+    # the launcher's check, behind the binding's: the decode grid's y dimension
+    long_q = torch.zeros(1, 16 * 65536, 1, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="decode: heads_kv .* must be <= 65535, got 65536; use prefill"):
+        attention.decode(long_q, q[:, :, :1], q[:, :, :1])
+
+
+def test_rotary_binding_errors():
+    rotary = module("rotary")
+    q = torch.zeros(1, 3, 2, 64, dtype=torch.bfloat16, device="cuda")
+    cos = torch.ones(8, 32, device="cuda")
+    with pytest.raises(TypeError, match="k must be bfloat16, got float16"):
+        rotary.apply(q, q.half(), q, q.half(), cos, cos, None)
+    with pytest.raises(ValueError, match="cos must be a CUDA tensor, got device cpu"):
+        rotary.apply(q, None, q, None, cos.cpu(), cos, None)
+    # the launcher's check: the interleaved layout needs even strides (heads 65 elements apart)
+    odd = torch.zeros(1, 3, 2, 65, dtype=torch.bfloat16, device="cuda")[..., :64]
+    with pytest.raises(ValueError, match="rotary: the interleaved layout needs even strides"):
+        rotary.apply(odd, None, odd, None, cos, cos, None, interleaved=True)
+
+
+def test_fp8_binding_errors():
+    fp8 = module("fp8")
+    s = torch.ones((), device="cuda")
+    out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
+    e4m3 = torch.zeros(64, 64, device="cuda").to(torch.float8_e4m3fn)
+    e5m2 = torch.zeros(64, 64, device="cuda").to(torch.float8_e5m2)
+    # the launcher's checks (kernels::TypeError / ValueError through the module's translator)
+    with pytest.raises(TypeError, match="fp8 gemm: unsupported format pair e5m2 x e5m2"):
+        fp8.gemm(e5m2, e5m2, s, s, None, None, None, out)
+    with pytest.raises(ValueError, match="fp8 gemm: K must be a multiple of 16 .*K=40"):
+        fp8.gemm(e4m3[:, :40], e4m3[:, :40], s, s, None, None, None, out)
+    # the binding's
+    with pytest.raises(ValueError, match="scale_a must be a CUDA tensor, got device cpu"):
+        fp8.gemm(e4m3, e4m3, s.cpu(), s, None, None, None, out)
+    with pytest.raises(TypeError, match="out must be bfloat16, got float32"):
+        fp8.gemm(e4m3, e4m3, s, s, None, None, None, out.float())
+    with pytest.raises(ValueError, match="block_n must be"):
+        fp8.gemm(e4m3, e4m3, s, s, None, None, None, out, block_n=96)
