@@ -232,7 +232,7 @@ def test_docstring_section(hook, data):
 
 @pytest.mark.parametrize("marker,message", [
     ("<!-- code: kernels/nope.py K1FMHA -->", "kernels/nope.py: file not found"),
-    ("<!-- code: kernels/k1.py K1FMHA.no_such_method -->", "no function or class K1FMHA.no_such_method"),
+    ("<!-- code: kernels/k1.py K1FMHA.no_such_method -->", "no function, class or assignment K1FMHA.no_such_method"),
     ('<!-- code: kernels/k1.py K1FMHA.kernel section="no such banner" -->', "no banner comment"),
     ("<!-- table: suite=nosuch kernels=k1 -->", "results/h200/nosuch.json: not found"),
     ("<!-- table: suite=ladder kernels=k1,k99 where=head_dim:128 -->", "no rows for k99"),
@@ -270,7 +270,7 @@ def test_table_plot_summary_render(hook, data):
 def test_table_options_fold_filter_and_caption_once(hook, data):
     md = "\n\n".join([
         "<!-- table: suite=ladder kernels=k1,fa4 where=head_dim:128,causal:false -->",
-        "<!-- table: suite=ladder kernels=k1 where=seqlen_q:1024|4096,causal:true details=\"Two shapes\" -->",
+        "<!-- table: suite=ladder kernels=k1 where=head_dim:128,seqlen_q:1024|4096,causal:true details=\"Two shapes\" -->",
         "<!-- inspect: kernels=k1 head_dim=64 -->",
     ])
     out = hook.render_markers(md, "docs/page.md", data)

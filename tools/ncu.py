@@ -53,7 +53,8 @@ def default_problem(head_dim: int = 128, causal: bool = False) -> AttentionProbl
 
 
 def ncu_binary() -> str | None:
-    return shutil.which("ncu") or next((str(p) for p in (Path("/usr/local/cuda/bin/ncu"),) if p.exists()), None)
+    default = Path("/usr/local/cuda/bin/ncu")
+    return shutil.which("ncu") or (str(default) if default.exists() else None)
 
 
 def parse_raw_csv(text: str) -> dict[str, str]:

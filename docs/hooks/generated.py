@@ -416,13 +416,14 @@ PROFILE_STALLS = 6  # stall reasons shown: the largest over the kernels of the t
 
 
 def render_profile(args: list[str], options: dict, data: Data) -> str:
-    """Nsight Compute counters of ``kernels`` side by side (results/<gpu>/profile.json)."""
-    kernels = split_list(options.get("kernels"), data.page_rung)
-    if not kernels:
-        raise MarkerError("profile: needs kernels=...")
+    """Nsight Compute counters of ``kernels`` side by side (results/<gpu>/profile.json); without
+    ``kernels``, every kernel the file profiled at that shape, in the file's order."""
     causal = parse_value(options.get("causal", "false"))
     head_dim = int(options.get("head_dim", 128))
     doc, source = data.results("profile", options.get("gpu"))
+    kernels = split_list(options.get("kernels"), data.page_rung) or list(dict.fromkeys(
+        r["kernel"] for r in doc["rows"] if r["status"] == "ok" and r["problem"]["head_dim"] == head_dim
+        and bool(r["problem"]["causal"]) == causal))
     picked = {}
     for name in kernels:
         found = [r for r in doc["rows"] if r["kernel"] == name and r["status"] == "ok"
@@ -446,7 +447,7 @@ def render_profile(args: list[str], options: dict, data: Data) -> str:
     what = (f"Nsight Compute, one launch at {problem}; stalls: warps waiting per issued instruction, "
             f"by reason")
     table = report.markdown_table(["", *breakable(kernels)], rows)
-    return measured_block("measured-profile", kernels, table + "\n\n" + results_caption(data, what, source, doc))
+    return measured_block("measured-table", kernels, table + "\n\n" + results_caption(data, what, source, doc))
 
 
 def notebook_heading(path: Path) -> str:

@@ -1,7 +1,8 @@
 """The profile suite: Nsight Compute counters of each rung and of FA4, one launch each.
 
-Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask. Each row carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA
-and ALU pipes, instructions, and the warp stall reasons (``tools/ncu.py``). The K1 rung
+Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask. Each row
+carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA and ALU pipes,
+instructions, and the warp stall reasons (``tools/ncu.py``). The K1 rung
 (5 TFLOP/s) is left out: one launch replayed for every counter pass would take minutes.
 """
 
@@ -18,6 +19,7 @@ def kernels() -> list[str]:
 
 
 def run(ctx) -> list[dict]:
+    from tools.measure import Case, measure
     from tools.ncu import default_problem, profile
 
     selected = ctx.kernels or kernels()
@@ -25,14 +27,12 @@ def run(ctx) -> list[dict]:
     rows = []
     task = ctx.progress.add_task("profile", total=len(todo) * len(selected))
     for problem in todo:
+        case = Case.build(problem)
         for name in selected:
             ctx.progress.update(task, description=f"ncu {name:>6} {problem.label()}")
-            row = {"kernel": name, "problem": problem.to_dict(), "ms": None, "tflops": None, "gbps": None,
-                   "rel_err": None, "status": "ok"}
-            reason = ctx.runner(name).unsupported(problem)
-            if reason:
-                row["status"] = f"unsupported: {reason}"
-            else:
+            # Checked against the reference first (not timed: the profiler gives the time).
+            row = measure(ctx.runner(name), case, timed=False)
+            if row["status"] == "ok":
                 try:
                     row["ncu"] = profile(name, problem)
                     ms = row["ncu"]["duration_ns"] / 1e6
@@ -42,4 +42,5 @@ def run(ctx) -> list[dict]:
                     row["status"] = f"unsupported: ncu: {type(exc).__name__}: {str(exc)[:200]}"
             rows.append(row)
             ctx.progress.advance(task)
+        del case
     return rows
