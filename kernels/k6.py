@@ -152,15 +152,11 @@ class K6FMHA:
         self.pass_turn(wg_idx)
 
         # ============ Phase 3: normalize, store O and LSE ============
-        inv_sum, lse = softmax.finalize()
-        rescale_rows(wg.acc_rows_view(acc_O), inv_sum)
-        rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
-        rO.store(acc_O.load().to(self.dtype))
+        rO, lse = epilogue.normalized_output(acc_O, softmax, self.dtype)
         epilogue.store_o_direct(rO, gmem.mO, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
                                 coords.batch_idx)
-        if const_expr(gmem.mLSE is not None):
-            epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
-                               coords.batch_idx, gmem.mQ.shape[0])
+        epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
+                           coords.batch_idx, gmem.mQ.shape[0])
 
     @cute.jit
     def mma_one_n_block(self, kv_state, n_block: Int32, wg_idx: Int32, mmas: fmha.Mmas,

@@ -154,15 +154,11 @@ class K7FMHA:
             kv_state = self.last_half_block(kv_state, mmas, ops, ctx, acc_O, tOrP)
 
         # ============ Phase 3: normalize, store O and LSE ============
-        inv_sum, lse = softmax.finalize()
-        rescale_rows(wg.acc_rows_view(acc_O), inv_sum)
-        rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
-        rO.store(acc_O.load().to(self.dtype))
+        rO, lse = epilogue.normalized_output(acc_O, softmax, self.dtype)
         epilogue.store_o_direct(rO, gmem.mO, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
                                 coords.batch_idx)
-        if const_expr(gmem.mLSE is not None):
-            epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
-                               coords.batch_idx, gmem.mQ.shape[0])
+        epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
+                           coords.batch_idx, gmem.mQ.shape[0])
 
     @cute.jit
     def first_half_block(self, kv_state, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, ctx: fmha.CtaContext,

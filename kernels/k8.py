@@ -161,17 +161,13 @@ class K8FMHA:
             kv_state = self.last_half_block(kv_state, mmas, ops, ctx, acc_O, tOrP)
 
         # ============ Phase 3: normalize, store O and LSE ============
-        inv_sum, lse = softmax.finalize()
-        rescale_rows(wg.acc_rows_view(acc_O), inv_sum)
-        rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
-        rO.store(acc_O.load().to(self.dtype))
+        rO, lse = epilogue.normalized_output(acc_O, softmax, self.dtype)
         # Each warpgroup's last S has completed, so its rows of the Q tile are free to stage O.
         epilogue.store_o_tma(rO, gmem.mO, ctx.sQ[None, None, 0], gmem.tma_atom_O, mmas.pv, ctx.tidx,
                              int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads, coords.m_block,
                              coords.head_idx, coords.batch_idx)
-        if const_expr(gmem.mLSE is not None):
-            epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
-                               coords.batch_idx, gmem.mQ.shape[0])
+        epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
+                           coords.batch_idx, gmem.mQ.shape[0])
 
     @cute.jit
     def first_half_block(self, kv_state, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, ctx: fmha.CtaContext,

@@ -19,6 +19,18 @@ from cutlass import Int32
 
 from kernels.cute import tma
 from kernels.cute import wgmma as wg
+from kernels.cute.softmax import rescale_rows
+
+
+@cute.jit
+def normalized_output(acc_O: cute.Tensor, softmax, dtype: cutlass.Constexpr):
+    """``(rO, lse)``: ``acc_O / row_sum`` as a ``dtype`` fragment (rows that saw no key: zeros)
+    and each of the thread's rows' LSE (``-inf`` for those rows), from the softmax state."""
+    inv_sum, lse = softmax.finalize()
+    rescale_rows(wg.acc_rows_view(acc_O), inv_sum)
+    rO = cute.make_rmem_tensor_like(acc_O, dtype)
+    rO.store(acc_O.load().to(dtype))
+    return rO, lse
 
 
 @cute.jit
@@ -64,12 +76,14 @@ def store_o_tma(rO: cute.Tensor, mO: cute.Tensor, sO: cute.Tensor, tma_atom_O: c
 
 
 @cute.jit
-def store_lse(lse: cute.Tensor, mLSE: cute.Tensor, thr_mma, tile_mn: cutlass.Constexpr, m_block: Int32,
+def store_lse(lse: cute.Tensor, mLSE: cute.Tensor | None, thr_mma, tile_mn: cutlass.Constexpr, m_block: Int32,
               head_idx: Int32, batch_idx: Int32, seqlen_q: Int32):
-    """The quad lane holding column 0 of each row writes that row's LSE (``mLSE`` [B, Hq, Sq])."""
-    tXcX_mn = wg.acc_rows_view(thr_mma.partition_C(cute.make_identity_tensor(tile_mn)))
-    if tXcX_mn[0, 0][1] == 0:
-        for r in cutlass.range_constexpr(cute.size(lse)):
-            row_idx = m_block * tile_mn[0] + tXcX_mn[r, 0][0]
-            if row_idx < seqlen_q:
-                mLSE[batch_idx, head_idx, row_idx] = lse[r]
+    """The quad lane holding column 0 of each row writes that row's LSE (``mLSE`` [B, Hq, Sq]);
+    nothing when the caller asked for no LSE (``mLSE`` None)."""
+    if cutlass.const_expr(mLSE is not None):
+        tXcX_mn = wg.acc_rows_view(thr_mma.partition_C(cute.make_identity_tensor(tile_mn)))
+        if tXcX_mn[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(lse)):
+                row_idx = m_block * tile_mn[0] + tXcX_mn[r, 0][0]
+                if row_idx < seqlen_q:
+                    mLSE[batch_idx, head_idx, row_idx] = lse[r]
