@@ -21,8 +21,9 @@ Delta from K3
     storing its own column pairs.
 
 How it works (two consumer warpgroups, warps 0-7, own 64 query rows each; warp 8 is K3's producer)
-    0. Warp 8 issues the TMA loads as in K3: Q (one 64 x D tile per warpgroup), then K_n and
-       V_n for every visible KV tile into the 2-stage ring (``fmha.load_tiles``).
+    0. Warp 8 issues the TMA loads as in K3: Q (one 128 x D tile; warpgroup ``w`` multiplies its
+       rows ``64 w .. 64 w + 63``), then K_n and V_n for every visible KV tile into the 2-stage
+       ring (``fmha.load_tiles``).
     1. Wait for Q. ``acc_O = 0``, and the softmax state (``OnlineSoftmax``: ``row_max = -inf``,
        ``row_sum = 0``) for the thread's two rows. The accumulator of a 64 x N WGMMA gives
        thread ``t`` (warp ``w``, lane ``l``) rows ``16 w + l / 4`` and ``16 w + l / 4 + 8``
@@ -58,7 +59,7 @@ Cost
     288-thread CTA at 168 registers per thread (as for 384 threads: it budgets whole
     warpgroups). That fits D <= 128 (O 64 + S 64 + P 32 registers plus addresses) but not
     D = 256, which runs one consumer warpgroup (160 threads) on 64-key tiles. Every tile pays
-    for the mask (a compare and a select per score), and the 2-byte stores of the epilogue are
+    for the mask (a compare and a select per score), and the 4-byte stores of the epilogue are
     many small transactions; both are small next to the mainloop at long sequences.
 
 Constraints

@@ -20,18 +20,19 @@ Delta from K7
       ``Sq = Sk``), so the grid ends with a tail of the longest CTAs if they start last. The
       grid is walked backwards (``m_block = grid.x - 1 - block.x``): the longest tiles start
       in the first wave and the short ones fill the gaps at the end.
-    * **TMA-store epilogue.** O leaves the registers as bf16 through ``stmatrix`` into the
-      warpgroup's Q tile (dead after its last S) and one ``cp.async.bulk.tensor`` store per
-      warpgroup, instead of 2-byte pairs from every thread; rows past ``Sq`` are clipped by
-      the tensor map.
+    * **TMA-store epilogue.** O leaves the registers as bf16 through ``stmatrix`` into the Q
+      tile (each warpgroup into its own rows, dead after its last S) and one
+      ``cp.async.bulk.tensor`` store per CTA, instead of 4-byte pairs from every thread; rows
+      past ``Sq`` are clipped by the tensor map.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     0. As K7; the CTA's query tile is ``m_block``, counted from the end under the causal mask.
     1. Prologue as K7 (tile 0, always masked: it may be partial).
     2. Tiles ``1 .. first_masked_block - 1``: K7's pipelined step without mask code; the
        remaining tiles: the same step with the mask.
-    3. Last P V as K7, normalise; O -> bf16 -> ``stmatrix`` into ``sQ`` of the warpgroup ->
-       fence (generic to async proxy) -> the warpgroup's named barrier -> one TMA store.
+    3. Last P V as K7, normalise; O -> bf16 -> ``stmatrix`` into the warpgroup's rows of ``sQ``
+       -> fence (generic to async proxy) -> a named barrier of all consumer threads -> one warp
+       issues one TMA store of the CTA's tile.
 
 Cost
     What remains is the pipelined mainloop itself: per tile and warpgroup, the softmax between
