@@ -3,7 +3,9 @@
 tools.compare, tools.bench, the tests, the docs and the notebooks all read this one list.
 A runner that cannot run a problem says why (``runner.unsupported(problem)``) instead of
 failing. ``runner.prepare(problem)`` compiles or sets up and returns ``launch(q, k, v, out)``,
-which writes ``out`` in place on the current CUDA stream.
+which writes ``out`` in place on the current CUDA stream, or, for an implementation whose API
+allocates its own output (a peer), returns that tensor instead: copying it into ``out`` would
+time a copy that the implementation's users do not pay.
 
 One module per kind: ``rungs`` (every ``kernels/kN.py``, discovered), ``production`` (the CUDA
 kernels behind ``kernels.extension``) and ``peers`` (torch SDPA backends, FlashAttention-4).

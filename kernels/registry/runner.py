@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from kernels.harness.problem import AttentionProblem
 
-Launch = Callable[..., None]
+# launch(q, k, v, out) -> None (wrote out) or the output tensor it allocated itself.
+Launch = Callable[..., object]
 
 
 @dataclass(frozen=True)
