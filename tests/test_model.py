@@ -169,7 +169,8 @@ def test_buckets():
 
 def test_rotary_tables_are_the_models_and_ours(hf):
     cos, sin = rotary_tables_of(hf, 256)
-    ours_cos, ours_sin = rotary_tables(256, TINY_SHAPE["head_dim"], base=hf.config.rope_parameters["rope_theta"])
+    theta = hf.config.rope_parameters["rope_theta"]
+    ours_cos, ours_sin = rotary_tables(256, TINY_SHAPE["head_dim"], base=theta)
     # transformers forms the angles in fp32 (position * inv_freq), ours in fp64: 256 * 2^-24 rad apart.
     assert cos.shape == (256, TINY_SHAPE["head_dim"] // 2) and cos.dtype == torch.float32
     torch.testing.assert_close(cos, ours_cos, atol=5e-5, rtol=0)
@@ -201,7 +202,8 @@ def test_greedy_decode_matches_transformers(hf, lengths):
     prompts = prompts_of(lengths)
     gen = PagedGenerator(hf, max_batch=8, max_seqlen=32, page_size=PAGE)
     tokens, logits = gen.generate(prompts, new_tokens, return_logits=True)
-    assert tokens.shape == (len(prompts), new_tokens) and logits.shape == (*tokens.shape, TINY_SHAPE["vocab_size"])
+    assert tokens.shape == (len(prompts), new_tokens)
+    assert logits.shape == (*tokens.shape, TINY_SHAPE["vocab_size"])
     for b, prompt in enumerate(prompts):
         ref_tokens, ref_logits = reference_generate(hf, prompt, new_tokens)
         assert tokens[b].tolist() == ref_tokens.tolist(), f"prompt {b}"
@@ -299,3 +301,43 @@ def test_fp8_conversion_shares_weights_and_changes_nothing_outside_autocast():
         with pytest.raises(RuntimeError, match="needs a CUDA device"):
             with fp8_autocast():
                 pass
+
+
+# ---- the benchmark suite (it measures on a GPU; here its wiring, on a tiny model) ----------------
+
+def test_model_suite_runs_end_to_end_on_a_tiny_model():
+    """Every row of tools/suites/model.py (but the FP8 one, which needs a GPU) on the CPU:
+    checked, timed on the host clock, in the results schema."""
+    from tools import report
+    from tools.suites import model as suite
+
+    setup = suite.Setup(shape=TINY_SHAPE, batches=(1, 3), prompt_len=9, decode_steps=3, page_size=PAGE,
+                        reps=2, device="cpu")
+    kernels = ("paged-llama", "transformers-sdpa", "transformers-sdpa-static-compile")
+    rows = suite.measure(setup, kernels)
+    assert [(r["kernel"], r["problem"]["phase"], r["problem"]["batch"]) for r in rows] == [
+        (kernel, phase, batch) for batch in (1, 3) for kernel in kernels
+        for phase in (("decode",) if kernel.endswith("compile") else ("prefill", "decode"))]
+    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows), [r["status"] for r in rows]
+    # bf16 against bf16 on the same weights: ours is checked before it is timed.
+    assert all(r["rel_err"] < suite.CHECK_TOL for r in rows if r["kernel"] == "paged-llama")
+    meta = {k: "x" for k in report.META_KEYS} | {"ceilings": {"copy_tbps": 4.0}}
+    report.validate({"meta": meta, "rows": rows})
+    assert report.problem_label(rows[0]["problem"]) == "prefill b1 prompt 9"
+    assert report.problem_label(rows[1]["problem"]) == "decode b1 prompt 9 +3"
+    headers, body = report.pivot({"rows": rows}, value="tokens_per_s")
+    assert headers == ["phase, batch, tokens", *kernels] and len(body) == 4
+    with pytest.raises(ValueError, match="unknown kernels"):
+        suite.measure(setup, ["paged-llama", "vllm"])
+
+
+def test_model_suite_records_a_wrong_answer_untimed(monkeypatch):
+    from tools.suites import model as suite
+
+    monkeypatch.setattr(suite, "CHECK_TOL", 0.0)  # nothing passes
+    setup = suite.Setup(shape=TINY_SHAPE, batches=(2,), prompt_len=5, decode_steps=2, page_size=PAGE, reps=1,
+                        device="cpu")
+    rows = suite.measure(setup, ["paged-llama"])
+    assert [r["status"].split(":")[0] for r in rows] == ["wrong", "wrong"]
+    assert all(r["ms"] is None and r["rel_err"] > 0 for r in rows)
+    assert all(name.startswith("transformers-") for name in suite.TRANSFORMERS)

@@ -101,7 +101,8 @@ class PagedGenerator:
             if not tokens:
                 raise ValueError(f"prompt {i} is empty")
             if not all(isinstance(t, int) and 0 <= t < self.model.vocab_size for t in tokens):
-                raise ValueError(f"prompt {i}: tokens must be ints in [0, vocab_size = {self.model.vocab_size})")
+                vocab = self.model.vocab_size
+                raise ValueError(f"prompt {i}: tokens must be ints in [0, vocab_size = {vocab})")
             checked.append(tokens)
         return checked
 
@@ -128,10 +129,9 @@ class PagedGenerator:
 
     def _decode(self, bucket: int) -> None:
         """The step body on static buffers only (what a graph captures)."""
-        seqlens = self.cache.seqlens[:bucket]
-        positions = (seqlens - 1).clamp_min(0)
-        logits = self.model.forward(self.tokens[:bucket], positions, self.cache, self.cache.last_slots(bucket),
-                                    batch=bucket)
+        positions = (self.cache.seqlens[:bucket] - 1).clamp_min(0)
+        slots = self.cache.last_slots(bucket)
+        logits = self.model.forward(self.tokens[:bucket], positions, self.cache, slots, batch=bucket)
         self._logits[:bucket].copy_(logits)
         torch.argmax(self._logits[:bucket], dim=-1, out=self._next[:bucket])
 

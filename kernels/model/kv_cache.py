@@ -138,8 +138,13 @@ class PagedKVCache:
 
     def advance(self, batch: int) -> None:
         """Rows `0 .. batch - 1` each grow by one token (a decode step)."""
+        lengths, limit = self._lengths, self.max_seqlen
         for row in range(batch):
-            self.grow(row, self._lengths[row] + 1)
+            length = lengths[row] + 1
+            if length > limit or length > len(self._pages[row]) * self.page_size:
+                self.grow(row, length)  # a new page, or the error
+            else:
+                lengths[row] = length
 
     def commit(self) -> None:
         """Copy the host bookkeeping into the device tensors, in place, without waiting for

@@ -57,7 +57,8 @@ def rotary_tables_of(hf_model, rows: int, device=None) -> tuple[torch.Tensor, to
     transformers' tables repeat the half-split (NeoX) angles twice; one half is kept."""
     rotary = hf_model.model.rotary_emb
     if any(kind in str(rotary.rope_type) for kind in LENGTH_DEPENDENT_ROPE):
-        raise NotImplementedError(f"rope_type {rotary.rope_type!r}: its tables change with the sequence length")
+        raise NotImplementedError(f"rope_type {rotary.rope_type!r}: its tables change with the "
+                                  "sequence length")
     device = device if device is not None else rotary.inv_freq.device
     positions = torch.arange(rows, device=rotary.inv_freq.device).unsqueeze(0)
     cos, sin = rotary(torch.empty(0, dtype=torch.float32, device=rotary.inv_freq.device), positions)
