@@ -191,6 +191,11 @@ def test_prefill_logits_match_transformers(hf):
             ref = hf(torch.tensor([prompt])).logits[0]
         torch.testing.assert_close(logits[start:start + len(prompt)], ref, atol=ATOL, rtol=0)
         start += len(prompt)
+    # Token ids as tensors, or one [B, L] tensor, are the same prompts.
+    same = gen.prefill([torch.tensor(p) for p in prompts], all_logits=True)
+    torch.testing.assert_close(same, logits, atol=0, rtol=0)
+    square = prompts_of((6, 6, 6))
+    torch.testing.assert_close(gen.prefill(torch.tensor(square)), gen.prefill(square), atol=0, rtol=0)
     last = gen.prefill(prompts)  # default: only each prompt's last token
     ends = torch.tensor(LENGTHS).cumsum(0) - 1
     torch.testing.assert_close(last, logits[ends], atol=ATOL, rtol=0)
@@ -258,8 +263,16 @@ def test_bad_input_is_a_clear_error(hf):
         gen.step()
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         gen.prefill([[1], []])
-    with pytest.raises(ValueError, match=r"ints in \[0, vocab_size = 128\)"):
-        gen.prefill([[1, 128]])
+    with pytest.raises(ValueError, match=r"prompt 1: token ids must be in \[0, vocab_size = 128\)"):
+        gen.prefill([[1], [1, 128]])
+    with pytest.raises(ValueError, match="prompt 0: token ids must be"):
+        gen.prefill([[-1]])
+    with pytest.raises(TypeError, match="prompt 0: expected a sequence of integer token ids"):
+        gen.prefill([[1.5]])
+    with pytest.raises(TypeError, match="prompt 1: expected token ids"):
+        gen.prefill([[1], ["a"]])
+    with pytest.raises(ValueError, match="must be 2-D"):
+        gen.prefill(torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="need 1 to max_batch = 2 prompts, got 3"):
         gen.prefill([[1], [2], [3]])
     with pytest.raises(ValueError, match="needs 20 positions; max_seqlen is 16"):

@@ -59,6 +59,7 @@ class PagedGenerator:
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)  # each row's last token
         self._next = torch.zeros(max_batch, dtype=torch.long, device=device)
         self._logits = torch.zeros(max_batch, self.model.vocab_size, dtype=self.model.dtype, device=device)
+        self._rows = torch.arange(max_batch, device=device)
         self._graphs: dict = {}
         self._pool = None
         self.batch = 0  # rows 0 .. batch - 1 hold the sequences being generated
@@ -66,45 +67,55 @@ class PagedGenerator:
     # ---- prefill ---------------------------------------------------------------------------------
 
     def prefill(self, prompts, *, all_logits: bool = False) -> torch.Tensor:
-        """Start a batch: the cache is emptied, row b receives prompt b. Returns the logits of
-        each prompt's last token `[B, vocab]` (`all_logits`: of every token, `[sum(lens), vocab]`,
+        """Start a batch: the cache is emptied, row b receives prompt b. `prompts`: lists of
+        token ids, 1-D integer tensors, or a 2-D tensor `[B, L]`. Returns the logits of each
+        prompt's last token `[B, vocab]` (`all_logits`: of every token, `[sum(lens), vocab]`,
         prompts back to back); `self.tokens[:B]` holds the greedy first tokens."""
-        prompts = self._check_prompts(prompts)
+        tokens, lengths = self._pack(prompts)
         cache, device = self.cache, self.model.device
         cache.release_all()
-        for row, prompt in enumerate(prompts):
-            cache.grow(row, len(prompt))
+        for row, length in enumerate(lengths):
+            cache.grow(row, length)
         cache.commit()
-        lengths = torch.tensor([len(p) for p in prompts])
-        cu_host = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-        tokens = torch.tensor([t for p in prompts for t in p], dtype=torch.long).to(device)
-        positions = torch.cat([torch.arange(n, dtype=torch.int32) for n in lengths.tolist()]).to(device)
-        slots = torch.tensor([s for row, p in enumerate(prompts) for s in cache.slots(row, 0, len(p))],
-                             dtype=torch.long).to(device)
-        last = (cu_host[1:] - 1).to(device)
-        logits = self.model.forward(tokens, positions, cache, slots,
-                                    cu_seqlens_q=cu_host.to(torch.int32).to(device),
-                                    logits_rows=None if all_logits else last)
-        first = logits[last] if all_logits else logits
-        self.batch = len(prompts)
-        self.tokens[:self.batch] = first.argmax(-1)
+        # Where each packed token goes, on the device: its row, its position in the row, its slot.
+        lens = torch.tensor(lengths, device=device)
+        starts = torch.cumsum(lens, 0) - lens
+        rows = torch.repeat_interleave(torch.arange(len(lengths), device=device), lens)
+        positions = (torch.arange(tokens.shape[0], device=device) - starts[rows]).to(torch.int32)
+        cu_seqlens = torch.cat([starts, starts[-1:] + lens[-1:]]).to(torch.int32)
+        last = cu_seqlens[1:].long() - 1
+        logits = self.model.forward(tokens, positions, cache, cache.slots_at(rows, positions),
+                                    cu_seqlens_q=cu_seqlens, logits_rows=None if all_logits else last)
+        self.batch = len(lengths)
+        self.tokens[:self.batch] = (logits[last] if all_logits else logits).argmax(-1)
         return logits
 
-    def _check_prompts(self, prompts) -> list[list[int]]:
-        if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
+    def _pack(self, prompts) -> tuple[torch.Tensor, list[int]]:
+        """-> (every prompt's tokens back to back, int64 on the model's device; the lengths)."""
+        if isinstance(prompts, torch.Tensor):
+            if prompts.dim() != 2:
+                raise ValueError(f"a tensor of prompts must be 2-D [B, L], got shape {tuple(prompts.shape)}")
             prompts = list(prompts)
         if not 1 <= len(prompts) <= self.max_batch:
             raise ValueError(f"need 1 to max_batch = {self.max_batch} prompts, got {len(prompts)}")
-        checked = []
+        device, parts = self.model.device, []
         for i, prompt in enumerate(prompts):
-            tokens = prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
-            if not tokens:
+            try:
+                part = torch.as_tensor(prompt, device=device)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise TypeError(f"prompt {i}: expected token ids, got {type(prompt).__name__}") from exc
+            if part.dim() == 1 and part.numel() == 0:
                 raise ValueError(f"prompt {i} is empty")
-            if not all(isinstance(t, int) and 0 <= t < self.model.vocab_size for t in tokens):
-                vocab = self.model.vocab_size
-                raise ValueError(f"prompt {i}: tokens must be ints in [0, vocab_size = {vocab})")
-            checked.append(tokens)
-        return checked
+            if part.dim() != 1 or part.is_floating_point() or part.is_complex() or part.dtype == torch.bool:
+                raise TypeError(f"prompt {i}: expected a sequence of integer token ids, got {part.dtype} "
+                                f"of shape {tuple(part.shape)}")
+            parts.append(part)
+        tokens = torch.cat(parts).long()
+        lo, hi = torch.stack([tokens.min(), tokens.max()]).tolist()
+        if lo < 0 or hi >= self.model.vocab_size:
+            bad = next(i for i, p in enumerate(parts) if p.min() < 0 or p.max() >= self.model.vocab_size)
+            raise ValueError(f"prompt {bad}: token ids must be in [0, vocab_size = {self.model.vocab_size})")
+        return tokens, [p.numel() for p in parts]
 
     # ---- decode ---------------------------------------------------------------------------------
 
@@ -130,7 +141,7 @@ class PagedGenerator:
     def _decode(self, bucket: int) -> None:
         """The step body on static buffers only (what a graph captures)."""
         positions = (self.cache.seqlens[:bucket] - 1).clamp_min(0)
-        slots = self.cache.last_slots(bucket)
+        slots = self.cache.slots_at(self._rows[:bucket], positions)
         logits = self.model.forward(self.tokens[:bucket], positions, self.cache, slots, batch=bucket)
         self._logits[:bucket].copy_(logits)
         torch.argmax(self._logits[:bucket], dim=-1, out=self._next[:bucket])
@@ -162,7 +173,7 @@ class PagedGenerator:
         `return_logits` the logits each was picked from, `[B, max_new_tokens, vocab]`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        longest = max(len(p) for p in self._check_prompts(prompts)) + max_new_tokens - 1
+        longest = max(self._pack(prompts)[1]) + max_new_tokens - 1
         if longest > self.cache.max_seqlen:
             raise ValueError(f"the longest prompt plus {max_new_tokens - 1} decode steps needs {longest} "
                              f"positions; max_seqlen is {self.cache.max_seqlen}")

@@ -173,12 +173,18 @@ class PagedKVCache:
         pages, size = self._pages[row], self.page_size
         return [pages[t // size] * size + t % size for t in range(start, end)]
 
+    def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """On the device, from the committed page table, no host work: the flat slots (int64) of
+        tokens at `positions` of `rows` (device tensors of one shape). Graph-capturable."""
+        positions = positions.long()
+        page = self.page_table[rows, positions // self.page_size]
+        return page.long() * self.page_size + positions % self.page_size
+
     def last_slots(self, batch: int) -> torch.Tensor:
-        """On the device, no host work: the slot of the last token of rows `0 .. batch - 1`
-        (empty rows: slot 0 of the null page). Graph-capturable."""
-        last = (self.seqlens[:batch].long() - 1).clamp_min(0)
-        page = self.page_table[:batch].gather(1, (last // self.page_size).unsqueeze(1)).squeeze(1)
-        return page.long() * self.page_size + last % self.page_size
+        """The slot of the last token of rows `0 .. batch - 1` (empty rows: slot 0 of the null
+        page), on the device."""
+        rows = torch.arange(batch, device=self.seqlens.device)
+        return self.slots_at(rows, (self.seqlens[:batch] - 1).clamp_min(0))
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`k, v [num_pages, page_size, Hkv, D]` of one layer (views)."""

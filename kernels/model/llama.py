@@ -41,14 +41,15 @@ def llama_config(**shape):
 
 def random_llama(config, *, seed: int = 0, dtype=torch.float32, device="cpu", attn_implementation="eager"):
     """A `LlamaForCausalLM` with transformers' own random initialisation, seeded (built on the
-    CPU in fp32, so the weights do not depend on the device), in eval mode."""
+    CPU in fp32, so the weights do not depend on the device), for inference: eval mode, no
+    gradients (an `Fp8Linear` then skips the transposed copies that backward would need)."""
     from transformers import LlamaForCausalLM
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM._from_config(config, attn_implementation=attn_implementation,
                                               dtype=torch.float32)
-    return model.to(device=device, dtype=dtype).eval()
+    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
 def rotary_tables_of(hf_model, rows: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -156,7 +156,7 @@ def _ours_rows(setup, kernel, gen, hf_ref, ids, fp8) -> list[dict]:
     from kernels.extension.backend.fp8 import DynamicScaling, fp8_autocast
 
     batch, steps = ids.shape[0], setup.decode_steps
-    prompts = ids.tolist()
+    prompts = ids  # [B, L] on the device, as transformers gets them
     tol = FP8_CHECK_TOL if fp8 else CHECK_TOL
     mode = (lambda: fp8_autocast(recipe=DynamicScaling())) if fp8 else contextlib.nullcontext
     try:
