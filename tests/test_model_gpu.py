@@ -6,8 +6,9 @@ against transformers' eager model.
 Tolerances, stated once:
 - logits: relative Frobenius error <= TOL against the fp32 eager model, for every prompt's
   prefill (all positions) and every decode step (the fp32 model run on the same tokens).
-  transformers' own bf16 eager model lands at 1.4-2.5% on this model (CPU measurement,
-  prompts of 1-90 tokens); its error is printed beside ours on failure.
+  Ours differs from transformers' bf16 eager model only in attention and rotary (fp32
+  accumulation and one rounding, where eager rounds scores and angles to bf16), so it should
+  be as close as transformers' own bf16 model is; that error is printed beside ours on failure.
 - greedy tokens: identical to transformers' bf16 greedy `generate`, or, at the first token
   where they differ, a near-tie: the fp32 model's logits of the two tokens are within TIE
   (the logits have a standard deviation of about 0.9; bf16 moves single logits by up to 0.1).
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.gpu
 
 TOL = 5e-2
 TIE = 0.1
-# FP8 (E4M3, per-tensor dynamic scaling) in every linear of the decoder layers: 12-18% from the
-# fp32 model at prompts of 1-90 tokens, simulated on a CPU (fake quantization of both operands).
+# FP8 (E4M3, per-tensor dynamic scaling of both operands) in every linear of the decoder layers:
+# several times the bf16 error; a broken path is off by O(1).
 FP8_TOL = 0.35
 PAGE = 64
 # 8 prompts around page boundaries, from one token to eight pages.
@@ -152,4 +153,4 @@ def test_fp8_linears_under_fp8_autocast(models):
         ref = logits_of(hf32, prompt + tokens[b].tolist())[n - 1:n + 7]
         err = rel_err(logits[b], ref)
         assert err <= FP8_TOL, f"prompt {b}: FP8 rel_err {err:.3f} (bf16: {rel_err(bf16_logits[b], ref):.3f})"
-        assert err > 2 * rel_err(bf16_logits[b], ref)  # FP8 did run: not the bf16 numbers (~2%)
+        assert err > 2 * rel_err(bf16_logits[b], ref)  # FP8 did run: not the bf16 numbers

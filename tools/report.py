@@ -182,7 +182,7 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
 
 
 def value_label(value: str) -> str:
-    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error"}.get(value, value)
+    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s"}.get(value, value)
 
 
 def series(doc: dict, kernels, where=None, x: str = "seqlen_q",

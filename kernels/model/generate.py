@@ -9,8 +9,9 @@ through the paged decode kernel and picks the next. On a GPU a step is one CUDA-
 graphs are captured per batch-size bucket (1, 2, 4, ... up to `max_batch`) the first time a
 bucket is used, over static buffers (tokens, logits, and the cache's page table and lengths,
 which the host updates in place before each replay). Rows past the batch inside its bucket
-are empty: they write to the null page and attend to no key. The step itself never waits for
-the device, so the host prepares step i+1 while the GPU runs step i.
+are empty: they write to the null page and attend to no key. A step does not wait for the
+device (the lengths travel through pinned buffers reused two steps apart), so the host
+prepares step i+1 while the GPU runs step i.
 
 Under `fp8_autocast` the linear layers converted by `convert_linears_to_fp8` run in FP8; a
 graph captured inside it is kept apart from the bf16 one (one graph per bucket and recipe).
