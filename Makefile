@@ -12,7 +12,7 @@ GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e ".[test,docs]"
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e ".[test,docs,model]"
 	touch $@
 
 setup: $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/.installed)

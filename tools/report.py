@@ -182,7 +182,7 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
 
 
 def value_label(value: str) -> str:
-    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error"}.get(value, value)
+    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s"}.get(value, value)
 
 
 def series(doc: dict, kernels, where=None, x: str = "seqlen_q",
@@ -241,9 +241,11 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
 
 # ---- row labels: short, readable, one per problem kind -----------------------------------------
 def problem_kind(problem: dict) -> str:
-    """``attention``, ``ragged-attention``, ``rotary``, ``gemm``, ``quantize`` or ``other``,
-    from the fields of a results row's problem (the suites in tools/suites/ write these)."""
+    """``attention``, ``ragged-attention``, ``rotary``, ``gemm``, ``quantize``, ``model`` or
+    ``other``, from the fields of a results row's problem (the suites in tools/suites/ write these)."""
     keys = set(problem)
+    if {"model", "phase", "batch", "prompt_len"} <= keys:
+        return "model"
     if set(AttentionProblem.__dataclass_fields__) - {"scale"} <= keys:
         return "attention"
     if {"seqlens", "heads_q", "heads_kv", "head_dim"} <= keys:
@@ -257,7 +259,7 @@ def problem_kind(problem: dict) -> str:
     return "other"
 
 
-HEADERS = {"gemm": "M x N x K", "quantize": "shape"}
+HEADERS = {"gemm": "M x N x K", "quantize": "shape", "model": "phase, batch, tokens"}
 
 
 def problem_header(problems) -> str:
@@ -289,6 +291,8 @@ def problem_label(problem: dict) -> str:
     - GEMM: ``4096 x 4096 x 4096`` (M x N x K; operand and output types only when not
       the E4M3 x E4M3 -> bf16 of every measured row so far);
     - quantize: ``8192 x 8192 bf16 -> e4m3``;
+    - model (tools/suites/model.py): ``decode b8 prompt 512 +64`` (the model's shape, the
+      same in every row of the file, is left to the page);
     - anything else: its fields as ``key value`` pairs.
     """
     kind = problem_kind(problem)
@@ -318,6 +322,9 @@ def problem_label(problem: dict) -> str:
         if types != ("e4m3", "e4m3", "bf16"):
             text += f" {types[0]} x {types[1]} -> {types[2]}"
         return " ".join([text, *_extras(problem, {"m", "n", "k", "a", "b", "out"})])
+    if kind == "model":
+        new = f" +{problem['new_tokens']}" if problem.get("new_tokens") else ""
+        return f"{problem['phase']} b{problem['batch']} prompt {problem['prompt_len']}{new}"
     if kind == "quantize":
         shape = problem["shape"]
         text = " x ".join(map(str, shape)) if isinstance(shape, list) else str(shape)
