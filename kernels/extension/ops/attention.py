@@ -1,6 +1,7 @@
 """Attention kernels (module `attention`): thin calls into the binding.
 
-Conventions: bf16; head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
+Conventions: bf16 (``DTYPES``; q, k, v and out share one, accumulation in fp32);
+head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
 paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
 seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
 bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
@@ -15,6 +16,8 @@ length beyond the page table makes that batch's output NaN instead.
 
 from __future__ import annotations
 
+import torch
+
 from .. import loader
 
 MODULE = "attention"
@@ -24,6 +27,7 @@ MODULE = "attention"
 # check_head_dim, configs.cuh); it could report them as module attributes, which would then
 # replace these constants.
 HEAD_DIMS = (64, 128, 256)
+DTYPES = (torch.bfloat16,)
 # Packed rows (query, head in the GQA group) that one split-KV decode CTA owns.
 DECODE_TILE_ROWS = 16
 
