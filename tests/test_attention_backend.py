@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autograd_reference import reference_fp64  # tests/autograd_reference.py
 
 from kernels.extension import loader
 from kernels.extension.backend import ENV_VAR, attention, select_backend, use_backend
@@ -124,28 +125,6 @@ def test_validation_errors():
 
 
 # ---- autograd ------------------------------------------------------------------------------------
-
-def reference_fp64(q, k, v, causal, scale=None, key_lens=None):
-    """Attention written out in fp64 (softmax with the masks applied before the max, rows that
-    see no key giving zeros), differentiable: the gradient reference, independent of SDPA."""
-    q, k, v = (t.double() for t in (q, k, v))
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    seqlen_k, group = k.shape[1], heads_q // k.shape[2]
-    k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
-    scale = head_dim ** -0.5 if scale is None else scale
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    lens = torch.full((batch,), seqlen_k) if key_lens is None else key_lens.long()
-    keys = torch.arange(seqlen_k).view(1, 1, 1, -1)
-    keep = keys < lens.view(-1, 1, 1, 1)
-    if causal:
-        rows = torch.arange(seqlen_q).view(1, 1, -1, 1)
-        keep = keep & (keys <= rows + lens.view(-1, 1, 1, 1) - seqlen_q)
-    scores = scores.masked_fill(~keep, float("-inf"))
-    row_max = scores.amax(-1, keepdim=True).detach()
-    weights = torch.exp(scores - torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)))
-    probs = weights / weights.sum(-1, keepdim=True).clamp_min(1e-300)
-    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
-
 
 def leaves(*tensors):
     return [t.detach().clone().requires_grad_(True) for t in tensors]

@@ -244,6 +244,14 @@ def test_autograd_takes_a_backend_with_a_backward(results, hopper):
     assert name == "torch" and "head_dim <= 128" in reasons[1]
 
 
+def test_fp16_runs_on_our_kernels_where_measured_first(results, hopper):
+    assert torch.float16 in ops.DTYPES and torch.bfloat16 in ops.DTYPES
+    assert backend.choose_backend(call(phase="paged-decode", dtype=torch.float16))[0] == "cuda"
+    assert backend.choose_backend(call(dtype=torch.float16))[0] == "fa4"
+    name, reasons = backend.choose_backend(call(phase="decode", dtype=torch.float32))
+    assert name == "torch" and "dtype torch.float32" in reasons[0]
+
+
 def test_other_architectures_skip_the_hopper_build(results, hopper):
     name, reasons = backend.choose_backend(call(phase="decode", capability=(8, 9), gpu="l40s"))
     assert name == "torch"
