@@ -2,7 +2,7 @@
 implementation by capability and by measurement.
 
 Backends: `cuda` (our kernels, kernels.extension.ops.attention), `fa4` (flash_attn.cute, when
-installed) and `torch` (scaled_dot_product_attention, any device, any dtype).
+installed) and `torch` (scaled_dot_product_attention: any device, bf16, fp16 or fp32).
 
 How a call finds its backend:
 
@@ -49,8 +49,9 @@ from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kerne
 BACKENDS = DEFAULT_ORDER
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
 DEBUG_ENV_VAR = "KERNELS_DEBUG"
-# FlashAttention-4's backward on Hopper is set up for head dims up to 128 (its tiles for 256
-# do not fit in shared memory); larger heads take torch's backward.
+# Differentiable calls go to FlashAttention-4 up to this head dim: its Hopper backward keeps
+# fixed tiles (64-80 query rows x 128 keys, two stages of Q and dO) that outgrow shared memory
+# at 256. Larger heads take torch's backward.
 FA4_BACKWARD_MAX_HEAD_DIM = 128
 
 _strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -257,8 +258,7 @@ def backend_order(call: Call) -> tuple[str, ...]:
     the measured order of the call's bucket on its GPU, else BACKENDS."""
     order = BACKENDS
     if call.gpu is not None:
-        route = attention_routing.load_routes(call.gpu, attention_routing.results_dir()).get(
-            (call.phase, call.head_dim))
+        route = attention_routing.routes(call.gpu).get((call.phase, call.head_dim))
         if route is not None:
             order = route.order
     preferred = os.environ.get(ENV_VAR)
