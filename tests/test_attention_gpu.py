@@ -339,6 +339,31 @@ def test_backend_follows_the_measured_routing():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("problem", [
+    AttentionProblem(2, 1, 1000, 32, 8, 128),                 # decode
+    AttentionProblem(2, 200, 300, 16, 4, 128, causal=True),   # prefill (fa4 first on the H200)
+    AttentionProblem(1, 300, 200, 8, 2, 128, causal=True),    # rows 0-99 see no key: zeros, LSE -inf
+    AttentionProblem(2, 130, 130, 8, 8, 64, causal=True),
+    AttentionProblem(2, 130, 257, 8, 1, 256),
+], ids=lambda p: p.label().replace(" ", "-"))
+def test_routed_attention_keeps_the_contract(dtype, problem):
+    """Whichever backend the routing picks: guarded, poisoned outputs, empty rows exactly zero
+    with LSE -inf, a repeated run bit-identical."""
+    from dataclasses import replace
+
+    backend = backend_module()
+    problem = replace(problem, dtype=dtype)
+
+    def run(q, k, v, out, lse):
+        backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=71, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+                  problem.head_dim, dtype=dtype)
+    assert result, f"attention() on {backend.select_backend(q, k, v)} {problem.label()}: {result.reason}"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("sq", [1, 3, 200])
 def test_backend_runs_fp16_and_bf16_on_our_kernels(dtype, sq):
     backend = backend_module()
