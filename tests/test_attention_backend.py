@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autograd_reference import reference_fp64  # tests/autograd_reference.py
 
 from kernels.extension import loader
 from kernels.extension.backend import ENV_VAR, attention, select_backend, use_backend
@@ -121,3 +122,109 @@ def test_validation_errors():
         attention(q, k_cache, v_cache, page_table=table.long(), seqlens_k=lens)
     with pytest.raises(ValueError, match="paged"):
         attention(q[0], k, v, cu_seqlens_q=torch.tensor([0, 2], dtype=torch.int32))
+
+
+# ---- autograd ------------------------------------------------------------------------------------
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_(True) for t in tensors]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,sq,sk,hq,hkv", [
+    (2, 7, 7, 4, 4),     # MHA, square
+    (2, 5, 9, 8, 2),     # GQA 4:1, Sq < Sk
+    (1, 9, 5, 6, 3),     # GQA 2:1, Sq > Sk: causal rows 0-3 see no key
+    (3, 1, 12, 8, 1),    # decode-shaped, MQA
+])
+def test_autograd_gradients_match_the_reference(causal, b, sq, sk, hq, hkv):
+    q, k, v = qkv(b, sq, sk, hq, hkv, 16, seed=sq * 10 + sk)
+    grad_out = torch.randn(b, sq, hq, 16, generator=torch.Generator().manual_seed(5))
+    q1, k1, v1 = leaves(q, k, v)
+    out = attention(q1, k1, v1, causal=causal)
+    assert out.grad_fn is not None
+    (out * grad_out).sum().backward()
+    q2, k2, v2 = leaves(q, k, v)
+    ref = reference_fp64(q2, k2, v2, causal)
+    (ref * grad_out.double()).sum().backward()
+    torch.testing.assert_close(out, ref.float(), rtol=1e-5, atol=1e-5)
+    for name, ours, theirs in (("dq", q1.grad, q2.grad), ("dk", k1.grad, k2.grad), ("dv", v1.grad, v2.grad)):
+        assert ours is not None and torch.isfinite(ours).all(), name
+        torch.testing.assert_close(ours, theirs.float(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_autograd_sum_backward_as_a_new_user_writes_it():
+    q, k, v = leaves(*qkv(2, 6, 6, 4, 2, 32))
+    attention(q, k, v, causal=True).sum().backward()
+    assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in (q, k, v))
+
+
+def test_autograd_one_input_and_out_lse_buffers():
+    q, k, v = qkv(1, 4, 6, 4, 2, 16, seed=2)
+    (k1,) = leaves(k)
+    out, lse = torch.empty(1, 4, 4, 16), torch.empty(1, 4, 4)
+    result = attention(q, k1, v, causal=True, out=out, lse=lse)
+    assert result is out and out.grad_fn is not None
+    out.sum().backward()
+    (k2,) = leaves(k)
+    reference_fp64(q, k2, v, True).sum().backward()
+    torch.testing.assert_close(k1.grad, k2.grad.float(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lse, reference_attention(q, k, v, causal=True)[1])
+
+
+def test_autograd_through_a_paged_cache_and_ragged_queries():
+    q, k, v = qkv(2, 3, 20, 4, 2, 16, seed=4)
+    lens = torch.tensor([20, 9], dtype=torch.int32)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4, generator=torch.Generator().manual_seed(1))
+    q1, kc1, vc1 = leaves(q, k_cache, v_cache)
+    attention(q1, kc1, vc1, page_table=table, seqlens_k=lens, causal=True).sum().backward()
+    q2, k2, v2 = leaves(q, k, v)
+    reference_fp64(q2, k2, v2, True, key_lens=lens).sum().backward()
+    torch.testing.assert_close(q1.grad, q2.grad.float(), rtol=1e-4, atol=1e-5)
+    # the cache's gradient lands on the pages the table names, for the keys seqlens_k covers
+    for b in range(2):
+        n = int(lens[b])
+        pages = table[b, : -(-n // 4)].long()
+        got = kc1.grad[pages].reshape(-1, 2, 16)[:n]
+        torch.testing.assert_close(got, k2.grad[b, :n].float(), rtol=1e-4, atol=1e-5)
+    qp1, = leaves(q.reshape(6, 4, 16))
+    cu = torch.tensor([0, 3, 6], dtype=torch.int32)
+    out = attention(qp1, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu, causal=True)
+    out.sum().backward()
+    torch.testing.assert_close(qp1.grad.view(2, 3, 4, 16), q2.grad.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_outputs_without_autograd_are_unchanged():
+    q, k, v = qkv(2, 5, 9, 8, 2, 16, seed=6)
+    plain = attention(q, k, v, causal=True)
+    assert plain.grad_fn is None and not plain.requires_grad
+    q1, k1, v1 = leaves(q, k, v)
+    recorded = attention(q1, k1, v1, causal=True)
+    torch.testing.assert_close(recorded.detach(), plain, rtol=0, atol=0)
+    with torch.no_grad():
+        assert attention(q1, k1, v1, causal=True).grad_fn is None
+    with torch.inference_mode():
+        assert not attention(q1, k1, v1).requires_grad
+    assert rel_err(plain, reference_attention(q, k, v, causal=True)[0]) < 1e-5
+
+
+# ---- dtypes ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_dtypes_on_the_torch_path(dtype):
+    q, k, v = (t.to(dtype) for t in qkv(2, 5, 9, 8, 2, 32, seed=8))
+    out = attention(q, k, v, causal=True)
+    assert out.dtype == dtype
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5}[dtype]
+    assert rel_err(out, reference_attention(q, k, v, causal=True)[0]) < tol
+    q1, k1, v1 = leaves(q, k, v)
+    attention(q1, k1, v1, causal=True).sum().backward()
+    assert q1.grad.dtype == dtype and torch.isfinite(q1.grad.float()).all()
+
+
+def test_dtype_errors_name_the_inputs():
+    q, k, v = qkv(1, 2, 8, 4, 2, 16)
+    with pytest.raises(TypeError, match="share a dtype"):
+        attention(q.half(), k, v)
+    with pytest.raises(TypeError, match="bfloat16, float16 or float32"):
+        attention(q.double(), k.double(), v.double())

@@ -1,4 +1,5 @@
-"""GPU tests of the production attention kernels against an fp32 reference.
+"""GPU tests of the production attention kernels against an fp32 reference: bf16 and fp16, the
+kernels through ops and through attention() (routing, autograd).
 
 Needs a CUDA device and the built extension (`python -m tools.build_ext`); skipped otherwise.
 Run: pytest -m gpu tests/test_attention_gpu.py
@@ -35,13 +36,13 @@ DEV = "cuda"
 IMPLS = ("tc", "scalar")
 
 
-def rand(*shape, seed=0):
+def rand(*shape, seed=0, dtype=torch.bfloat16):
     g = torch.Generator(device=DEV).manual_seed(seed)
-    return torch.randn(*shape, device=DEV, generator=g, dtype=torch.float32).to(torch.bfloat16)
+    return torch.randn(*shape, device=DEV, generator=g, dtype=torch.float32).to(dtype)
 
 
-def qkv(b, sq, sk, hq, hkv, d, seed=0):
-    return make_inputs(AttentionProblem(b, sq, sk, hq, hkv, d), seed=seed)
+def qkv(b, sq, sk, hq, hkv, d, seed=0, dtype="bf16"):
+    return make_inputs(AttentionProblem(b, sq, sk, hq, hkv, d, dtype=dtype), seed=seed)
 
 
 def check(out, ref, what, lse=None, ref_lse=None):
@@ -206,8 +207,12 @@ def test_paged_decode_cuda_graph_replay():
 
 def test_bad_inputs_raise_clear_errors():
     q, k, v = qkv(1, 4, 64, 8, 2, 128)
-    with pytest.raises(TypeError, match="bfloat16"):
-        ops.prefill(q.half(), k.half(), v.half())
+    with pytest.raises(TypeError, match="q must be bfloat16 or float16, got float32"):
+        ops.prefill(q.float(), k.float(), v.float())
+    with pytest.raises(TypeError, match="k must be float16, got bfloat16"):
+        ops.prefill(q.half(), k, v.half())
+    with pytest.raises(TypeError, match="out must be bfloat16, got float16"):
+        ops.decode(q, k, v, out=torch.empty_like(q, dtype=torch.float16))
     with pytest.raises(ValueError, match="head_dim"):
         ops.prefill(q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous())
     with pytest.raises(ValueError, match="multiple of heads_kv"):
@@ -233,12 +238,184 @@ def test_bad_inputs_raise_clear_errors():
         ops.paged_decode(q[:, :1], k_cache, v_cache, table.long(), ok_lens)
 
 
-def test_backend_picks_cuda_and_matches():
-    from kernels.extension.backend import attention, select_backend, use_backend
+# ---- fp16: the same kernels with f16 MMAs -----------------------------------------------------
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_decode_fp16(impl, d, causal):
+    problem = AttentionProblem(2, 2, 1000, 32, 8, d, causal=causal, dtype="fp16")
+
+    def run(q, k, v, out, lse):
+        assert q.dtype == out.dtype == torch.float16
+        ops.decode(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=13, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode fp16 {impl} {problem.label()}: {result.reason}"
+    # split-KV with the combine kernel writing fp16
+    split = AttentionProblem(3, 1, 3000, 32, 8, d, dtype="fp16")
+    result = verify_attention(lambda q, k, v, out, lse: ops.decode(q, k, v, num_splits=7, impl=impl, out=out,
+                                                                    lse=lse), split, seed=14,
+                              lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode fp16 {impl} 7 splits: {result.reason}"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk,hq,hkv", [(300, 333, 16, 2), (128, 128, 8, 8)])
+def test_prefill_fp16(impl, d, causal, sq, sk, hq, hkv):
+    problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal, dtype="fp16")
+
+    def run(q, k, v, out, lse):
+        ops.prefill(q, k, v, causal=causal, impl=impl, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=15, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"prefill fp16 {impl} {problem.label()}: {result.reason}"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("page_size", [12, 16])
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
+def test_paged_decode_and_prefill_fp16(impl, page_size, d, guards):
+    q_lens, k_lens = [70, 1, 130], [90, 10, 400]
+    hq, hkv = 16, 2
+    f16 = torch.float16
+    k, v = rand(3, max(k_lens), hkv, d, seed=41, dtype=f16), rand(3, max(k_lens), hkv, d, seed=42, dtype=f16)
+    lens = torch.tensor(k_lens, dtype=torch.int32, device=DEV)
+    k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=torch.Generator().manual_seed(d))
+    assert k_cache.dtype == f16
+    # decode: one query per sequence
+    q1 = rand(3, 1, hq, d, seed=43, dtype=f16)
+    q1, kc, vc, table, lens = guards.copies(q=q1, k_cache=k_cache, v_cache=v_cache, page_table=table,
+                                            seqlens_k=lens)
+    out, lse = guards.empty(q1.shape, f16, name="out"), guards.empty((3, hq, 1), torch.float32, name="lse")
+    ops.paged_decode(q1, kc, vc, table, lens, causal=True, impl=impl, out=out, lse=lse)
+    ref, ref_lse = reference_attention(q1, k, v, causal=True, key_lens=lens)
+    check(out, ref, f"paged decode fp16 {impl} d{d} page {page_size}", lse, ref_lse)
+    # ragged prefill
+    q = rand(sum(q_lens), hq, d, seed=44, dtype=f16)
+    cu = torch.tensor([0, 70, 71, 201], dtype=torch.int32, device=DEV)
+    out = guards.empty(q.shape, f16, name="out_prefill")
+    lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse_prefill")
+    ops.paged_prefill(q, kc, vc, table, cu, lens, causal=True, impl=impl, out=out, lse=lse)
+    guards.check()
+    for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=True,
+                                           key_lens=lens[bi:bi + 1])
+        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill fp16 {impl} d{d} page {page_size} batch {bi}",
+              lse[:, lo:hi].unsqueeze(0), ref_lse)
+
+
+# ---- attention(): routing, dtypes, autograd ---------------------------------------------------
+
+def backend_module():
+    import importlib
+
+    return importlib.import_module("kernels.extension.backend.attention")
+
+
+def test_backend_follows_the_measured_routing():
+    """On the H200 with the committed results, each kind of call goes to the backend the table
+    puts first among those that can run it; every one matches the reference."""
+    backend = backend_module()
+    if backend._cuda_device(torch.cuda.current_device())[1] != "h200":
+        pytest.skip("the committed results are the H200's")
+    fa4 = backend._fa4() is not None
+    q, k, v = qkv(2, 200, 300, 16, 4, 128, seed=41)
+    assert backend.select_backend(q, k, v) == ("fa4" if fa4 else "cuda")  # prefill d128: fa4 measured first
+    out = backend.attention(q, k, v, causal=True)
+    check(out, reference_attention(q, k, v, causal=True)[0], "routed prefill")
+    qd = q[:, :1].contiguous()
+    assert backend.select_backend(qd, k, v) == "cuda"  # decode: only cuda measured
+    lens = torch.tensor([300, 17], dtype=torch.int32, device=DEV)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(0))
+    # paged decode: cuda measured fastest
+    assert backend.select_backend(qd, k_cache, v_cache, page_table=table) == "cuda"
+    out = backend.attention(qd, k_cache, v_cache, page_table=table, seqlens_k=lens)
+    check(out, reference_attention(qd, k, v, key_lens=lens)[0], "routed paged decode")
+    for route in backend.routing_table():
+        assert route.order[0] in backend.BACKENDS
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("problem", [
+    AttentionProblem(2, 1, 1000, 32, 8, 128),                 # decode
+    AttentionProblem(2, 200, 300, 16, 4, 128, causal=True),   # prefill (fa4 first on the H200)
+    AttentionProblem(1, 300, 200, 8, 2, 128, causal=True),    # rows 0-99 see no key: zeros, LSE -inf
+    AttentionProblem(2, 130, 130, 8, 8, 64, causal=True),
+    AttentionProblem(2, 130, 257, 8, 1, 256),
+], ids=lambda p: p.label().replace(" ", "-"))
+def test_routed_attention_keeps_the_contract(dtype, problem):
+    """Whichever backend the routing picks: guarded, poisoned outputs, empty rows exactly zero
+    with LSE -inf, a repeated run bit-identical."""
+    from dataclasses import replace
+
+    backend = backend_module()
+    problem = replace(problem, dtype=dtype)
+
+    def run(q, k, v, out, lse):
+        backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=71, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+                  problem.head_dim, dtype=dtype)
+    assert result, f"attention() on {backend.select_backend(q, k, v)} {problem.label()}: {result.reason}"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("sq", [1, 3, 200])
+def test_backend_runs_fp16_and_bf16_on_our_kernels(dtype, sq):
+    backend = backend_module()
+    q, k, v = qkv(2, sq, 300, 16, 4, 128, seed=51, dtype=dtype)
+    with backend.use_backend("cuda"):
+        out = backend.attention(q, k, v, causal=True)
+    assert out.dtype == q.dtype
+    check(out, reference_attention(q, k, v, causal=True)[0], f"attention {dtype} sq {sq} on cuda")
+    if sq == 1:
+        assert backend.select_backend(q, k, v) == "cuda"  # fp16 decode no longer falls back
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_autograd_on_the_gpu(dtype, causal, d):
+    from autograd_reference import reference_fp64
+
+    backend = backend_module()
+    b, sq, sk, hq, hkv = 2, 130, 130, 8, 2
+    q, k, v = (rand(b, s, h, d, seed=60 + i, dtype=dtype) for i, (s, h) in enumerate(
+        ((sq, hq), (sk, hkv), (sk, hkv))))
+    grad_out = rand(b, sq, hq, d, seed=63, dtype=dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    name = backend.select_backend(*leaves)
+    fa4_backward = backend._fa4() is not None and d <= backend.FA4_BACKWARD_MAX_HEAD_DIM
+    assert name == ("fa4" if fa4_backward else "torch")
+    out = backend.attention(*leaves, causal=causal)
+    assert out.grad_fn is not None and out.dtype == dtype
+    out.backward(grad_out)
+    refs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = reference_fp64(*refs, causal)
+    ref.backward(grad_out.double())
+    check(out, ref.float(), f"{name} forward")
+    for label, ours, theirs in zip(("dq", "dk", "dv"), leaves, refs):
+        err = rel_err_of(ours.grad, theirs.grad)
+        assert err < 2e-2, f"{name} {label} {dtype} d{d} causal {causal}: rel err {err:.3g}"
+    with pytest.raises(RuntimeError, match="no backward"):
+        with backend.use_backend("cuda"):
+            backend.attention(*leaves)
+
+
+def rel_err_of(x, ref):
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+def test_backend_cuda_and_torch_match():
+    from kernels.extension.backend import attention, use_backend
 
     q, k, v = qkv(2, 200, 300, 16, 4, 128, seed=41)
-    assert select_backend(q, k, v) == "cuda"
-    out = attention(q, k, v, causal=True)
+    with use_backend("cuda"):
+        out = attention(q, k, v, causal=True)
     check(out, reference_attention(q, k, v, causal=True)[0], "backend cuda")
     with use_backend("torch"):
         ref = attention(q, k, v, causal=True)

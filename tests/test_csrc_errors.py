@@ -27,8 +27,10 @@ def module(name: str):
 def test_attention_binding_errors():
     attention = module("attention")
     q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(TypeError, match="q must be bfloat16, got float16"):
-        attention.prefill(q.half(), q.half(), q.half())
+    with pytest.raises(TypeError, match="q must be bfloat16 or float16, got float32"):
+        attention.prefill(q.float(), q.float(), q.float())
+    with pytest.raises(TypeError, match="k must be float16, got bfloat16"):
+        attention.prefill(q.half(), q, q.half())
     with pytest.raises(ValueError, match="k must be a CUDA tensor, got device cpu"):
         attention.prefill(q, q.cpu(), q)
     with pytest.raises(ValueError, match="impl must be 'tc' or 'scalar', got 'fast'"):

@@ -150,7 +150,7 @@ Variant make_variant(const char* name) {
           T::kBlockM,
           kPaged,
           &launch_variant<Cfg, kPaged>,
-          reinterpret_cast<const void*>(&attn_prefill_kernel<Cfg, AttnImpl::kTensorCore, DenseQ, ContiguousKV>),
+          reinterpret_cast<const void*>(&attn_prefill_kernel<Cfg, AttnImpl::kTensorCore, DenseQ, ContiguousKV, bf16>),
           T::kSmemBytes,
           T::kThreads};
 }

@@ -25,6 +25,11 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     The compile report (registers, shared memory, spills, SASS mix) recorded in
     results/inspect.json by ``python -m tools.inspect --record``: no GPU, no compile at build time.
 
+``<!-- routing: gpu=h200 -->``
+    The order in which ``attention()`` tries its backends per phase and head dim on that GPU,
+    derived from results/<gpu>/attention.json by the backend itself
+    (``kernels.extension.backend.attention_routing``), with the measurements behind it.
+
 ``<!-- notebooks -->``
     A list of links to the notebooks of notebooks/, titled by their first heading.
 ``<!-- api: kernels/extension -->``
@@ -76,7 +81,7 @@ log = logging.getLogger("mkdocs.hooks.generated")
 
 RESULTS_ENV = "DOCS_RESULTS_DIR"
 GPU_ENV = "DOCS_GPU"
-MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|profile|notebooks|api):?(.*?)-->[ \t]*$",
+MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|profile|routing|notebooks|api):?(.*?)-->[ \t]*$",
                     re.MULTILINE)
 BANNER = re.compile(r"^(\s*)#\s*(?:[-=]{3,}\s*|\d+[a-z]?\.\s)")
 RUNG_PAGE = re.compile(r"^worklog/(k\d+)\.md$")
@@ -450,6 +455,31 @@ def render_profile(args: list[str], options: dict, data: Data) -> str:
     return measured_block("measured-table", kernels, table + "\n\n" + results_caption(data, what, source, doc))
 
 
+def render_routing(args: list[str], options: dict, data: Data) -> str:
+    """The attention backend order per (phase, head_dim), as attention() derives it from the
+    same results file (kernels/extension/backend/attention_routing.py)."""
+    from kernels.extension.backend import attention_routing as routing
+
+    doc, source = data.results(routing.SUITE, options.get("gpu"))
+    routes = routing.ordered(routing.routes_from_results(doc))
+    if not routes:
+        raise MarkerError(f"{source}: no rows that time a backend of attention() "
+                          f"({', '.join(routing.ROW_BACKENDS)})")
+    rows = []
+    for r in routes:
+        measured = ", ".join(f"{b} {r.slowdown[b]:.2f}" if b in r.slowdown else f"{b} (alone)" for b in r.measured)
+        if r.wrong:
+            measured += f"; wrong answers: {', '.join(r.wrong)}"
+        rows.append([r.phase.replace("-", " "), str(r.head_dim), " → ".join(r.order), str(r.shapes), measured,
+                     str(r.first_beaten)])
+    headers = ["call", "head_dim", "backends tried, in order", "shapes", "time / fastest (geometric mean)",
+               "shapes where another is faster"]
+    what = ("order of attention()'s backends by measured time; buckets not listed, and other GPUs, "
+            f"use {' → '.join(routing.DEFAULT_ORDER)}")
+    return measured_block("routing-table", list(routing.ROW_BACKENDS),
+                          report.markdown_table(headers, rows) + "\n\n" + results_caption(data, what, source, doc))
+
+
 def notebook_heading(path: Path) -> str:
     """The first markdown heading of a notebook (its title), else its file name."""
     import json
@@ -512,7 +542,7 @@ def render_api(args: list[str], options: dict, data: Data) -> str:
 
 RENDERERS = {"code": lambda a, o, d: render_code(a, o), "table": render_table, "plot": render_plot,
              "summary": render_summary, "inspect": render_inspect, "profile": render_profile,
-             "notebooks": render_notebooks,
+             "routing": render_routing, "notebooks": render_notebooks,
              "api": render_api}
 
 

@@ -27,9 +27,18 @@ attn::AttnImpl parse_impl(const std::string& impl) {
   TORCH_CHECK_VALUE(false, "impl must be 'tc' or 'scalar', got '", impl, "'");
 }
 
-void check_bf16(const Tensor& t, const char* name, int64_t dims) {
+// q's element type: bf16 or fp16; every other 16-bit tensor (k, v, out) must match it.
+attn::AttnDtype element_type(const Tensor& q) {
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
+                   "q must be bfloat16 or float16, got ", binding::dtype_name(q.scalar_type()));
+  return q.scalar_type() == at::kHalf ? attn::AttnDtype::kFP16 : attn::AttnDtype::kBF16;
+}
+
+// A q / k / v / out tensor: `dims` dims, q's dtype, on CUDA, 16-byte rows.
+void check_elements(const Tensor& t, const char* name, int64_t dims, const Tensor& q) {
   binding::check_dims(t, name, dims);
-  binding::check_dtype(t, name, at::kBFloat16);
+  element_type(q);
+  binding::check_dtype(t, name, q.scalar_type());
   binding::check_cuda(t, name);
   binding::check_contiguous_last_dim(t, name);
   for (int64_t d = 0; d + 1 < dims; ++d) {
@@ -79,7 +88,7 @@ Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
   if (!out.has_value()) return at::empty_like(q, q.options().memory_format(at::MemoryFormat::Contiguous));
   const Tensor& o = *out;
   TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", o.sizes());
-  check_bf16(o, "out", q.dim());
+  check_elements(o, "out", q.dim(), q);
   check_same_device(q, o, "out");
   return o;
 }
@@ -144,6 +153,7 @@ void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t 
   p.scale = resolve_scale(scale, head_dim);
   p.scale_log2 = p.scale * 1.4426950408889634f;
   p.causal = causal;
+  p.dtype = element_type(q);
 }
 
 // K and V base pointers and (block, token, head) strides; a block is a batch entry
@@ -160,8 +170,8 @@ void set_kv_pointers(attn::AttnParams& p, const Tensor& k, const Tensor& v) {
 }
 
 void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {
-  check_bf16(k, "k", 4);
-  check_bf16(v, "v", 4);
+  check_elements(k, "k", 4, q);
+  check_elements(v, "v", 4, q);
   check_same_device(q, k, "k");
   check_same_device(q, v, "v");
   TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
@@ -178,8 +188,8 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
 void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                    const Tensor& page_table, const Tensor& seqlens_k, int64_t batch, int64_t head_dim,
                    bool check_seqlens, bool debug) {
-  check_bf16(k_cache, "k_cache", 4);
-  check_bf16(v_cache, "v_cache", 4);
+  check_elements(k_cache, "k_cache", 4, q);
+  check_elements(v_cache, "v_cache", 4, q);
   check_same_device(q, k_cache, "k_cache");
   check_same_device(q, v_cache, "v_cache");
   TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have the same shape, got ",
@@ -261,7 +271,7 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 // batch and query length, out (allocated when not given) and lse. Returns out.
 Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool causal, std::optional<double> scale,
                     const std::optional<Tensor>& out, const std::optional<Tensor>& lse) {
-  check_bf16(q, "q", 4);
+  check_elements(q, "q", 4, q);
   fill_common(p, q, q.size(2), heads_kv, q.size(3), causal, scale);
   p.batch = static_cast<int>(q.size(0));
   p.seqlen_q = static_cast<int>(q.size(1));
@@ -315,7 +325,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const Tensor& cu_seqlens_q, const Tensor& seqlens_k, bool causal, std::optional<double> scale,
                      const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                      const std::optional<Tensor>& lse, const std::string& impl, bool check_seqlens, bool debug) {
-  check_bf16(q, "q", 3);
+  check_elements(q, "q", 3, q);
   check_int32_cuda(cu_seqlens_q, "cu_seqlens_q", 1);
   check_same_device(q, cu_seqlens_q, "cu_seqlens_q");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -376,7 +386,7 @@ int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   binding::register_exceptions();
-  m.doc() = "Attention kernels (bf16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
+  m.doc() = "Attention kernels (bf16 or fp16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
   m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
         py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
         py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),

@@ -14,15 +14,17 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
         "decode: num_splits > 1 needs the o_partial / lse_partial workspace");
   if (p.batch == 0 || p.seqlen_q == 0) return;
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
-    using Cfg = DecodeConfig<kHeadDim>;
-    const bool paged = p.page_table != nullptr;
-    if (impl == AttnImpl::kTensorCore) {
-      paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV>(p, stream)
-            : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV>(p, stream);
-    } else {
-      paged ? launch_decode<Cfg, AttnImpl::kScalar, PagedKV>(p, stream)
-            : launch_decode<Cfg, AttnImpl::kScalar, ContiguousKV>(p, stream);
-    }
+    KERNELS_DISPATCH_ELEMENT(p.dtype, [&] {
+      using Cfg = DecodeConfig<kHeadDim>;
+      const bool paged = p.page_table != nullptr;
+      if (impl == AttnImpl::kTensorCore) {
+        paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element>(p, stream)
+              : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV, Element>(p, stream);
+      } else {
+        paged ? launch_decode<Cfg, AttnImpl::kScalar, PagedKV, Element>(p, stream)
+              : launch_decode<Cfg, AttnImpl::kScalar, ContiguousKV, Element>(p, stream);
+      }
+    });
   });
 }
 

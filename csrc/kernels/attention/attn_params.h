@@ -11,6 +11,9 @@ namespace kernels::attention {
 
 enum class AttnImpl : int { kTensorCore = 0, kScalar = 1 };
 
+// Element type of q, k, v and o (the accumulators, lse and the decode workspace are fp32).
+enum class AttnDtype : int { kBF16 = 0, kFP16 = 1 };
+
 // Largest number of KV splits a decode call may use (bounds the workspace).
 constexpr int kMaxDecodeSplits = 128;
 
@@ -59,6 +62,7 @@ struct AttnParams {
   float scale = 1.f;
   float scale_log2 = 1.f;  // scale * log2(e), for exp2
   bool causal = false;
+  AttnDtype dtype = AttnDtype::kBF16;
 
   // ---- split-KV decode workspace ------------------------------------------------------
   int num_splits = 1;

@@ -14,16 +14,21 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
         "the packed-Q schedule (prefill_block_m) must fit both tensor-core configurations");
-    if (impl == AttnImpl::kTensorCore && current_device_is_sm90()) {
-      paged ? launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
-            : launch_prefill<PrefillConfigSm90<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
-    } else if (impl == AttnImpl::kTensorCore) {
-      paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, PackedQ, PagedKV>(p, stream)
-            : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kTensorCore, DenseQ, ContiguousKV>(p, stream);
-    } else {
-      paged ? launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, PackedQ, PagedKV>(p, stream)
-            : launch_prefill<PrefillConfig<kHeadDim>, AttnImpl::kScalar, DenseQ, ContiguousKV>(p, stream);
-    }
+    KERNELS_DISPATCH_ELEMENT(p.dtype, [&] {
+      using Sm90 = PrefillConfigSm90<kHeadDim>;
+      using Cfg = PrefillConfig<kHeadDim>;
+      constexpr AttnImpl kTC = AttnImpl::kTensorCore, kScalar = AttnImpl::kScalar;
+      if (impl == kTC && current_device_is_sm90()) {
+        paged ? launch_prefill<Sm90, kTC, PackedQ, PagedKV, Element>(p, stream)
+              : launch_prefill<Sm90, kTC, DenseQ, ContiguousKV, Element>(p, stream);
+      } else if (impl == kTC) {
+        paged ? launch_prefill<Cfg, kTC, PackedQ, PagedKV, Element>(p, stream)
+              : launch_prefill<Cfg, kTC, DenseQ, ContiguousKV, Element>(p, stream);
+      } else {
+        paged ? launch_prefill<Cfg, kScalar, PackedQ, PagedKV, Element>(p, stream)
+              : launch_prefill<Cfg, kScalar, DenseQ, ContiguousKV, Element>(p, stream);
+      }
+    });
   });
 }
 

@@ -65,7 +65,7 @@ struct DecodeTraits : Cfg {
 //                        for K before Q K^T and for V only before P V; V of tile i + S - 1 is
 //                        issued at the top of iteration i, K of tile i + S after every warp has
 //                        finished Q K_i^T. kStages = 1 is FA2's single-buffered K and V.
-//   kPrefillPackP        P -> bf16 A fragments for the whole tile before P V, so the fp32
+//   kPrefillPackP        P -> 16-bit A fragments for the whole tile before P V, so the fp32
 //                        scores die before the V loop instead of one 16-key slice at a time.
 //   kPrefillLongestFirst causal dense Q: one linear grid with the q tile as the slowest index,
 //                        last (longest) tiles first, so the short tiles fill the final wave.

@@ -8,8 +8,8 @@
 //   1. Q rows -> smem once; K/V tiles stream through a kStages-deep cp.async ring.
 //   2. Warp w takes keys [w * kKeysPerWarp, ...) of every tile: S = Q K^T, mask, online
 //      softmax, O += P V, each warp with its own running max / sum.
-//   3. The warps merge in shared memory; with one split the CTA writes bf16 O and LSE,
-//      otherwise fp32 partial O and LSE for the combine kernel.
+//   3. The warps merge in shared memory; with one split the CTA writes O (the inputs' element
+//      type) and LSE, otherwise fp32 partial O and LSE for the combine kernel.
 #pragma once
 
 #include "../common/launch.cuh"
@@ -19,7 +19,7 @@ namespace kernels::attention {
 
 constexpr int kCombineThreads = 128;
 
-template <class Cfg, AttnImpl kImpl, class KV>
+template <class Cfg, AttnImpl kImpl, class KV, class Element>
 __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
   using T = DecodeTraits<Cfg>;
@@ -27,12 +27,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   constexpr int S = smem_stride<kD>();
   constexpr int kNT = T::kKeysPerWarp / 8;
   constexpr int kDT = kD / 8;
-  using Math = WarpMath<kImpl, 1, kNT, kD>;
+  using Math = WarpMath<kImpl, Element, 1, kNT, kD>;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + T::kRows * S;
-  bf16* sV = sK + T::kStages * T::kTileElems;
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);
+  Element* sK = sQ + T::kRows * S;
+  Element* sV = sK + T::kStages * T::kTileElems;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = blockIdx.x;
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   const int n_tiles = min(tiles_per_split, n_tiles_total - tile_begin);
 
   // ---- prologue: Q and the first kStages - 1 KV tiles --------------------------------
-  const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride;
-  load_q_tile<T::kRows, kD, T::kThreads>(sQ, p.q, [&](int r) -> const bf16* {
+  const Element* q_base = static_cast<const Element*>(p.q) + b * p.q_batch_stride;
+  load_q_tile<Element, T::kRows, kD, T::kThreads>(sQ, p.q, [&](int r) -> const Element* {
     const int packed = row0 + r;
     if (packed >= rows_total) return nullptr;
     const int head = hkv * p.group + packed % p.group;
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
     if (st < n_tiles) {
-      load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv,
-                                                    (tile_begin + st) * T::kBlockN, kv_len);
+      load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
+                                                             hkv, (tile_begin + st) * T::kBlockN, kv_len);
     }
     stage_entries(st + T::kStages - 1);
     cp_async_commit();
@@ -105,12 +105,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
         // The tile's pages from its staged copy of the page-table entries.
         const int* entries = sEntries + st * T::kBlockN;
         const int first_index = KV::page_index(p, first_key);
-        load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, true>(
+        load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, true, true>(
             sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
             [&](int pos) { return KV::locate(p, entries, first_index, pos); });
       } else {
-        load_kv_tile<T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv,
-                                                      first_key, kv_len);
+        load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
+                                                               hkv, first_key, kv_len);
       }
     }
     // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     const int qp = packed / p.group;
     const int head = hkv * p.group + packed % p.group;
     if (p.num_splits == 1) {
-      bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
-      o[col] = __float2bfloat16(out);
+      Element* o = static_cast<Element*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+      o[col] = ElementOps<Element>::from_float(out);
       if (col == 0 && p.lse != nullptr) {
         p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] = lse;
       }
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 // threads form kGroups groups of kD / 4 lanes (a float4 of the row each) that take every
 // kGroups-th split, so many splits' partial rows are in flight at once (latency, not
 // bandwidth, bounds this kernel: a few KB per row), then the groups add up in shared memory.
-template <int kD>
+template <int kD, class Element>
 __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(const __grid_constant__ AttnParams p) {
   constexpr int kLanesPerRow = kD / 4;
   constexpr int kGroups = kCombineThreads / kLanesPerRow;
@@ -244,21 +244,25 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
     acc.w += s_acc[g][lane].w;
   }
   const float inv = poisoned ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
-  bf16* o = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
-  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(o + 4 * lane);
-  o2[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  o2[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  using Ops = ElementOps<Element>;
+  Element* o = static_cast<Element*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+  typename Ops::Pair* o2 = reinterpret_cast<typename Ops::Pair*>(o + 4 * lane);
+  o2[0] = Ops::pair(acc.x * inv, acc.y * inv);
+  o2[1] = Ops::pair(acc.z * inv, acc.w * inv);
   if (lane == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] =
         poisoned ? NAN : (sum > 0.f ? mx + __logf(sum) : -INFINITY);
   }
 }
 
-template <class Cfg, AttnImpl kImpl, class KV>
+// Element: the inputs' type, which p.dtype must name (bf16 by default, as the standalone
+// tests' callers assume).
+template <class Cfg, AttnImpl kImpl, class KV, class Element = bf16>
 void launch_decode(const AttnParams& p, cudaStream_t stream) {
   using T = DecodeTraits<Cfg>;
   constexpr int kD = T::kD;
-  auto kernel = attn_decode_kernel<Cfg, kImpl, KV>;
+  check(p.dtype == ElementOps<Element>::kDtype, "decode: params.dtype does not match the launched element type");
+  auto kernel = attn_decode_kernel<Cfg, kImpl, KV, Element>;
   static SmemOptIn opt_in;
   opt_in.ensure(kernel, T::kSmemBytes);
   const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);
@@ -272,7 +276,7 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
-    attn_decode_combine_kernel<kD><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
+    attn_decode_combine_kernel<kD, Element><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
     check_launch("attn_decode_combine_kernel");
   }
 }

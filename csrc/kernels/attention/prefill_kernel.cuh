@@ -13,7 +13,8 @@
 //   2. Warp w owns 16 * kMT rows: S = Q K^T (ldmatrix + mma.sync m16n8k16, or its
 //      warpgroup's wgmma), masks only on tiles that need them (tail, causal diagonal, boolean
 //      mask), online softmax, O += P V with P taken from the S accumulators.
-//   3. O / rowsum -> bf16 output, LSE; a row that sees no key writes zeros and -inf.
+//   3. O / rowsum -> output in the inputs' element type (bf16 or fp16), LSE; a row that sees no
+//      key writes zeros and -inf.
 #pragma once
 
 #include <type_traits>
@@ -27,12 +28,12 @@ namespace kernels::attention {
 // ---- prefill-only building blocks --------------------------------------------------------
 
 // acc_o += P @ V with P already packed (same V^T ldmatrix.trans fragments as TensorCoreMath::pv).
-template <int kMT, int kNT, int kD>
+template <class Element, int kMT, int kNT, int kD>
 __device__ __forceinline__ void pv_packed(float (&acc_o)[kMT][kD / 8][4], const uint32_t (&pa)[kMT][kNT / 2][4],
-                                          const bf16* sV) {
+                                          const Element* sV) {
   constexpr int S = smem_stride<kD>();
   const int lane = threadIdx.x % 32;
-  const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+  const Element* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
 #pragma unroll
   for (int kc = 0; kc < kNT / 2; ++kc)
 #pragma unroll
@@ -41,8 +42,8 @@ __device__ __forceinline__ void pv_packed(float (&acc_o)[kMT][kD / 8][4], const 
       ldmatrix_x4_trans(bv, smem_addr(v_lane + kc * 16 * S + dp * 16));
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        mma_16816(acc_o[mt][2 * dp], pa[mt][kc], bv[0], bv[1]);
-        mma_16816(acc_o[mt][2 * dp + 1], pa[mt][kc], bv[2], bv[3]);
+        mma_16816<Element>(acc_o[mt][2 * dp], pa[mt][kc], bv[0], bv[1]);
+        mma_16816<Element>(acc_o[mt][2 * dp + 1], pa[mt][kc], bv[2], bv[3]);
       }
     }
 }
@@ -50,7 +51,7 @@ __device__ __forceinline__ void pv_packed(float (&acc_o)[kMT][kD / 8][4], const 
 // The online softmax with an optional lazy rescale (kLazy): a row's running max only moves
 // when the tile's max exceeds it by more than 2^8 in exp2 units, and O is rescaled only when
 // some row of the warp moved (a warp-uniform branch). With a stale max P <= 256, exact in
-// fp32 sums and as precise in bf16; the final O / rowsum and the LSE use the same max, so
+// fp32 sums and as precise in bf16 or fp16; the final O / rowsum and the LSE use the same max, so
 // the result is the same attention. Saves kMT * kD / 2 FMULs per tile and keeps the rescale
 // out of the P V schedule. kLazy = false is OnlineSoftmax::update.
 template <int kMT, int kNT, int kDT, bool kLazy>
@@ -123,7 +124,7 @@ __device__ __forceinline__ QTile prefill_tile(const AttnParams& p, int& hkv) {
   return QS::tile(p);
 }
 
-template <class Cfg, AttnImpl kImpl, class QS, class KV>
+template <class Cfg, AttnImpl kImpl, class QS, class KV, class Element>
 __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
     attn_prefill_kernel(const __grid_constant__ AttnParams p) {
   using T = PrefillTraits<Cfg>;
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
   constexpr int kWarpRows = 16 * kMT;
   static_assert(!Cfg::kWgmma || kImpl == AttnImpl::kTensorCore, "WGMMA tiles are a tensor-core configuration");
   constexpr bool kPackP = Cfg::kPackP && kImpl == AttnImpl::kTensorCore && !Cfg::kWgmma;
-  using Math = std::conditional_t<Cfg::kWgmma, WgmmaMath<kD, T::kBlockM, T::kBlockN>, WarpMath<kImpl, kMT, kNT, kD>>;
+  using Math = std::conditional_t<Cfg::kWgmma, WgmmaMath<Element, kD, T::kBlockM, T::kBlockN>,
+                                  WarpMath<kImpl, Element, kMT, kNT, kD>>;
   using QSmemTile = typename Math::QSmemTile;
   using KVSmemTile = typename Math::KVSmemTile;
 
@@ -144,9 +146,9 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
     smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + T::kAlignSlack - 1) &
                                             ~uintptr_t(T::kAlignSlack - 1));
   }
-  bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sK = sQ + T::kBlockM * T::kRowElems;
-  bf16* sV = sK + T::kStages * T::kTileElems;
+  Element* sQ = reinterpret_cast<Element*>(smem);
+  Element* sK = sQ + T::kBlockM * T::kRowElems;
+  Element* sV = sK + T::kStages * T::kTileElems;
   // cp.async writes, WGMMA reads through the async proxy: each thread fences its landed
   // copies before the barrier that publishes them.
   const auto publish_landed = [] {
@@ -182,17 +184,17 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
 
   const auto lookup = [&](int pos) { return KV::locate(p, b, pos); };
   auto load_k = [&](int tile) {
-    load_kv_rows<T::kBlockN, kD, T::kThreads, KV, true, false, KVSmemTile>(
+    load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, true, false, KVSmemTile>(
         sK + (tile % T::kStages) * T::kTileElems, nullptr, p, b, hkv, tile * T::kBlockN, kv_len, lookup);
   };
   auto load_v = [&](int tile) {
-    load_kv_rows<T::kBlockN, kD, T::kThreads, KV, false, true, KVSmemTile>(
+    load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, false, true, KVSmemTile>(
         nullptr, sV + (tile % T::kStages) * T::kTileElems, p, b, hkv, tile * T::kBlockN, kv_len, lookup);
   };
 
   // ---- prologue ---------------------------------------------------------------------------
-  const bf16* q_base = static_cast<const bf16*>(p.q) + b * p.q_batch_stride + qt.q_start * p.q_token_stride;
-  load_q_tile<T::kBlockM, kD, T::kThreads, QSmemTile>(sQ, p.q, [&](int r) -> const bf16* {
+  const Element* q_base = static_cast<const Element*>(p.q) + b * p.q_batch_stride + qt.q_start * p.q_token_stride;
+  load_q_tile<Element, T::kBlockM, kD, T::kThreads, QSmemTile>(sQ, p.q, [&](int r) -> const Element* {
     const int packed = row0 + r;
     if (packed >= rows_total) return nullptr;
     const int head = hkv * p.group + packed % p.group;
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
   PrefillSoftmax<kMT, kNT, kDT, Cfg::kLazyRescale> softmax;
   softmax.init();
   // The first Q row of this warp's operand (its warpgroup's, for WGMMA).
-  const bf16* sQ_warp = sQ + QSmemTile::offset(Math::first_q_row(warp), 0);
+  const Element* sQ_warp = sQ + QSmemTile::offset(Math::first_q_row(warp), 0);
 
   // Masks only the tiles that need it (tail, causal diagonal, boolean mask); row positions
   // are recomputed here rather than kept live across the loop.
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
       const bool moved = softmax.exponentiate(acc_s, correction, p.scale_log2);
       Math::wait_all();  // P_{i-1} V_{i-1} retired: O and p_prev are registers again
       softmax.rescale(acc_o, correction, moved);
-      pack_p_fragments<kMT, kNT>(p_prev, acc_s);
+      pack_p_fragments<Element, kMT, kNT>(p_prev, acc_s);
     }
     cp_async_wait<0>();  // the last group holds V_{n-1}
     publish_landed();
@@ -323,8 +325,8 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
       // O += P @ V
       if constexpr (kPackP) {
         uint32_t pa[kMT][kNT / 2][4];
-        pack_p_fragments<kMT, kNT>(pa, acc_s);
-        pv_packed<kMT, kNT, kD>(acc_o, pa, sV + st * T::kTileElems);
+        pack_p_fragments<Element, kMT, kNT>(pa, acc_s);
+        pv_packed<Element, kMT, kNT, kD>(acc_o, pa, sV + st * T::kTileElems);
       } else {
         Math::pv(acc_o, acc_s, sV + st * T::kTileElems);
       }
@@ -335,7 +337,8 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
   // ---- epilogue ----------------------------------------------------------------------------
   softmax.reduce_sums();
   const int g = lane / 4, t = lane % 4;
-  bf16* o_base = static_cast<bf16*>(p.o) + b * p.o_batch_stride + qt.q_start * p.o_token_stride;
+  using Ops = ElementOps<Element>;
+  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + qt.q_start * p.o_token_stride;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -346,11 +349,11 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
       const int head = hkv * p.group + packed % p.group;
       const float sum = softmax.row_sum[mt][h];
       const float inv = kv_ok ? (sum > 0.f ? 1.f / sum : 0.f) : NAN;
-      bf16* o_row = o_base + qp * p.o_token_stride + head * p.o_head_stride;
+      Element* o_row = o_base + qp * p.o_token_stride + head * p.o_head_stride;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
-        *reinterpret_cast<__nv_bfloat162*>(o_row + dt * 8 + 2 * t) =
-            __floats2bfloat162_rn(acc_o[mt][dt][2 * h] * inv, acc_o[mt][dt][2 * h + 1] * inv);
+        *reinterpret_cast<typename Ops::Pair*>(o_row + dt * 8 + 2 * t) =
+            Ops::pair(acc_o[mt][dt][2 * h] * inv, acc_o[mt][dt][2 * h + 1] * inv);
       }
       if (t == 0 && p.lse != nullptr) {
         p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + (qt.q_start + qp) * p.lse_token_stride] =
@@ -359,10 +362,13 @@ __global__ void __launch_bounds__(PrefillTraits<Cfg>::kThreads, Cfg::kMinBlocks)
     }
 }
 
-template <class Cfg, AttnImpl kImpl, class QS, class KV>
+// Element: the inputs' type, which p.dtype must name (bf16 by default, as the standalone
+// tests' callers assume).
+template <class Cfg, AttnImpl kImpl, class QS, class KV, class Element = bf16>
 void launch_prefill(const AttnParams& p, cudaStream_t stream) {
   using T = PrefillTraits<Cfg>;
-  auto kernel = attn_prefill_kernel<Cfg, kImpl, QS, KV>;
+  check(p.dtype == ElementOps<Element>::kDtype, "prefill: params.dtype does not match the launched element type");
+  auto kernel = attn_prefill_kernel<Cfg, kImpl, QS, KV, Element>;
   static SmemOptIn opt_in;
   opt_in.ensure(kernel, T::kSmemBytes);
   const int64_t q_tiles =

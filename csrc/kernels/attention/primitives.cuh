@@ -1,5 +1,5 @@
-// sm80+ warp-level primitives used by the attention kernels: cp.async (with zero fill),
-// ldmatrix and mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+// sm80+ warp-level primitives used by the attention kernels: the element types (bf16, fp16),
+// cp.async (with zero fill), ldmatrix and mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate).
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4):
 //   A 16x16 (row-major):  a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
@@ -10,10 +10,44 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "attn_params.h"
 
 namespace kernels::attention {
+
+using bf16 = __nv_bfloat16;
+using fp16 = __half;
+
+// The element types of q, k, v and o. Both are 16 bits wide, so tiles, copies and ldmatrix
+// fragments are the same for both; the MMA instructions' input type and the conversions to and
+// from fp32 differ, and live here.
+template <class Element>
+struct ElementOps;
+
+template <>
+struct ElementOps<bf16> {
+  using Pair = __nv_bfloat162;
+  static constexpr AttnDtype kDtype = AttnDtype::kBF16;
+  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+  __device__ __forceinline__ static float2 to_float2(Pair x) { return __bfloat1622float2(x); }
+  __device__ __forceinline__ static bf16 from_float(float x) { return __float2bfloat16(x); }
+};
+
+template <>
+struct ElementOps<fp16> {
+  using Pair = __half2;
+  static constexpr AttnDtype kDtype = AttnDtype::kFP16;
+  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+  __device__ __forceinline__ static float2 to_float2(Pair x) { return __half22float2(x); }
+  __device__ __forceinline__ static fp16 from_float(float x) { return __float2half_rn(x); }
+};
+
+template <class Element>
+inline constexpr bool kIsBf16 = std::is_same_v<Element, bf16>;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -51,19 +85,45 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
-// d += a @ b
+// d += a @ b, a and b of Element (bf16 or fp16: the same fragment layouts).
+#define KERNELS_MMA_16816(TYPE)                                                    \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE              \
+               ".f32 "                                                             \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+template <class Element>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kIsBf16<Element>) {
+    KERNELS_MMA_16816("bf16");
+  } else {
+    KERNELS_MMA_16816("f16");
+  }
 }
+#undef KERNELS_MMA_16816
 
-// Two floats -> bf16x2 register, `lo` in the low half (the lower column index).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+// Two floats -> one register of two Elements, `lo` in the low half (the lower column index).
+template <class Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  typename ElementOps<Element>::Pair v = ElementOps<Element>::pair(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
 }  // namespace kernels::attention
+
+// Runtime AttnDtype -> the element type `Element`, the one place where that choice is made.
+// Usage: KERNELS_DISPATCH_ELEMENT(p.dtype, [&] { f<Element>(); });
+#define KERNELS_DISPATCH_ELEMENT(dtype, ...)                                    \
+  [&] {                                                                         \
+    switch (dtype) {                                                            \
+      case ::kernels::attention::AttnDtype::kBF16: {                            \
+        using Element = ::kernels::attention::bf16;                             \
+        return __VA_ARGS__();                                                   \
+      }                                                                         \
+      case ::kernels::attention::AttnDtype::kFP16: {                            \
+        using Element = ::kernels::attention::fp16;                             \
+        return __VA_ARGS__();                                                   \
+      }                                                                         \
+    }                                                                           \
+    throw ::kernels::TypeError("attention: dtype must be bfloat16 or float16"); \
+  }()

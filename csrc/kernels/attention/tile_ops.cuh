@@ -3,11 +3,9 @@
 // (tensor-core and scalar) working on the same C-fragment layout, masking, and the online
 // softmax.
 //
-// Shared-memory tiles are row-major [rows][kD] bf16 with a row stride of kD + 8 elements:
-// the 16-byte pad puts the 8 rows an ldmatrix reads in 8 different bank groups.
+// Shared-memory tiles are row-major [rows][kD] elements (bf16 or fp16) with a row stride of
+// kD + 8 elements: the 16-byte pad puts the 8 rows an ldmatrix reads in 8 different bank groups.
 #pragma once
-
-#include <cuda_bf16.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -18,8 +16,6 @@
 #include "primitives.cuh"
 
 namespace kernels::attention {
-
-using bf16 = __nv_bfloat16;
 
 template <int kD>
 __host__ __device__ constexpr int smem_stride() {
@@ -45,15 +41,15 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // page-table lookup for paged KV) happens once per row per thread, not once per chunk.
 
 // Q rows: row_src(r) returns the global row start, or nullptr for a row past the end.
-template <int kRows, int kD, int kThreads, class Tile = PaddedTile<kD>, class RowSrc>
-__device__ __forceinline__ void load_q_tile(bf16* sQ, const void* any_valid_ptr, RowSrc row_src) {
+template <class Element, int kRows, int kD, int kThreads, class Tile = PaddedTile<kD>, class RowSrc>
+__device__ __forceinline__ void load_q_tile(Element* sQ, const void* any_valid_ptr, RowSrc row_src) {
   constexpr int kChunks = kD / 8;
   static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
   constexpr int kRowsPerPass = kThreads / kChunks;
   const int chunk = threadIdx.x % kChunks;
 #pragma unroll
   for (int r = threadIdx.x / kChunks; r < kRows; r += kRowsPerPass) {
-    const bf16* src = row_src(r);
+    const Element* src = row_src(r);
     const bool valid = src != nullptr;
     cp_async_16(smem_addr(sQ + Tile::offset(r, chunk)),
                 valid ? static_cast<const void*>(src + chunk * 8) : any_valid_ptr, valid);
@@ -80,10 +76,10 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 // one lookup and a pointer step per row replace per-row address math (a 4-warp decode CTA is
 // issue-bound, so every instruction of this loop shows in its bandwidth). Other page sizes
 // look every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
-template <int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV, class Tile = PaddedTile<kD>,
-          class Lookup>
-__device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv, int first_key,
-                                             int kv_len, Lookup lookup) {
+template <class Element, int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV,
+          class Tile = PaddedTile<kD>, class Lookup>
+__device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
+                                             int first_key, int kv_len, Lookup lookup) {
   constexpr int kChunks = kD / 8;
   static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
   constexpr int kRowsPerPass = kThreads / kChunks;
@@ -92,8 +88,8 @@ __device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParam
   const int chunk = threadIdx.x % kChunks;
   const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
   const int pos0 = first_key + r0;
-  const bf16* k_base = static_cast<const bf16*>(p.k) + hkv * p.k_head_stride + chunk * 8;
-  const bf16* v_base = static_cast<const bf16*>(p.v) + hkv * p.v_head_stride + chunk * 8;
+  const Element* k_base = static_cast<const Element*>(p.k) + hkv * p.k_head_stride + chunk * 8;
+  const Element* v_base = static_cast<const Element*>(p.v) + hkv * p.v_head_stride + chunk * 8;
   const auto copy = [&](int j, const KvRow& off, bool valid) {
     const int s = Tile::offset(r0 + j, chunk);
     if constexpr (kLoadK) cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
@@ -122,25 +118,25 @@ __device__ __forceinline__ void load_kv_rows(bf16* sK, bf16* sV, const AttnParam
 }
 
 // K and V rows [first_key, first_key + kRows), pages looked up in the global page table.
-template <int kRows, int kD, int kThreads, class KV>
-__device__ __forceinline__ void load_kv_tile(bf16* sK, bf16* sV, const AttnParams& p, int b, int hkv, int first_key,
-                                             int kv_len) {
-  load_kv_rows<kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
-                                                    [&](int pos) { return KV::locate(p, b, pos); });
+template <class Element, int kRows, int kD, int kThreads, class KV>
+__device__ __forceinline__ void load_kv_tile(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
+                                             int first_key, int kv_len) {
+  load_kv_rows<Element, kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
+                                                             [&](int pos) { return KV::locate(p, b, pos); });
 }
 
-// P (softmax numerators in the S accumulators) -> bf16 A fragments of P @ V: the accumulator
-// of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
-template <int kMT, int kNT>
+// P (softmax numerators in the S accumulators) -> Element A fragments of P @ V: the
+// accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of that 16-key slice.
+template <class Element, int kMT, int kNT>
 __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
-      pa[mt][kc][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-      pa[mt][kc][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-      pa[mt][kc][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-      pa[mt][kc][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+      pa[mt][kc][0] = pack2<Element>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+      pa[mt][kc][1] = pack2<Element>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+      pa[mt][kc][2] = pack2<Element>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+      pa[mt][kc][3] = pack2<Element>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
     }
 }
 
@@ -158,12 +154,12 @@ struct WarpMathTiles {
   __device__ __forceinline__ static int first_q_row(int warp) { return warp * 16 * kMT; }
 };
 
-template <int kMT, int kNT, int kD>
+template <class Element, int kMT, int kNT, int kD>
 struct TensorCoreMath : WarpMathTiles<kMT, kD> {
   static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
   static constexpr int kDT = kD / 8;
 
-  __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+  __device__ static void qk(float (&acc)[kMT][kNT][4], const Element* sQ, const Element* sK) {
     constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -174,8 +170,8 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
     // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
     // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
-    const bf16* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
-    const bf16* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
+    const Element* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
+    const Element* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       uint32_t a[kMT][4];
@@ -187,29 +183,29 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
         ldmatrix_x4(b, smem_addr(k_lane + np * 16 * S + kc * 16));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
-          mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+          mma_16816<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
     }
   }
 
-  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const bf16* sV) {
+  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const Element* sV) {
     constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32;
     // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
     // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
-    const bf16* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+    const Element* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
       // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
       uint32_t a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = pack_bf16x2(p[mt][2 * kc][0], p[mt][2 * kc][1]);
-        a[mt][1] = pack_bf16x2(p[mt][2 * kc][2], p[mt][2 * kc][3]);
-        a[mt][2] = pack_bf16x2(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
-        a[mt][3] = pack_bf16x2(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
+        a[mt][0] = pack2<Element>(p[mt][2 * kc][0], p[mt][2 * kc][1]);
+        a[mt][1] = pack2<Element>(p[mt][2 * kc][2], p[mt][2 * kc][3]);
+        a[mt][2] = pack2<Element>(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
+        a[mt][3] = pack2<Element>(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
@@ -217,8 +213,8 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
         ldmatrix_x4_trans(b, smem_addr(v_lane + kc * 16 * S + dp * 16));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_16816(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
-          mma_16816(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma_16816<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_16816<Element>(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -226,27 +222,29 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
 };
 
 // The same contract with FP32 FMAs reading shared memory: each thread computes exactly the
-// C-fragment elements the MMA would give it. P stays in FP32 (no bf16 rounding).
-template <int kMT, int kNT, int kD>
+// C-fragment elements the MMA would give it. P stays in FP32 (no rounding to Element).
+template <class Element, int kMT, int kNT, int kD>
 struct ScalarMath : WarpMathTiles<kMT, kD> {
   static constexpr int kDT = kD / 8;
+  using Ops = ElementOps<Element>;
+  using Pair = typename Ops::Pair;
 
-  __device__ static void qk(float (&acc)[kMT][kNT][4], const bf16* sQ, const bf16* sK) {
+  __device__ static void qk(float (&acc)[kMT][kNT][4], const Element* sQ, const Element* sK) {
     constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      const __nv_bfloat162* q0 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g) * S);
-      const __nv_bfloat162* q1 = reinterpret_cast<const __nv_bfloat162*>(sQ + (mt * 16 + g + 8) * S);
+      const Pair* q0 = reinterpret_cast<const Pair*>(sQ + (mt * 16 + g) * S);
+      const Pair* q1 = reinterpret_cast<const Pair*>(sQ + (mt * 16 + g + 8) * S);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const __nv_bfloat162* k0 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t) * S);
-        const __nv_bfloat162* k1 = reinterpret_cast<const __nv_bfloat162*>(sK + (nt * 8 + 2 * t + 1) * S);
+        const Pair* k0 = reinterpret_cast<const Pair*>(sK + (nt * 8 + 2 * t) * S);
+        const Pair* k1 = reinterpret_cast<const Pair*>(sK + (nt * 8 + 2 * t + 1) * S);
         float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
 #pragma unroll 2
         for (int d2 = 0; d2 < kD / 2; ++d2) {
-          const float2 x0 = __bfloat1622float2(q0[d2]), x1 = __bfloat1622float2(q1[d2]);
-          const float2 y0 = __bfloat1622float2(k0[d2]), y1 = __bfloat1622float2(k1[d2]);
+          const float2 x0 = Ops::to_float2(q0[d2]), x1 = Ops::to_float2(q1[d2]);
+          const float2 y0 = Ops::to_float2(k0[d2]), y1 = Ops::to_float2(k1[d2]);
           s00 = fmaf(x0.x, y0.x, fmaf(x0.y, y0.y, s00));
           s01 = fmaf(x0.x, y1.x, fmaf(x0.y, y1.y, s01));
           s10 = fmaf(x1.x, y0.x, fmaf(x1.y, y0.y, s10));
@@ -260,7 +258,7 @@ struct ScalarMath : WarpMathTiles<kMT, kD> {
     }
   }
 
-  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const bf16* sV) {
+  __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const Element* sV) {
     constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32, t = lane % 4, quad = lane & ~3;
 #pragma unroll
@@ -274,10 +272,10 @@ struct ScalarMath : WarpMathTiles<kMT, kD> {
           for (int c = 0; c < 2; ++c) {
             const float p0 = __shfl_sync(0xffffffffu, p[mt][nt][c], quad + src);
             const float p1 = __shfl_sync(0xffffffffu, p[mt][nt][2 + c], quad + src);
-            const __nv_bfloat162* vrow = reinterpret_cast<const __nv_bfloat162*>(sV + (nt * 8 + 2 * src + c) * S);
+            const Pair* vrow = reinterpret_cast<const Pair*>(sV + (nt * 8 + 2 * src + c) * S);
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt) {
-              const float2 v = __bfloat1622float2(vrow[dt * 4 + t]);
+              const float2 v = Ops::to_float2(vrow[dt * 4 + t]);
               acc_o[mt][dt][0] = fmaf(p0, v.x, acc_o[mt][dt][0]);
               acc_o[mt][dt][1] = fmaf(p0, v.y, acc_o[mt][dt][1]);
               acc_o[mt][dt][2] = fmaf(p1, v.x, acc_o[mt][dt][2]);
@@ -290,9 +288,9 @@ struct ScalarMath : WarpMathTiles<kMT, kD> {
   }
 };
 
-template <AttnImpl kImpl, int kMT, int kNT, int kD>
-using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<kMT, kNT, kD>,
-                                           ScalarMath<kMT, kNT, kD>>::type;
+template <AttnImpl kImpl, class Element, int kMT, int kNT, int kD>
+using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<Element, kMT, kNT, kD>,
+                                           ScalarMath<Element, kMT, kNT, kD>>::type;
 
 // ---- rows, masking, online softmax --------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""Policy over the ops: which implementation runs a call (capabilities, fallbacks, overrides).
+"""Policy over the ops: which implementation runs a call (capabilities, measurements, fallbacks,
+overrides).
 
 ``attention`` (re-exported here), ``rotary`` and ``fp8`` are the entry points of each family.
 """
 
-from .attention import BACKENDS, ENV_VAR, attention, select_backend, use_backend
+from .attention import BACKENDS, ENV_VAR, attention, routing_table, select_backend, use_backend
 
-__all__ = ["BACKENDS", "ENV_VAR", "attention", "select_backend", "use_backend"]
+__all__ = ["BACKENDS", "ENV_VAR", "attention", "routing_table", "select_backend", "use_backend"]

@@ -1,12 +1,27 @@
 """`attention(q, k, v, ...)`: one entry point over contiguous or paged KV that picks an
-implementation by capability.
+implementation by capability and by measurement.
 
-Order: `cuda` (our kernels, kernels.extension.ops.attention), then `fa4`
-(flash_attn.cute, when installed), then `torch` (scaled_dot_product_attention).
+Backends: `cuda` (our kernels, kernels.extension.ops.attention), `fa4` (flash_attn.cute, when
+installed) and `torch` (scaled_dot_product_attention: any device, bf16, fp16 or fp32).
 
+How a call finds its backend:
+
+- Order. On a GPU with recorded results (`results/<gpu>/attention.json`), the order of the
+  call's bucket (phase: decode, prefill, paged-decode or paged-prefill; head_dim) from
+  `attention_routing`: fastest measured first. Elsewhere, and for buckets nothing measured,
+  the default order `cuda`, `fa4`, `torch`. `routing_table()` shows the measured orders.
+- Capability. The first backend of the order that can run the call runs it; the others are
+  skipped with a reason (`select_backend` names the one that runs).
 - `KERNELS_ATTENTION_BACKEND=<name>` puts that backend first (the others stay fallbacks).
 - `with use_backend(name):` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
+
+Autograd: when autograd records (torch.is_grad_enabled() and q, k or v requires grad), only
+differentiable backends can run the call: `fa4` (contiguous KV, no mask, head_dim <= 128:
+FlashAttention-4's backward) and `torch` (everything). Our kernels are forward-only.
+
+Dtypes: bf16 and fp16 on every backend (our kernels compute in fp32 from either); fp32 on
+`torch` only. The output has the inputs' dtype.
 
 Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
 [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
@@ -19,17 +34,25 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 
 from .. import loader
 from ..ops import attention as ops
+from . import attention_routing
+from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kernel
 
-BACKENDS = ("cuda", "fa4", "torch")
+BACKENDS = DEFAULT_ORDER
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
 DEBUG_ENV_VAR = "KERNELS_DEBUG"
+# Differentiable calls go to FlashAttention-4 up to this head dim: its Hopper backward keeps
+# fixed tiles (64-80 query rows x 128 keys, two stages of Q and dO) that outgrow shared memory
+# at 256. Larger heads take torch's backward.
+FA4_BACKWARD_MAX_HEAD_DIM = 128
 
 _strict_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "attention_backend", default=None)
@@ -117,25 +140,61 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
 
 
-def uses_decode_kernel(seqlen_q: int, group: int) -> bool:
-    """Whether the cuda backend runs a dense-query call on the split-KV decode kernel (one
-    query, or packed rows (query, head in group) that fit one decode CTA) rather than prefill."""
-    return seqlen_q == 1 or seqlen_q * group <= ops.DECODE_TILE_ROWS
+# ---- what the choice depends on -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Call:
+    """The facts about a call that decide which backend runs it (shapes and flags, no data)."""
+
+    device_type: str                       # "cuda", "cpu", ...
+    capability: tuple[int, int] | None     # compute capability of a CUDA device
+    gpu: str | None                        # its results folder ("h200"), None off CUDA
+    dtype: torch.dtype
+    head_dim: int
+    phase: str                             # attention_routing.PHASES
+    masked: bool
+    needs_grad: bool                       # autograd records the call
+
+    @property
+    def paged(self) -> bool:
+        return self.phase.startswith("paged")
+
+
+@functools.cache
+def _cuda_device(index: int) -> tuple[tuple[int, int], str]:
+    """(compute capability, results folder) of CUDA device `index`, looked up once."""
+    return (tuple(torch.cuda.get_device_capability(index)),
+            attention_routing.gpu_folder(torch.cuda.get_device_name(index)))
+
+
+def describe_call(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> Call:
+    """The Call of validated inputs (see validate_inputs)."""
+    paged, packed = page_table is not None, cu_seqlens_q is not None
+    seqlen_q = None if packed else q.shape[1]
+    capability = gpu = None
+    if q.is_cuda:
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        capability, gpu = _cuda_device(index)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return Call(q.device.type, capability, gpu, q.dtype, q.shape[-1],
+                phase_of(seqlen_q, q.shape[-2] // k.shape[2], paged, packed), mask is not None, needs_grad)
 
 
 # ---- capability checks: reason or None -------------------------------------------------------
 
-def _cuda_unsupported(q, k, mask, paged, packed) -> str | None:
+def _cuda_unsupported(call: Call) -> str | None:
     if not ops.available():
         return f"extension module 'attention' not built (run `{loader.BUILD_COMMAND}`)"
-    if not q.is_cuda:
+    if call.device_type != "cuda":
         return "inputs are not on a CUDA device"
-    if q.dtype != torch.bfloat16:
-        return f"dtype {q.dtype} (the kernels are bf16)"
-    if q.shape[-1] not in ops.HEAD_DIMS:
-        return f"head_dim {q.shape[-1]} (supported: {ops.HEAD_DIMS})"
+    if call.dtype not in ops.DTYPES:
+        return f"dtype {call.dtype} (the kernels take {', '.join(map(str, ops.DTYPES))})"
+    if call.head_dim not in ops.HEAD_DIMS:
+        return f"head_dim {call.head_dim} (supported: {ops.HEAD_DIMS})"
+    if call.needs_grad:
+        return "autograd is recording the call and our kernels have no backward"
     arch = loader.build_info().get("arch", "90a")
-    major, minor = torch.cuda.get_device_capability(q.device)
+    major, minor = call.capability
     if arch.endswith("a"):
         if f"{major}{minor}" != arch[:-1]:
             return f"built for sm_{arch}, device is sm_{major}{minor}"
@@ -152,68 +211,101 @@ def _fa4():
     return interface
 
 
-def _fa4_unsupported(q, k, mask, paged, packed) -> str | None:
-    if mask is not None:
+def _fa4_unsupported(call: Call) -> str | None:
+    if call.masked:
         return "flash_attn.cute takes no boolean mask"
-    if not q.is_cuda:
+    if call.device_type != "cuda":
         return "inputs are not on a CUDA device"
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"dtype {q.dtype}"
-    if torch.cuda.get_device_capability(q.device)[0] not in (9, 10):
+    if call.dtype not in (torch.bfloat16, torch.float16):
+        return f"dtype {call.dtype}"
+    if call.capability[0] not in (9, 10):
         return "flash_attn.cute needs sm90 or sm100"
-    if q.shape[-1] > 256 or q.shape[-1] % 8:
-        return f"head_dim {q.shape[-1]}"
+    if call.head_dim > 256 or call.head_dim % 8:
+        return f"head_dim {call.head_dim}"
+    if call.needs_grad and call.paged:
+        return "autograd is recording the call and FA4's paged forward has no backward"
+    if call.needs_grad and call.head_dim > FA4_BACKWARD_MAX_HEAD_DIM:
+        return (f"autograd is recording the call and FA4's backward takes head_dim <= "
+                f"{FA4_BACKWARD_MAX_HEAD_DIM}")
     if _fa4() is None:
         return "flash_attn.cute is not installed"
     return None
 
 
-def _torch_unsupported(q, k, mask, paged, packed) -> str | None:
+def _torch_unsupported(call: Call) -> str | None:
     return None
 
 
 _UNSUPPORTED = {"cuda": _cuda_unsupported, "fa4": _fa4_unsupported, "torch": _torch_unsupported}
 
 
-def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> str:
-    """The backend attention() would use for these inputs (strict selection included)."""
-    name, _ = _choose(q, k, mask, page_table is not None, cu_seqlens_q is not None)
-    return name
+# ---- choice ----------------------------------------------------------------------------------
+
+def routing_table(gpu: str | None = None, results_dir=None) -> list[Route]:
+    """The measured backend order of every bucket (phase, head_dim) on `gpu`, a results folder
+    such as "h200" (default: the current CUDA device's; [] without one). `results_dir` is the
+    results root (default results/, or $KERNELS_RESULTS_DIR). Buckets not listed, and GPUs
+    without results, use the default order BACKENDS."""
+    if gpu is None:
+        if not torch.cuda.is_available():
+            return []
+        gpu = _cuda_device(torch.cuda.current_device())[1]
+    return attention_routing.routing_table(gpu, results_dir)
 
 
-def _choose(q, k, mask, paged, packed) -> tuple[str, list[str]]:
-    strict = _strict_backend.get()
-    if strict is not None:
-        reason = _UNSUPPORTED[strict](q, k, mask, paged, packed)
-        if reason is not None:
-            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run "
-                               f"this call: {reason}")
-        return strict, []
-    order = list(BACKENDS)
+def backend_order(call: Call) -> tuple[str, ...]:
+    """The order in which backends are tried for `call`: $KERNELS_ATTENTION_BACKEND first, then
+    the measured order of the call's bucket on its GPU, else BACKENDS."""
+    order = BACKENDS
+    if call.gpu is not None:
+        route = attention_routing.routes(call.gpu).get((call.phase, call.head_dim))
+        if route is not None:
+            order = route.order
     preferred = os.environ.get(ENV_VAR)
     if preferred:
         if preferred not in BACKENDS:
             raise ValueError(f"{ENV_VAR}={preferred!r}; choose from {BACKENDS}")
-        order.remove(preferred)
-        order.insert(0, preferred)
+        order = (preferred, *(b for b in order if b != preferred))
+    return order
+
+
+def choose_backend(call: Call) -> tuple[str, list[str]]:
+    """(the backend that runs `call`, why each backend tried before it could not)."""
+    strict = _strict_backend.get()
+    if strict is not None:
+        reason = _UNSUPPORTED[strict](call)
+        if reason is not None:
+            raise RuntimeError(f"attention backend {strict!r} (selected by use_backend) cannot run "
+                               f"this call: {reason}")
+        return strict, []
     reasons = []
-    for name in order:
-        reason = _UNSUPPORTED[name](q, k, mask, paged, packed)
+    for name in backend_order(call):
+        reason = _UNSUPPORTED[name](call)
         if reason is None:
             return name, reasons
         reasons.append(f"{name}: {reason}")
     raise RuntimeError("no attention backend can run this call: " + "; ".join(reasons))
 
 
+def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> str:
+    """The backend attention() would use for these inputs (routing, overrides, autograd and
+    strict selection included)."""
+    call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
+    return choose_backend(call)[0]
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
               cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
-    """Attention forward with contiguous or paged KV (see the module docstring); returns out."""
+    """Attention with contiguous or paged KV (see the module docstring); returns out.
+
+    Differentiable with respect to q, k and v when autograd records the call (it then runs on a
+    backend with a backward, fa4 or torch)."""
     validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                     cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
-    paged, packed = page_table is not None, cu_seqlens_q is not None
-    name, _ = _choose(q, k, mask, paged, packed)
+    call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
+    name, _ = choose_backend(call)
     if name == "cuda":
         return _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
     if name == "fa4":
@@ -311,8 +403,23 @@ def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
     return out.transpose(1, 2), lse
 
 
+def _sdpa_dense(q, k, v, causal, scale):
+    """torch SDPA on q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] where no key needs masking beyond
+    causal with Sq == Sk (top-left = bottom-right): GQA natively, so SDPA's flash, cuDNN or
+    efficient kernels (and their backward) can take the call."""
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, scale=scale,
+                                                           enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)
+
+
 def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
-    if page_table is None:
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    if (page_table is None and mask is None and lse is None and seqlen_k > 0
+            and (not causal or seqlen_q in (1, seqlen_k))):
+        # One query row sees every key under bottom-right causal: no mask at all then.
+        o = _sdpa_dense(q, k, v, causal and seqlen_q > 1, scale)
+    elif page_table is None:
         lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
         o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
     elif cu_seqlens_q is None:

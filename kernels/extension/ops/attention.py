@@ -1,6 +1,7 @@
 """Attention kernels (module `attention`): thin calls into the binding.
 
-Conventions: bf16; head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
+Conventions: bf16 or fp16 (``DTYPES``; q, k, v and out share one; fp32 accumulation);
+head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
 paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
 seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
 bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
@@ -15,15 +16,18 @@ length beyond the page table makes that batch's output NaN instead.
 
 from __future__ import annotations
 
+import torch
+
 from .. import loader
 
 MODULE = "attention"
 
 # The kernels' limits, defined once for Python (the backend's capability checks, the registry
 # and the tests read them here). The binding enforces the same values (csrc attention.cu
-# check_head_dim, configs.cuh); it could report them as module attributes, which would then
-# replace these constants.
+# check_head_dim and element_type, configs.cuh); it could report them as module attributes,
+# which would then replace these constants.
 HEAD_DIMS = (64, 128, 256)
+DTYPES = (torch.bfloat16, torch.float16)
 # Packed rows (query, head in the GQA group) that one split-KV decode CTA owns.
 DECODE_TILE_ROWS = 16
 
