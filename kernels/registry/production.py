@@ -23,8 +23,8 @@ def _common_reason(name, problem) -> str | None:
 
     if not torch.cuda.is_available():
         return f"{name}: no CUDA device"
-    if problem.dtype != "bf16":
-        return f"{name}: dtype {problem.dtype} (bf16 only)"
+    if problem.torch_dtype not in ops.DTYPES:
+        return f"{name}: dtype {problem.dtype} (supported: {', '.join(str(d) for d in ops.DTYPES)})"
     if problem.head_dim not in ops.HEAD_DIMS:
         return f"{name}: head_dim {problem.head_dim} (supported: {ops.HEAD_DIMS})"
     return None
