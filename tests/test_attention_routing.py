@@ -160,10 +160,16 @@ def test_phases_follow_the_kernel_choice():
 
 
 def test_gpu_folder_is_the_one_tools_bench_writes():
-    from tools.bench import gpu_folder
+    from tools import bench
 
-    for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090", "NVIDIA A100-SXM4-80GB"):
-        assert routing.gpu_folder(name) == gpu_folder(name)
+    assert bench.gpu_folder is routing.gpu_folder
+    expected = {
+        "NVIDIA H200": "h200",
+        "NVIDIA H100 80GB HBM3": "h100",
+        "NVIDIA A100-SXM4-80GB": "a100-sxm4-80gb",
+    }
+    for name, folder in expected.items():
+        assert routing.gpu_folder(name) == folder
 
 
 # ---- loading -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pkgutil
 import sys
 from dataclasses import dataclass
 
+from kernels.extension.backend.attention_routing import gpu_folder  # the routing reads what bench writes
 from tools import report
 
 
@@ -21,11 +22,6 @@ def suite_names() -> list[str]:
     import tools.suites
 
     return sorted(m.name for m in pkgutil.iter_modules(tools.suites.__path__))
-
-
-def gpu_folder(gpu_name: str) -> str:
-    """'NVIDIA H200' -> 'h200' (the folder under results/)."""
-    return gpu_name.lower().replace("nvidia", "").strip().split()[0]
 
 
 @dataclass
