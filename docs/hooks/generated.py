@@ -500,8 +500,6 @@ def render_notebooks(args: list[str], options: dict, data: Data) -> str:
     return "\n".join(f"- [{notebook_heading(ROOT / rel)}]({rel})" for rel in paths)
 
 
-# Registry glue, documented with the registry rather than as API (kernels/registry).
-API_SKIP = {"kernels.extension.runners"}
 API_LAYERS = (("Entry points and policy", "Call these: they check inputs, pick an implementation and fall back."),
               ("Stateless ops", "One call per kernel, no policy: the only code that touches the compiled bindings."),
               ("Loading the compiled modules", "Where `python -m tools.build_ext` puts the modules and how they are found."))
@@ -519,8 +517,6 @@ def api_modules(package: str) -> list[tuple[int, str]]:
         if path.name == "__init__.py" or any(part.startswith("_") for part in rel.parts) or "lib" in rel.parts:
             continue
         name = ".".join(rel.parts)
-        if name in API_SKIP:
-            continue
         layer = 1 if "ops" in rel.parts else 2 if path.stem == "loader" else 0
         out.append((layer, name))
     if not out:

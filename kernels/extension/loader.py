@@ -34,7 +34,12 @@ def built_modules() -> list[str]:
 
 def build_info() -> dict:
     """{"arch": "90a", "torch": ..., "cuda": ...} written by tools.build_ext, or {}."""
-    path = LIB_DIR / "build_info.json"
+    return _read_build_info(LIB_DIR)
+
+
+@functools.cache  # read once per process, as the modules it describes are loaded once (load)
+def _read_build_info(lib_dir: Path) -> dict:
+    path = lib_dir / "build_info.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 

@@ -72,7 +72,9 @@ class PagedGenerator:
         token ids, 1-D integer tensors, or a 2-D tensor `[B, L]`. Returns the logits of each
         prompt's last token `[B, vocab]` (`all_logits`: of every token, `[sum(lens), vocab]`,
         prompts back to back); `self.tokens[:B]` holds the greedy first tokens."""
-        tokens, lengths = self._pack(prompts)
+        return self._prefill_packed(*self._pack(prompts), all_logits=all_logits)
+
+    def _prefill_packed(self, tokens: torch.Tensor, lengths: list[int], *, all_logits: bool) -> torch.Tensor:
         cache, device = self.cache, self.model.device
         cache.release_all()
         for row, length in enumerate(lengths):
@@ -174,11 +176,12 @@ class PagedGenerator:
         `return_logits` the logits each was picked from, `[B, max_new_tokens, vocab]`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        longest = max(self._pack(prompts)[1]) + max_new_tokens - 1
+        packed, lengths = self._pack(prompts)
+        longest = max(lengths) + max_new_tokens - 1
         if longest > self.cache.max_seqlen:
             raise ValueError(f"the longest prompt plus {max_new_tokens - 1} decode steps needs {longest} "
                              f"positions; max_seqlen is {self.cache.max_seqlen}")
-        logits = [self.prefill(prompts)]
+        logits = [self._prefill_packed(packed, lengths, all_logits=False)]
         tokens = [self.tokens[:self.batch].clone()]
         for _ in range(max_new_tokens - 1):
             step_logits = self.step()

@@ -33,6 +33,9 @@ class PageAllocator:
         self.num_pages = num_pages
         # Popped from the end: ids come out in increasing order from a fresh pool.
         self._free = list(range(num_pages - 1, NULL_PAGE, -1))
+        # Membership of _free, so that free() checks a page in O(1) rather than rebuilding a set.
+        self._is_free = bytearray(num_pages)
+        self._is_free[NULL_PAGE + 1:] = b"\x01" * (num_pages - 1)
 
     @property
     def num_free(self) -> int:
@@ -46,15 +49,19 @@ class PageAllocator:
                              f"of {self.num_pages - 1}")
         pages = self._free[len(self._free) - count:][::-1]
         del self._free[len(self._free) - count:]
+        for page in pages:
+            self._is_free[page] = 0
         return pages
 
     def free(self, pages) -> None:
         pages = list(pages)
-        held = set(self._free)
+        seen = set()  # a page twice in one call
         for page in pages:
-            if not (NULL_PAGE < page < self.num_pages) or page in held:
+            if not (NULL_PAGE < page < self.num_pages) or self._is_free[page] or page in seen:
                 raise ValueError(f"page {page} is not an allocated page of this pool")
-            held.add(page)
+            seen.add(page)
+        for page in pages:
+            self._is_free[page] = 1
         self._free.extend(reversed(pages))
 
 

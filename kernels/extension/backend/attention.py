@@ -203,6 +203,7 @@ def _cuda_unsupported(call: Call) -> str | None:
     return None
 
 
+@functools.cache  # a failed import is not retried on every call the routing sends to FA4 first
 def _fa4():
     try:
         from flash_attn.cute import interface

@@ -148,14 +148,14 @@ def results_dir() -> Path:
 
 def routes(gpu: str) -> dict[tuple[str, int], Route]:
     """The routes of ``gpu`` from the results root in use (results/ or $KERNELS_RESULTS_DIR)."""
-    return load_routes(gpu, os.environ.get(RESULTS_ENV_VAR) or RESULTS_DIR)
+    return load_routes(gpu, results_dir())
 
 
 @functools.cache
-def load_routes(gpu: str, root: Path | str) -> dict[tuple[str, int], Route]:
+def load_routes(gpu: str, root: Path) -> dict[tuple[str, int], Route]:
     """Routes from <root>/<gpu>/attention.json, cached. No file: {} (the default order). A file
     that cannot be read or that was measured on another GPU warns once and gives {} too."""
-    path = Path(root) / gpu / f"{SUITE}.json"
+    path = root / gpu / f"{SUITE}.json"
     if not path.is_file():
         return {}
     try:
