@@ -3,6 +3,7 @@ guard regions and the sweep."""
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from kernels.harness import (
     verify_attention,
 )
 from kernels.harness.timing import rotation_count
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def brute_force_pairs(sq, sk, causal):
@@ -228,17 +231,7 @@ def test_guards_report_writes_outside_a_tensor(where):
 
 
 def test_guards_fixture_checks_when_the_test_forgets(pytester):
-    pytester.makeconftest("""
-        import pytest
-        from kernels.harness.guards import GuardedAllocator
-
-        @pytest.fixture
-        def guards():
-            allocator = GuardedAllocator("cpu")
-            yield allocator
-            if allocator.unchecked:
-                allocator.check()
-    """)
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())   # the real guards fixture
     pytester.makepyfile("""
         import torch
 
