@@ -16,6 +16,7 @@ from kernels.harness import (
     make_inputs,
     paged_kv_cache,
     reference_attention,
+    rel_err,
     verify_attention,
 )
 
@@ -399,15 +400,11 @@ def test_autograd_on_the_gpu(dtype, causal, d):
     ref.backward(grad_out.double())
     check(out, ref.float(), f"{name} forward")
     for label, ours, theirs in zip(("dq", "dk", "dv"), leaves, refs):
-        err = rel_err_of(ours.grad, theirs.grad)
+        err = rel_err(ours.grad, theirs.grad)
         assert err < 2e-2, f"{name} {label} {dtype} d{d} causal {causal}: rel err {err:.3g}"
     with pytest.raises(RuntimeError, match="no backward"):
         with backend.use_backend("cuda"):
             backend.attention(*leaves)
-
-
-def rel_err_of(x, ref):
-    return ((x.double() - ref).norm() / ref.norm()).item()
 
 
 def test_backend_cuda_and_torch_match():

@@ -23,6 +23,7 @@ import torch
 
 from kernels.extension import loader
 from kernels.extension.backend.attention import use_backend
+from kernels.harness import rel_err
 from kernels.model import PagedGenerator, convert_linears_to_fp8, llama_config, random_llama
 
 pytestmark = pytest.mark.gpu
@@ -36,11 +37,6 @@ PAGE = 64
 # 8 prompts around page boundaries, from one token to eight pages.
 LENGTHS = (1, 17, 63, 64, 65, 200, 333, 512)
 DECODE_STEPS = 32
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from kernels.harness.checks import rel_err
+
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
-
-
-def _rel_err(out, ref) -> float:
-    out = out.float()
-    if torch.isnan(out).any():
-        return float("nan")
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
 
 
 def _paged(k, v, page_size, seed=0):
@@ -52,7 +47,7 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
         verdict = "unsupported" if kernel.startswith(PEER_PREFIXES) else "wrong"
         first_line = str(exc).splitlines()[0][:200]
         return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {first_line}")
-    err = _rel_err(out, ref)
+    err = rel_err(out, ref)
     if not err <= TOL:
         return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
     return _row(kernel, problem, ctx.time(fn), flops, nbytes, err)

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.harness.checks import rel_err
+
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 512
 DECODE_STEPS = 64
@@ -80,13 +82,6 @@ def _row(kernel, problem, ms=None, tokens=None, err=None, status="ok") -> dict:
     return {"kernel": kernel, "problem": problem, "ms": ms, "tflops": None, "gbps": None,
             "tokens_per_s": tokens / (ms["median"] * 1e-3) if ms and tokens else None,
             "rel_err": err, "status": status, "transformers": transformers.__version__}
-
-
-def _rel_err(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    if torch.isnan(out).any():
-        return float("nan")
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 class _HostEvent:
@@ -168,7 +163,7 @@ def _ours_rows(setup, kernel, gen, hf_ref, ids, fp8) -> list[dict]:
         with torch.inference_mode():
             ref_prefill = hf_ref(ids, logits_to_keep=1).logits[:, -1]
             ref_step = hf_ref(torch.cat([ids, first[:, None]], dim=1), logits_to_keep=1).logits[:, -1]
-        errs = (_rel_err(prefill_logits, ref_prefill), _rel_err(step_logits, ref_step))
+        errs = (rel_err(prefill_logits, ref_prefill), rel_err(step_logits, ref_step))
     except Exception as exc:  # noqa: BLE001 (our own code raising is a failure, recorded as a row)
         status = f"wrong: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return [_row(kernel, _problem(setup, phase, batch), status=status) for phase in ("prefill", "decode")]
