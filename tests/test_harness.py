@@ -23,7 +23,7 @@ from kernels.harness import (
     reference_attention_numpy,
     verify_attention,
 )
-from kernels.harness.timing import rotation_count
+from kernels.harness.timing import rotation_count, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -318,6 +318,12 @@ def test_rotation_overflows_l2(monkeypatch):
     assert rotation_count(1 << 30) == 1
     assert rotation_count(10 << 20) == 12
     assert rotation_count(1) == 64                 # capped
+
+
+def test_summarize_gives_median_and_quantiles_of_the_runs():
+    runs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert summarize(runs) == pytest.approx({"median": 3.0, "p20": 1.8, "p80": 4.2, "reps": 5})
+    assert summarize([2.5]) == {"median": 2.5, "p20": 2.5, "p80": 2.5, "reps": 1}
 
 
 def test_scale_defaults_to_inverse_sqrt_head_dim():

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import statistics
 import time
 from dataclasses import dataclass
 
 import torch
 
 from kernels.harness.checks import rel_err
+from kernels.harness.timing import summarize
 
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 512
@@ -106,9 +106,7 @@ def _time(run_once, reps: int, warmup: int = 1) -> dict:
     `reps` runs after `warmup` runs."""
     for _ in range(warmup):
         run_once()
-    times = sorted(run_once() for _ in range(reps))
-    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else times * 9
-    return {"median": statistics.median(times), "p20": q[1], "p80": q[7], "reps": reps}
+    return summarize([run_once() for _ in range(reps)])
 
 
 def _elapsed(fn, device: str) -> float:
