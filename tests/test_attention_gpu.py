@@ -358,10 +358,13 @@ def test_routed_attention_keeps_the_contract(dtype, problem):
     def run(q, k, v, out, lse):
         backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
 
+    def picked() -> str:  # the backend's name, for the failure message only (an assert's message is lazy)
+        q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+                      problem.head_dim, dtype=dtype)
+        return backend.select_backend(q, k, v)
+
     result = verify_attention(run, problem, seed=71, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
-    q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
-                  problem.head_dim, dtype=dtype)
-    assert result, f"attention() on {backend.select_backend(q, k, v)} {problem.label()}: {result.reason}"
+    assert result, f"attention() on {picked()} {problem.label()}: {result.reason}"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
