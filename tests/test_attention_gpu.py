@@ -172,11 +172,17 @@ def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
     lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse")
     ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl=impl, out=out, lse=lse)
     guards.check()
-    for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, causal, f"paged prefill {impl} d{d} page {page_size}")
+
+
+def check_ragged_prefill(out, lse, q, k, v, cu_seqlens_q, seqlens_k, causal, label):
+    """Each sequence of a ragged paged prefill (packed q, out [total, H, D], lse [H, total])
+    against the reference on its contiguous k / v rows, up to its key length."""
+    bounds = cu_seqlens_q.tolist()
+    for bi, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=causal,
-                                           key_lens=lens[bi:bi + 1])
-        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill {impl} d{d} page {page_size} batch {bi}",
-              lse[:, lo:hi].unsqueeze(0), ref_lse)
+                                           key_lens=seqlens_k[bi:bi + 1])
+        check(out[lo:hi].unsqueeze(0), ref, f"{label} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
 
 
 def test_paged_decode_cuda_graph_replay():
@@ -301,11 +307,8 @@ def test_paged_decode_and_prefill_fp16(impl, page_size, d, guards):
     lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse_prefill")
     ops.paged_prefill(q, kc, vc, table, cu, lens, causal=True, impl=impl, out=out, lse=lse)
     guards.check()
-    for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
-        ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=True,
-                                           key_lens=lens[bi:bi + 1])
-        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill fp16 {impl} d{d} page {page_size} batch {bi}",
-              lse[:, lo:hi].unsqueeze(0), ref_lse)
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, causal=True,
+                         label=f"paged prefill fp16 {impl} d{d} page {page_size}")
 
 
 # ---- attention(): routing, dtypes, autograd ---------------------------------------------------
