@@ -58,6 +58,10 @@ def test_bottom_right_causal_alignment():
     # 4 queries, 2 keys: the first two queries see nothing.
     keep = causal_keep_mask(4, 2)
     assert keep.sum(1).tolist() == [0, 0, 1, 2]
+    # A sequence of 3 keys in a 4-key buffer aligns to its own last key; rows 1: of the same.
+    keep = causal_keep_mask(2, 4, key_len=3)
+    assert keep.tolist() == [[True, True, False, False], [True, True, True, False]]
+    assert causal_keep_mask(2, 4, key_len=3, rows=range(1, 2)).tolist() == [keep[1].tolist()]
 
 
 @pytest.mark.parametrize("bad", [dict(heads_q=6, heads_kv=4), dict(seqlen_q=0), dict(dtype="fp32"),
