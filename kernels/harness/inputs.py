@@ -30,11 +30,6 @@ def empty_output(problem: AttentionProblem, device: str | torch.device = "cuda")
     return torch.empty(p.batch, p.seqlen_q, p.heads_q, p.head_dim, dtype=p.torch_dtype, device=device)
 
 
-def empty_lse(problem: AttentionProblem, device: str | torch.device = "cuda") -> torch.Tensor:
-    p = problem
-    return torch.empty(p.batch, p.heads_q, p.seqlen_q, dtype=torch.float32, device=device)
-
-
 def paged_kv_cache(k: torch.Tensor, v: torch.Tensor, page_size: int,
                    generator: torch.Generator | None = None, extra_pages: int = 3):
     """Scatter contiguous ``k, v [B, Sk, Hkv, D]`` into a paged cache with randomly permuted pages.
