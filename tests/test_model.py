@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import random_prompts  # tests/support.py
 
 from kernels.extension.backend.rotary import rotary_tables
 from kernels.model import (
@@ -38,9 +39,9 @@ def hf():
     return random_llama(llama_config(**TINY_SHAPE), seed=0)
 
 
-def prompts_of(lengths, vocab=TINY_SHAPE["vocab_size"], seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+def prompts_of(lengths, seed=1):
+    """Random prompts in the tiny model's vocabulary."""
+    return random_prompts(lengths, TINY_SHAPE["vocab_size"], seed)
 
 
 def reference_generate(hf, prompt, new_tokens):
