@@ -116,6 +116,15 @@ def test_committed_notebook_has_no_errors_and_is_small(path):
     assert path.stat().st_size <= MAX_NOTEBOOK_BYTES, f"{path.name}: {path.stat().st_size} bytes"
 
 
+def test_the_gpu_host_executes_every_notebook():
+    """python -m tools.execute_notebooks (run on the GPU host) re-runs the rungs' notebooks and
+    the model's, so that every committed notebook shows that GPU's outputs."""
+    from tools.execute_notebooks import notebook_paths
+
+    assert notebook_paths() == [*NOTEBOOKS, MODEL_NOTEBOOK]
+    assert set(notebook_paths()) == set((ROOT / "notebooks").glob("*.ipynb"))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, tmp_path):
     """Top to bottom in a fresh kernel (on a CPU machine: compile and inspect, GPU cells skipped)."""
