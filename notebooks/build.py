@@ -114,7 +114,8 @@ def rung_source(rung: str) -> tuple[str, str]:
 
 def discovered_rungs() -> list[Rung]:
     """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults."""
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from kernels.registry import rung_names
 
     known = {r.rung: r for r in RUNG_TEXT}

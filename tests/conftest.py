@@ -2,8 +2,6 @@ import os
 
 import pytest
 
-from kernels.harness.guards import GuardedAllocator
-
 pytest_plugins = ("pytester",)  # tests of the test machinery (guards, time limits) run pytest in pytest
 
 # Compiles on CPU-only machines target Hopper.
@@ -65,6 +63,8 @@ def guards():
     ``guards.copy(t)`` / ``guards.copies(q=q, ...)`` for inputs, ``guards.empty(shape, dtype)``
     for NaN-poisoned outputs, ``guards.check()`` after the run. Guards not checked by the test
     are checked when it ends."""
+    from kernels.harness.guards import GuardedAllocator  # imports torch: not at conftest import
+
     allocator = GuardedAllocator("cuda" if cuda_available() else "cpu")
     yield allocator
     if allocator.unchecked:

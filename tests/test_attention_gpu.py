@@ -16,6 +16,7 @@ from kernels.harness import (
     make_inputs,
     paged_kv_cache,
     reference_attention,
+    rel_err,
     verify_attention,
 )
 
@@ -171,11 +172,17 @@ def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
     lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse")
     ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl=impl, out=out, lse=lse)
     guards.check()
-    for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, causal, f"paged prefill {impl} d{d} page {page_size}")
+
+
+def check_ragged_prefill(out, lse, q, k, v, cu_seqlens_q, seqlens_k, causal, label):
+    """Each sequence of a ragged paged prefill (packed q, out [total, H, D], lse [H, total])
+    against the reference on its contiguous k / v rows, up to its key length."""
+    bounds = cu_seqlens_q.tolist()
+    for bi, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=causal,
-                                           key_lens=lens[bi:bi + 1])
-        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill {impl} d{d} page {page_size} batch {bi}",
-              lse[:, lo:hi].unsqueeze(0), ref_lse)
+                                           key_lens=seqlens_k[bi:bi + 1])
+        check(out[lo:hi].unsqueeze(0), ref, f"{label} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
 
 
 def test_paged_decode_cuda_graph_replay():
@@ -300,11 +307,8 @@ def test_paged_decode_and_prefill_fp16(impl, page_size, d, guards):
     lse = guards.empty((hq, q.shape[0]), torch.float32, name="lse_prefill")
     ops.paged_prefill(q, kc, vc, table, cu, lens, causal=True, impl=impl, out=out, lse=lse)
     guards.check()
-    for bi, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
-        ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=True,
-                                           key_lens=lens[bi:bi + 1])
-        check(out[lo:hi].unsqueeze(0), ref, f"paged prefill fp16 {impl} d{d} page {page_size} batch {bi}",
-              lse[:, lo:hi].unsqueeze(0), ref_lse)
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, causal=True,
+                         label=f"paged prefill fp16 {impl} d{d} page {page_size}")
 
 
 # ---- attention(): routing, dtypes, autograd ---------------------------------------------------
@@ -357,10 +361,13 @@ def test_routed_attention_keeps_the_contract(dtype, problem):
     def run(q, k, v, out, lse):
         backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
 
+    def picked() -> str:  # the backend's name, for the failure message only (an assert's message is lazy)
+        q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+                      problem.head_dim, dtype=dtype)
+        return backend.select_backend(q, k, v)
+
     result = verify_attention(run, problem, seed=71, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
-    q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
-                  problem.head_dim, dtype=dtype)
-    assert result, f"attention() on {backend.select_backend(q, k, v)} {problem.label()}: {result.reason}"
+    assert result, f"attention() on {picked()} {problem.label()}: {result.reason}"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -399,15 +406,11 @@ def test_autograd_on_the_gpu(dtype, causal, d):
     ref.backward(grad_out.double())
     check(out, ref.float(), f"{name} forward")
     for label, ours, theirs in zip(("dq", "dk", "dv"), leaves, refs):
-        err = rel_err_of(ours.grad, theirs.grad)
+        err = rel_err(ours.grad, theirs.grad)
         assert err < 2e-2, f"{name} {label} {dtype} d{d} causal {causal}: rel err {err:.3g}"
     with pytest.raises(RuntimeError, match="no backward"):
         with backend.use_backend("cuda"):
             backend.attention(*leaves)
-
-
-def rel_err_of(x, ref):
-    return ((x.double() - ref).norm() / ref.norm()).item()
 
 
 def test_backend_cuda_and_torch_match():

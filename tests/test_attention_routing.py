@@ -6,13 +6,13 @@ production page's table is the one attention() uses."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from support import load_docs_hook  # tests/support.py
 
 from kernels.extension import loader
 from kernels.extension.backend import attention_routing as routing
@@ -286,18 +286,10 @@ def test_committed_h200_table_puts_the_fastest_first():
             assert route.slowdown[route.order[0]] == min(route.slowdown.values()), route
 
 
-def load_hook():
-    path = ROOT / "docs" / "hooks" / "generated.py"
-    spec = importlib.util.spec_from_file_location("docs_hooks_generated", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_production_page_shows_the_routing_table(tmp_path):
     pytest.importorskip("mkdocs")
     assert "<!-- routing: gpu=h200 -->" in (ROOT / "docs" / "production.md").read_text()
-    hook = load_hook()
+    hook = load_docs_hook()
     data = hook.Data(results_dir=write_results(tmp_path / "results"))
     html = hook.render_markers("<!-- routing: gpu=h200 -->", "docs/production.md", data)
     assert "| prefill | 128 | fa4 → cuda → torch | 2 | fa4 1.00, cuda 1.52 | 0 |" in html

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.gpu
 
 
 def module(name: str):
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
+    # No CUDA check: the gpu mark has the conftest skip this module without a device.
     if not loader.available(name):
         pytest.skip(f"module {name!r} not built (python -m tools.build_ext)")
     return loader.load(name)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import html
-import importlib.util
 import json
 import os
 import re
@@ -20,19 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import load_docs_hook  # tests/support.py
 
 ROOT = Path(__file__).resolve().parent.parent
-HOOK = ROOT / "docs" / "hooks" / "generated.py"
 
 pytest.importorskip("mkdocs", reason="mkdocs not installed: pip install -e '.[docs]' (make test does)")
 pytest.importorskip("material", reason="mkdocs-material not installed: pip install -e '.[docs]'")
-
-
-def load_hook():
-    spec = importlib.util.spec_from_file_location("docs_hooks_generated", HOOK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def synthetic_results(root: Path) -> Path:
@@ -169,7 +161,7 @@ def test_production_page_is_written_for_users(built_site):
 def test_production_examples_import_what_they_name():
     """Every import in the production page's examples resolves (a moved module fails here)."""
     import ast
-    import importlib
+    import importlib.util
 
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "production.md").read_text(), re.S)
     assert blocks
@@ -204,7 +196,7 @@ def test_notebooks_index_links_every_notebook(built_site):
 # ---- markers, on a synthetic results root ----------------------------------------------------
 @pytest.fixture(scope="module")
 def hook():
-    return load_hook()
+    return load_docs_hook()
 
 
 @pytest.fixture()

@@ -3,6 +3,7 @@ guard regions and the sweep."""
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +23,9 @@ from kernels.harness import (
     reference_attention_numpy,
     verify_attention,
 )
-from kernels.harness.timing import rotation_count
+from kernels.harness.timing import rotation_count, summarize
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def brute_force_pairs(sq, sk, causal):
@@ -55,6 +58,10 @@ def test_bottom_right_causal_alignment():
     # 4 queries, 2 keys: the first two queries see nothing.
     keep = causal_keep_mask(4, 2)
     assert keep.sum(1).tolist() == [0, 0, 1, 2]
+    # A sequence of 3 keys in a 4-key buffer aligns to its own last key; rows 1: of the same.
+    keep = causal_keep_mask(2, 4, key_len=3)
+    assert keep.tolist() == [[True, True, False, False], [True, True, True, False]]
+    assert causal_keep_mask(2, 4, key_len=3, rows=range(1, 2)).tolist() == [keep[1].tolist()]
 
 
 @pytest.mark.parametrize("bad", [dict(heads_q=6, heads_kv=4), dict(seqlen_q=0), dict(dtype="fp32"),
@@ -228,17 +235,7 @@ def test_guards_report_writes_outside_a_tensor(where):
 
 
 def test_guards_fixture_checks_when_the_test_forgets(pytester):
-    pytester.makeconftest("""
-        import pytest
-        from kernels.harness.guards import GuardedAllocator
-
-        @pytest.fixture
-        def guards():
-            allocator = GuardedAllocator("cpu")
-            yield allocator
-            if allocator.unchecked:
-                allocator.check()
-    """)
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())   # the real guards fixture
     pytester.makepyfile("""
         import torch
 
@@ -325,6 +322,12 @@ def test_rotation_overflows_l2(monkeypatch):
     assert rotation_count(1 << 30) == 1
     assert rotation_count(10 << 20) == 12
     assert rotation_count(1) == 64                 # capped
+
+
+def test_summarize_gives_median_and_quantiles_of_the_runs():
+    runs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert summarize(runs) == pytest.approx({"median": 3.0, "p20": 1.8, "p80": 4.2, "reps": 5})
+    assert summarize([2.5]) == {"median": 2.5, "p20": 2.5, "p80": 2.5, "reps": 1}
 
 
 def test_scale_defaults_to_inverse_sqrt_head_dim():

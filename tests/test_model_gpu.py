@@ -20,9 +20,11 @@ import copy
 
 import pytest
 import torch
+from support import random_prompts  # tests/support.py
 
 from kernels.extension import loader
 from kernels.extension.backend.attention import use_backend
+from kernels.harness import rel_err
 from kernels.model import PagedGenerator, convert_linears_to_fp8, llama_config, random_llama
 
 pytestmark = pytest.mark.gpu
@@ -38,11 +40,6 @@ LENGTHS = (1, 17, 63, 64, 65, 200, 333, 512)
 DECODE_STEPS = 32
 
 
-def rel_err(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    return ((out - ref).norm() / ref.norm()).item()
-
-
 @pytest.fixture(scope="module")
 def models():
     for module in ("attention", "rotary"):
@@ -52,11 +49,6 @@ def models():
     return hf32, hf16
 
 
-def prompts_of(lengths, vocab, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
 @torch.inference_mode()
 def logits_of(hf, tokens) -> torch.Tensor:
     return hf(torch.tensor([tokens], device="cuda")).logits[0].float()
@@ -64,7 +56,7 @@ def logits_of(hf, tokens) -> torch.Tensor:
 
 def test_prefill_and_greedy_decode_match_transformers(models):
     hf32, hf16 = models
-    prompts = prompts_of(LENGTHS, hf32.config.vocab_size)
+    prompts = random_prompts(LENGTHS, hf32.config.vocab_size, seed=0)
     gen = PagedGenerator(hf16, max_batch=8, max_seqlen=1024, page_size=PAGE)
     with use_backend("cuda"):
         prefill = gen.prefill(prompts, all_logits=True).float()
@@ -108,7 +100,7 @@ def test_prefill_and_greedy_decode_match_transformers(models):
 def test_graph_replay_equals_eager_decode(models):
     """The captured steps compute exactly what the eager steps do (5 rows in bucket 8)."""
     _, hf16 = models
-    prompts = prompts_of((5, 64, 100, 1, 30), hf16.config.vocab_size, seed=1)
+    prompts = random_prompts((5, 64, 100, 1, 30), hf16.config.vocab_size, seed=1)
     runs = []
     for graphs in (True, False):
         gen = PagedGenerator(hf16, max_batch=8, max_seqlen=256, page_size=PAGE, cuda_graphs=graphs)
@@ -121,7 +113,7 @@ def test_graph_replay_equals_eager_decode(models):
 def test_rows_of_a_bucket_do_not_disturb_each_other(models):
     """3 sequences in bucket 4 (one empty row) against each sequence alone in bucket 1."""
     hf32, hf16 = models
-    prompts = prompts_of((40, 7, 129), hf16.config.vocab_size, seed=2)
+    prompts = random_prompts((40, 7, 129), hf16.config.vocab_size, seed=2)
     gen = PagedGenerator(hf16, max_batch=4, max_seqlen=256, page_size=PAGE)
     with use_backend("cuda"):
         tokens, logits = gen.generate(prompts, 8, return_logits=True)
@@ -139,7 +131,7 @@ def test_fp8_linears_under_fp8_autocast(models):
     hf32, hf16 = models
     fp8_model = copy.deepcopy(hf16)
     convert_linears_to_fp8(fp8_model)
-    prompts = prompts_of((1, 33, 64, 200), hf16.config.vocab_size, seed=3)
+    prompts = random_prompts((1, 33, 64, 200), hf16.config.vocab_size, seed=3)
     gen = PagedGenerator(fp8_model, max_batch=4, max_seqlen=512, page_size=PAGE)
     with use_backend("cuda"):
         with fp8_autocast(recipe=DynamicScaling()):

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MODEL_NOTEBOOK = ROOT / "notebooks" / "model.ipynb"  # hand-written; it runs in tests/test_model.py
 MAX_NOTEBOOK_BYTES = 200 * 1024  # outputs are tables and text; no large images
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat not installed: pip install -e '.[test]'")
@@ -104,7 +105,7 @@ def test_a_new_rung_gets_a_notebook_without_hand_written_text(monkeypatch):
     assert text.startswith(f"# {rung.rung.upper()}") and idea in text
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*NOTEBOOKS, MODEL_NOTEBOOK], ids=lambda p: p.stem)
 def test_committed_notebook_has_no_errors_and_is_small(path):
     nb = json.loads(path.read_text())
     for i, cell in enumerate(nb["cells"]):
@@ -113,6 +114,15 @@ def test_committed_notebook_has_no_errors_and_is_small(path):
             assert "Traceback (most recent call last)" not in "".join(out.get("text", "")), f"cell {i} printed a traceback"
             assert not {"image/png", "image/jpeg"} & set(out.get("data", {})), f"cell {i}: embedded raster image"
     assert path.stat().st_size <= MAX_NOTEBOOK_BYTES, f"{path.name}: {path.stat().st_size} bytes"
+
+
+def test_the_gpu_host_executes_every_notebook():
+    """python -m tools.execute_notebooks (run on the GPU host) re-runs the rungs' notebooks and
+    the model's, so that every committed notebook shows that GPU's outputs."""
+    from tools.execute_notebooks import notebook_paths
+
+    assert notebook_paths() == [*NOTEBOOKS, MODEL_NOTEBOOK]
+    assert set(notebook_paths()) == set((ROOT / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,6 +1,7 @@
 """Results files: schema, provenance and the table builders used by compare, docs, notebooks."""
 
 import copy
+import functools
 import json
 
 import pytest
@@ -72,13 +73,19 @@ def test_committed_results_follow_the_schema(path):
                for r in doc["rows"]), "an ok row whose output nobody checked"
 
 
+@functools.cache
+def committed_results(path) -> dict:
+    """A committed results file, read once per test session (checked_elsewhere asks per row)."""
+    return json.loads(path.read_text())
+
+
 def checked_elsewhere(row: dict, path) -> bool:
     """A profile row (counters of one launch) whose kernel and shape the ladder suite checked
     against the reference at the same commit."""
     if path.stem != "profile":
         return False
-    ladder = json.loads((path.parent / "ladder.json").read_text())
-    profile_commit = json.loads(path.read_text())["meta"]["commit"]
+    ladder = committed_results(path.parent / "ladder.json")
+    profile_commit = committed_results(path)["meta"]["commit"]
     return ladder["meta"]["commit"] == profile_commit and any(
         r["kernel"] == row["kernel"] and r["problem"] == row["problem"] and r["status"] == "ok"
         and r["rel_err"] is not None for r in ladder["rows"])

@@ -53,7 +53,8 @@ def module_names() -> list[str]:
 
 def stale_reason(torch, arch: str) -> str | None:
     """Why the built modules do not match csrc/ and this torch, or None when they do."""
-    missing = [name for name in module_names() if not (LIB_DIR / f"{name}.so").exists()]
+    names = module_names()
+    missing = [name for name in names if not (LIB_DIR / f"{name}.so").exists()]
     if missing:
         return f"not built: {', '.join(missing)}"
     info_path = LIB_DIR / "build_info.json"
@@ -61,7 +62,7 @@ def stale_reason(torch, arch: str) -> str | None:
     if info.get("torch") != torch.__version__ or info.get("arch") != arch:
         return (f"built for torch {info.get('torch')} / sm_{info.get('arch')}, "
                 f"this is torch {torch.__version__} / sm_{arch}")
-    built = min((LIB_DIR / f"{name}.so").stat().st_mtime for name in module_names())
+    built = min((LIB_DIR / f"{name}.so").stat().st_mtime for name in names)
     newer = sorted(str(p.relative_to(ROOT)) for p in CSRC.rglob("*")
                    if p.suffix in SOURCE_SUFFIXES and "tests" not in p.relative_to(CSRC).parts
                    and p.stat().st_mtime > built)
@@ -164,14 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         if reason is None:
             print(f"build_ext: up to date ({', '.join(module_names())} for sm_{arch})")
             return 0
-        missing = [tool for tool, found in (("nvcc", find_nvcc()), ("cmake", shutil.which("cmake"))) if not found]
+        nvcc = find_nvcc()
+        missing = [tool for tool, found in (("nvcc", nvcc), ("cmake", shutil.which("cmake"))) if not found]
         if missing:
             print(f"build_ext: the CUDA extension is {reason}, and this CUDA machine cannot build it: "
                   f"{' and '.join(missing)} not found (set CUDA_HOME or put them on PATH); without it every "
                   "csrc GPU test would skip", file=sys.stderr)
             return 1
         print(f"build_ext: the CUDA extension is {reason}: building", flush=True)
-        return build(torch, arch, find_nvcc(), args.only, args.jobs, args.clean)
+        return build(torch, arch, nvcc, args.only, args.jobs, args.clean)
 
     nvcc = find_nvcc()
     if nvcc is None:

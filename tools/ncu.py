@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.harness.problem import AttentionProblem
+from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
 
 ROOT = Path(__file__).resolve().parent.parent
 NVTX_RANGE = "profiled"
@@ -47,9 +47,7 @@ STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_a
 
 def default_problem(head_dim: int = 128, causal: bool = False) -> AttentionProblem:
     """The ladder's longest shape: one 16k sequence, 2048 / head_dim heads."""
-    heads = 2048 // head_dim
-    return AttentionProblem(batch=1, seqlen_q=16384, seqlen_k=16384, heads_q=heads, heads_kv=heads,
-                            head_dim=head_dim, causal=causal)
+    return fa3_paper_shapes(head_dim, causal, (16384,))[0]
 
 
 def ncu_binary() -> str | None:

@@ -2,7 +2,7 @@
 
 from .checks import BF16_TOLERANCE, CheckResult, check_output, poison, rel_err, verify_attention
 from .guards import GuardedAllocator
-from .inputs import empty_lse, empty_output, make_inputs, paged_kv_cache
+from .inputs import empty_output, make_inputs, paged_kv_cache
 from .problem import AttentionProblem, fa3_paper_shapes
 from .reference import causal_keep_mask, reference_attention, reference_attention_numpy
 from .sweep import SweepCase, attention_sweep
@@ -10,7 +10,7 @@ from .validate import validate_attention_inputs
 
 __all__ = [
     "AttentionProblem", "BF16_TOLERANCE", "CheckResult", "GuardedAllocator", "SweepCase",
-    "attention_sweep", "causal_keep_mask", "check_output", "empty_lse", "empty_output",
+    "attention_sweep", "causal_keep_mask", "check_output", "empty_output",
     "fa3_paper_shapes", "make_inputs", "paged_kv_cache", "poison", "reference_attention",
     "reference_attention_numpy", "rel_err", "validate_attention_inputs", "verify_attention",
 ]

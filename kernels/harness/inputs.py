@@ -30,11 +30,6 @@ def empty_output(problem: AttentionProblem, device: str | torch.device = "cuda")
     return torch.empty(p.batch, p.seqlen_q, p.heads_q, p.head_dim, dtype=p.torch_dtype, device=device)
 
 
-def empty_lse(problem: AttentionProblem, device: str | torch.device = "cuda") -> torch.Tensor:
-    p = problem
-    return torch.empty(p.batch, p.heads_q, p.seqlen_q, dtype=torch.float32, device=device)
-
-
 def paged_kv_cache(k: torch.Tensor, v: torch.Tensor, page_size: int,
                    generator: torch.Generator | None = None, extra_pages: int = 3):
     """Scatter contiguous ``k, v [B, Sk, Hkv, D]`` into a paged cache with randomly permuted pages.
@@ -49,9 +44,12 @@ def paged_kv_cache(k: torch.Tensor, v: torch.Tensor, page_size: int,
     perm = torch.randperm(num_pages, generator=generator)[: batch * max_pages].view(batch, max_pages)
     k_cache = torch.randn(num_pages, page_size, *k.shape[2:], device=k.device).to(k.dtype)
     v_cache = torch.randn(num_pages, page_size, *v.shape[2:], device=v.device).to(v.dtype)
-    for b in range(batch):
-        for p in range(max_pages):
-            lo, hi = p * page_size, min((p + 1) * page_size, seqlen_k)
-            k_cache[perm[b, p], : hi - lo] = k[b, lo:hi]
-            v_cache[perm[b, p], : hi - lo] = v[b, lo:hi]
-    return k_cache, v_cache, perm.to(torch.int32).to(k.device)
+    table = perm.to(k.device)
+    full, rest = divmod(seqlen_k, page_size)  # whole pages, then the tokens of a partial last page
+    for cache, src in ((k_cache, k), (v_cache, v)):
+        if full:
+            cache[table[:, :full].reshape(-1)] = src[:, : full * page_size].reshape(
+                batch * full, page_size, *src.shape[2:])
+        if rest:
+            cache[table[:, full], :rest] = src[:, full * page_size:]
+    return k_cache, v_cache, table.to(torch.int32)

@@ -2,8 +2,9 @@
 
 Both follow the conventions of docs/design.md: bottom-right causal alignment (per batch entry
 when key lengths are given), GQA head mapping, and rows that see no key produce zeros with
-LSE = -inf. These are the repository's only attention references: the tests, the benchmarks
-and the notebooks all check against them.
+LSE = -inf. The tests, the benchmarks and the notebooks check outputs against them; the
+gradient tests differentiate a separate fp64 reference (tests/autograd_reference.py), written
+out independently of these.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import numpy as np
 import torch
 
 
-def causal_keep_mask(seqlen_q: int, seqlen_k: int, device=None) -> torch.Tensor:
-    """Bool [Sq, Sk], True where query i may see key j (j <= i + Sk - Sq)."""
-    rows = torch.arange(seqlen_q, device=device).unsqueeze(1)
+def causal_keep_mask(seqlen_q: int, seqlen_k: int, device=None, *, key_len: int | None = None,
+                     rows: range | None = None) -> torch.Tensor:
+    """Bool [Sq, Sk], True where query i may see key j: j <= i + key_len - Sq (bottom-right
+    alignment; ``key_len``, the keys the sequence has, defaults to Sk). ``rows``: only those
+    query rows ([len(rows), Sk])."""
+    key_len = seqlen_k if key_len is None else key_len
+    rows = range(seqlen_q) if rows is None else rows
+    row_ids = torch.arange(rows.start, rows.stop, rows.step, device=device).unsqueeze(1)
     cols = torch.arange(seqlen_k, device=device).unsqueeze(0)
-    return cols <= rows + (seqlen_k - seqlen_q)
+    return cols <= row_ids + (key_len - seqlen_q)
 
 
 def kv_head_for(q_head: int, heads_q: int, heads_kv: int) -> int:
@@ -75,8 +81,7 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
             if lens[b] < seqlen_k:
                 keep = keys < lens[b]
             if causal:
-                rows = torch.arange(r0, r1, device=q.device).unsqueeze(1)
-                diagonal = keys <= rows + (lens[b] - seqlen_q)
+                diagonal = causal_keep_mask(seqlen_q, seqlen_k, q.device, key_len=lens[b], rows=range(r0, r1))
                 keep = diagonal if keep is None else keep & diagonal
             if mask is not None:
                 rows_mask = _mask_rows(mask, b, r0, r1, seqlen_k)

@@ -62,9 +62,14 @@ def time_cuda(fn: Callable[..., object], arg_sets: Sequence[tuple] = ((),), *,
         fn(*args)
         ends[i].record(stream)
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def summarize(times: Sequence[float]) -> dict:
+    """ms {median, p20, p80, reps} of a list of per-run times in ms (at least one)."""
+    times = sorted(times)
     q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else times * 9
-    return {"median": statistics.median(times), "p20": q[1], "p80": q[7], "reps": reps}
+    return {"median": statistics.median(times), "p20": q[1], "p80": q[7], "reps": len(times)}
 
 
 def tflops(flops: int, ms: float) -> float:

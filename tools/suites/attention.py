@@ -12,27 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from kernels.harness.checks import rel_err
+from kernels.harness.inputs import paged_kv_cache
+
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
-
-
-def _rel_err(out, ref) -> float:
-    out = out.float()
-    if torch.isnan(out).any():
-        return float("nan")
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
-
-
-def _paged(k, v, page_size, seed=0):
-    """Contiguous [B, Sk, H, D] -> permuted paged cache + page table (the reference stays contiguous)."""
-    b, sk = k.shape[:2]
-    pages = sk // page_size
-    perm = torch.randperm(b * pages, generator=torch.Generator().manual_seed(seed)).to(k.device)
-    k_cache = torch.empty(b * pages, page_size, *k.shape[2:], dtype=k.dtype, device=k.device)
-    v_cache = torch.empty_like(k_cache)
-    k_cache[perm] = k.reshape(b * pages, page_size, *k.shape[2:])
-    v_cache[perm] = v.reshape(b * pages, page_size, *v.shape[2:])
-    return k_cache, v_cache, perm.view(b, pages).to(torch.int32)
 
 
 def _row(kernel, problem, ms=None, flops=None, nbytes=None, err=None, status="ok"):
@@ -52,7 +36,7 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
         verdict = "unsupported" if kernel.startswith(PEER_PREFIXES) else "wrong"
         first_line = str(exc).splitlines()[0][:200]
         return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {first_line}")
-    err = _rel_err(out, ref)
+    err = rel_err(out, ref)
     if not err <= TOL:
         return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
     return _row(kernel, problem, ctx.time(fn), flops, nbytes, err)
@@ -144,7 +128,7 @@ def run(ctx) -> list[dict]:
         kv_bytes = 2 * k.numel() * k.element_size()
         lens = torch.full((batch,), sk, dtype=torch.int32, device="cuda")
         for page in (16, 64):
-            k_cache, v_cache, table = _paged(k, v, page)
+            k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
             pdict = {**problem.to_dict(), "page_size": page, "paged": True}
             rows.append(_measure(ctx, "cuda-paged-decode", pdict, lambda: ops.paged_decode(
                 q, k_cache, v_cache, table, lens, check_seqlens=False), ref, nbytes=kv_bytes))
@@ -185,7 +169,7 @@ def run(ctx) -> list[dict]:
     lens_list = [4096, 3000, 2048, 1024, 512, 100]
     sk, page = 4096, 64
     k, v = rand(len(lens_list), sk, HKV, D), rand(len(lens_list), sk, HKV, D)
-    k_cache, v_cache, table = _paged(k, v, page)
+    k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
     q = rand(sum(lens_list), HQ, D)
     cu = torch.tensor([0] + list(torch.tensor(lens_list).cumsum(0)), dtype=torch.int32, device="cuda")
     lens = torch.tensor(lens_list, dtype=torch.int32, device="cuda")

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import statistics
 import time
 from dataclasses import dataclass
 
 import torch
+
+from kernels.harness.checks import rel_err
+from kernels.harness.timing import summarize
 
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 512
@@ -82,13 +84,6 @@ def _row(kernel, problem, ms=None, tokens=None, err=None, status="ok") -> dict:
             "rel_err": err, "status": status, "transformers": transformers.__version__}
 
 
-def _rel_err(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    if torch.isnan(out).any():
-        return float("nan")
-    return ((out - ref).norm() / ref.norm()).item()
-
-
 class _HostEvent:
     """A CUDA event's interface on the host clock (the suite's CPU test)."""
 
@@ -111,9 +106,7 @@ def _time(run_once, reps: int, warmup: int = 1) -> dict:
     `reps` runs after `warmup` runs."""
     for _ in range(warmup):
         run_once()
-    times = sorted(run_once() for _ in range(reps))
-    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else times * 9
-    return {"median": statistics.median(times), "p20": q[1], "p80": q[7], "reps": reps}
+    return summarize([run_once() for _ in range(reps)])
 
 
 def _elapsed(fn, device: str) -> float:
@@ -168,7 +161,7 @@ def _ours_rows(setup, kernel, gen, hf_ref, ids, fp8) -> list[dict]:
         with torch.inference_mode():
             ref_prefill = hf_ref(ids, logits_to_keep=1).logits[:, -1]
             ref_step = hf_ref(torch.cat([ids, first[:, None]], dim=1), logits_to_keep=1).logits[:, -1]
-        errs = (_rel_err(prefill_logits, ref_prefill), _rel_err(step_logits, ref_step))
+        errs = (rel_err(prefill_logits, ref_prefill), rel_err(step_logits, ref_step))
     except Exception as exc:  # noqa: BLE001 (our own code raising is a failure, recorded as a row)
         status = f"wrong: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return [_row(kernel, _problem(setup, phase, batch), status=status) for phase in ("prefill", "decode")]
