@@ -102,7 +102,7 @@ Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
 void fill_lse(attn::AttnParams& p, const std::optional<Tensor>& lse, const Tensor& q, bool packed) {
   if (!lse.has_value()) return;
   const Tensor& l = *lse;
-  TORCH_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse must be float32, got ", l.scalar_type());
+  binding::check_dtype(l, "lse", at::kFloat);
   binding::check_device(l, "lse", q, "q");
   if (packed) {
     TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == q.size(1) && l.size(1) == q.size(0),
@@ -126,7 +126,8 @@ void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Ten
                std::optional<int64_t> required_len) {
   if (!mask.has_value()) return;
   const Tensor& m = *mask;
-  TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ", m.scalar_type());
+  TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ",
+                   binding::dtype_name(m.scalar_type()));
   binding::check_device(m, "mask", q, "q");
   TORCH_CHECK_VALUE((m.dim() == 2 || m.dim() == 3) && m.size(0) == batch,
                     "mask must have shape [batch, seqlen_k] or [batch, seqlen_q, seqlen_k] with batch = ", batch,
@@ -139,7 +140,7 @@ void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Ten
     TORCH_CHECK_VALUE(m.size(-1) == *required_len, "mask last dim must be seqlen_k = ", *required_len, ", got ",
                       m.sizes());
   }
-  TORCH_CHECK_VALUE(m.stride(-1) == 1, "mask must be contiguous in its last dim");
+  binding::check_contiguous_last_dim(m, "mask");
   p.mask = m.data_ptr<bool>();
   p.mask_batch_stride = m.stride(0);
   p.mask_q_stride = m.dim() == 3 ? m.stride(1) : 0;
@@ -249,7 +250,7 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
   if (floats > 0) {
     if (workspace.has_value()) {
       ws = *workspace;
-      TORCH_CHECK_TYPE(ws.scalar_type() == at::kFloat, "workspace must be float32");
+      binding::check_dtype(ws, "workspace", at::kFloat);
       TORCH_CHECK_VALUE(ws.is_contiguous() && ws.numel() >= floats, "workspace must be contiguous with at least ",
                         floats, " floats (decode_workspace_size), got ", ws.numel());
       TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0,
