@@ -49,6 +49,12 @@ struct ElementOps<fp16> {
 template <class Element>
 inline constexpr bool kIsBf16 = std::is_same_v<Element, bf16>;
 
+// MACRO("bf16") or MACRO("f16"): an instruction macro over its PTX input type, instantiated for
+// the `Element` in scope (the MMA wrappers here and in wgmma_math.cuh).
+#define KERNELS_PICK_ELEMENT_TYPE(MACRO)                               \
+  if constexpr (::kernels::attention::kIsBf16<Element>) MACRO("bf16"); \
+  else MACRO("f16")
+
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
@@ -94,11 +100,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <class Element>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_MMA_16816("bf16");
-  } else {
-    KERNELS_MMA_16816("f16");
-  }
+  KERNELS_PICK_ELEMENT_TYPE(KERNELS_MMA_16816);
 }
 #undef KERNELS_MMA_16816
 
