@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/half_types.cuh"
 #include "attn_params.h"
 
 namespace kernels::attention {
@@ -23,27 +24,19 @@ using bf16 = __nv_bfloat16;
 using fp16 = __half;
 
 // The element types of q, k, v and o. Both are 16 bits wide, so tiles, copies and ldmatrix
-// fragments are the same for both; the MMA instructions' input type and the conversions to and
-// from fp32 differ, and live here.
+// fragments are the same for both; the MMA instructions' input type (KERNELS_PICK_ELEMENT_TYPE
+// below) and the conversions to and from fp32 (common/half_types.cuh) differ.
 template <class Element>
 struct ElementOps;
 
 template <>
-struct ElementOps<bf16> {
-  using Pair = __nv_bfloat162;
+struct ElementOps<bf16> : HalfTypeOps<bf16> {
   static constexpr AttnDtype kDtype = AttnDtype::kBF16;
-  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
-  __device__ __forceinline__ static float2 to_float2(Pair x) { return __bfloat1622float2(x); }
-  __device__ __forceinline__ static bf16 from_float(float x) { return __float2bfloat16(x); }
 };
 
 template <>
-struct ElementOps<fp16> {
-  using Pair = __half2;
+struct ElementOps<fp16> : HalfTypeOps<fp16> {
   static constexpr AttnDtype kDtype = AttnDtype::kFP16;
-  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
-  __device__ __forceinline__ static float2 to_float2(Pair x) { return __half22float2(x); }
-  __device__ __forceinline__ static fp16 from_float(float x) { return __float2half_rn(x); }
 };
 
 template <class Element>
