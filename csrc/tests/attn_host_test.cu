@@ -43,7 +43,11 @@ static int check_errors() {
       "grid y 70000", [] { kernels::check_grid(dim3(1, 70000, 1), "k", "cause"); },
       "k: grid (1, 70000, 1) exceeds 65535 in y or z (cause)");
   failures += !rejects<kernels::CudaError>(
-      "CUDA error", [] { kernels::check_cuda(cudaErrorInvalidValue, "cudaMemcpy"); }, "cudaMemcpy failed: ");
+      "CUDA error", [] { kernels::check_cuda_error(cudaErrorInvalidValue, "cudaMemcpy"); }, "cudaMemcpy failed: ");
+  failures += !rejects<kernels::CudaError>(
+      "launch error", [] { kernels::check_launch("k", cudaErrorInvalidValue); }, "k launch failed: ");
+  failures += !rejects<kernels::CudaError>(
+      "CUDA call error", [] { KERNELS_CUDA_CHECK(cudaErrorInvalidValue); }, "cudaErrorInvalidValue at ");
   return failures;
 }
 

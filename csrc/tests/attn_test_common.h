@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <exception>
 #include <random>
 #include <vector>
 
@@ -103,18 +101,6 @@ float time_ms(Fn fn, float warmup_ms = 50.f, float measure_ms = 150.f) {
   for (auto& e : events) cudaEventDestroy(e);
   std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
   return t[iters / 2];
-}
-
-// Runs one case; an exception (launch error, unsupported shape) counts as that case's FAIL
-// with its reason, and the remaining cases still run.
-template <class Case>
-bool run_guarded(const char* label, Case run) {
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::printf("%-40s FAIL (exception: %s)\n", label, e.what());
-    return false;
-  }
 }
 
 }  // namespace kernels::test

@@ -22,17 +22,30 @@ T* to_device(const std::vector<T>& host, size_t pad_bytes = 256) {
   return dev;
 }
 
-// Runs `launch`: true when it returns, false (with the error printed after `what`) when a
-// launcher throws one of the errors of common/errors.h.
-template <class Launch>
-bool runs(const char* what, Launch&& launch) {
+// Runs one case and returns its verdict; an exception (launch error, unsupported shape: the
+// errors of common/errors.h) counts as that case's FAIL, printed with `label` by `format`
+// (label, then the message), and the remaining cases still run.
+template <class Case>
+bool run_guarded(const char* label, Case&& run, const char* format = "%-40s FAIL (exception: %s)\n") {
   try {
-    launch();
-    return true;
+    return run();
   } catch (const std::exception& e) {
-    std::printf("  %s: %s\n", what, e.what());
+    std::printf(format, label, e.what());
     return false;
   }
+}
+
+// Runs `launch`: true when it returns, false (with the error printed after `what`) when a
+// launcher throws.
+template <class Launch>
+bool runs(const char* what, Launch&& launch) {
+  return run_guarded(
+      what,
+      [&] {
+        launch();
+        return true;
+      },
+      "  %s: %s\n");
 }
 
 // Whether `launch` throws Error with `expected` in its message; prints a PASS / FAIL line.

@@ -34,12 +34,12 @@ attn::AttnDtype element_type(const Tensor& q) {
   return q.scalar_type() == at::kHalf ? attn::AttnDtype::kFP16 : attn::AttnDtype::kBF16;
 }
 
-// A q / k / v / out tensor: `dims` dims, q's dtype, on CUDA, 16-byte rows.
+// A k / v / out tensor (or q itself, through check_q): `dims` dims, q's dtype, on q's CUDA
+// device, 16-byte rows. q has passed check_q.
 void check_elements(const Tensor& t, const char* name, int64_t dims, const Tensor& q) {
   binding::check_dims(t, name, dims);
-  element_type(q);
   binding::check_dtype(t, name, q.scalar_type());
-  binding::check_cuda(t, name);
+  binding::check_device(t, name, q, "q");
   binding::check_contiguous_last_dim(t, name);
   for (int64_t d = 0; d + 1 < dims; ++d) {
     TORCH_CHECK_VALUE(t.stride(d) % 8 == 0 || t.size(d) == 1, name,
@@ -48,15 +48,21 @@ void check_elements(const Tensor& t, const char* name, int64_t dims, const Tenso
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
-void check_int32_cuda(const Tensor& t, const char* name, int64_t dims) {
-  binding::check_dims(t, name, dims);
-  binding::check_dtype(t, name, at::kInt);
-  binding::check_cuda(t, name);
-  binding::check_contiguous_last_dim(t, name);
+// q, checked first: `dims` dims, bf16 or fp16, then as check_elements. Returns its element type.
+attn::AttnDtype check_q(const Tensor& q, int64_t dims) {
+  binding::check_dims(q, "q", dims);
+  const attn::AttnDtype dtype = element_type(q);
+  check_elements(q, "q", dims, q);
+  return dtype;
 }
 
-// Every tensor argument lives on q's device.
-void check_same_device(const Tensor& q, const Tensor& t, const char* name) { binding::check_device(t, name, q, "q"); }
+// An int32 index tensor on q's CUDA device, contiguous in its last dim.
+void check_int32_cuda(const Tensor& t, const char* name, int64_t dims, const Tensor& q) {
+  binding::check_dims(t, name, dims);
+  binding::check_dtype(t, name, at::kInt);
+  binding::check_device(t, name, q, "q");
+  binding::check_contiguous_last_dim(t, name);
+}
 
 void check_head_dim(int64_t d) {
   TORCH_CHECK_VALUE(d == 64 || d == 128 || d == 256, "head_dim ", d,
@@ -89,7 +95,6 @@ Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
   const Tensor& o = *out;
   TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", o.sizes());
   check_elements(o, "out", q.dim(), q);
-  check_same_device(q, o, "out");
   return o;
 }
 
@@ -97,8 +102,8 @@ Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
 void fill_lse(attn::AttnParams& p, const std::optional<Tensor>& lse, const Tensor& q, bool packed) {
   if (!lse.has_value()) return;
   const Tensor& l = *lse;
-  TORCH_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse must be float32, got ", l.scalar_type());
-  check_same_device(q, l, "lse");
+  binding::check_dtype(l, "lse", at::kFloat);
+  binding::check_device(l, "lse", q, "q");
   if (packed) {
     TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == q.size(1) && l.size(1) == q.size(0),
                       "lse must have shape [heads_q, total_q] = [", q.size(1), ", ", q.size(0), "], got ", l.sizes());
@@ -121,8 +126,9 @@ void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Ten
                std::optional<int64_t> required_len) {
   if (!mask.has_value()) return;
   const Tensor& m = *mask;
-  TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ", m.scalar_type());
-  check_same_device(q, m, "mask");
+  TORCH_CHECK_TYPE(m.scalar_type() == at::kBool, "mask must be bool (True = keep), got ",
+                   binding::dtype_name(m.scalar_type()));
+  binding::check_device(m, "mask", q, "q");
   TORCH_CHECK_VALUE((m.dim() == 2 || m.dim() == 3) && m.size(0) == batch,
                     "mask must have shape [batch, seqlen_k] or [batch, seqlen_q, seqlen_k] with batch = ", batch,
                     ", got ", m.sizes());
@@ -134,15 +140,15 @@ void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Ten
     TORCH_CHECK_VALUE(m.size(-1) == *required_len, "mask last dim must be seqlen_k = ", *required_len, ", got ",
                       m.sizes());
   }
-  TORCH_CHECK_VALUE(m.stride(-1) == 1, "mask must be contiguous in its last dim");
+  binding::check_contiguous_last_dim(m, "mask");
   p.mask = m.data_ptr<bool>();
   p.mask_batch_stride = m.stride(0);
   p.mask_q_stride = m.dim() == 3 ? m.stride(1) : 0;
   p.mask_len = static_cast<int>(m.size(-1));
 }
 
-void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t heads_kv, int64_t head_dim, bool causal,
-                 std::optional<double> scale) {
+void fill_common(attn::AttnParams& p, attn::AttnDtype dtype, int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                 bool causal, std::optional<double> scale) {
   check_head_dim(head_dim);
   TORCH_CHECK_VALUE(heads_kv > 0 && heads_q % heads_kv == 0, "heads_q (", heads_q, ") must be a multiple of heads_kv (",
                     heads_kv, ")");
@@ -153,7 +159,7 @@ void fill_common(attn::AttnParams& p, const Tensor& q, int64_t heads_q, int64_t 
   p.scale = resolve_scale(scale, head_dim);
   p.scale_log2 = p.scale * 1.4426950408889634f;
   p.causal = causal;
-  p.dtype = element_type(q);
+  p.dtype = dtype;
 }
 
 // K and V base pointers and (block, token, head) strides; a block is a batch entry
@@ -172,8 +178,6 @@ void set_kv_pointers(attn::AttnParams& p, const Tensor& k, const Tensor& v) {
 void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {
   check_elements(k, "k", 4, q);
   check_elements(v, "v", 4, q);
-  check_same_device(q, k, "k");
-  check_same_device(q, v, "v");
   TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
   TORCH_CHECK_VALUE(k.size(0) == q.size(0), "k batch (", k.size(0), ") must equal q batch (", q.size(0), ")");
   TORCH_CHECK_VALUE(k.size(3) == q.size(3), "k head_dim (", k.size(3), ") must equal q head_dim (", q.size(3), ")");
@@ -190,17 +194,13 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
                    bool check_seqlens, bool debug) {
   check_elements(k_cache, "k_cache", 4, q);
   check_elements(v_cache, "v_cache", 4, q);
-  check_same_device(q, k_cache, "k_cache");
-  check_same_device(q, v_cache, "v_cache");
   TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have the same shape, got ",
                     k_cache.sizes(), " and ", v_cache.sizes());
   TORCH_CHECK_VALUE(k_cache.size(3) == head_dim, "k_cache head_dim (", k_cache.size(3), ") must equal q head_dim (",
                     head_dim, ")");
   TORCH_CHECK_VALUE(k_cache.size(1) >= 1, "page_size must be >= 1");
-  check_int32_cuda(page_table, "page_table", 2);
-  check_int32_cuda(seqlens_k, "seqlens_k", 1);
-  check_same_device(q, page_table, "page_table");
-  check_same_device(q, seqlens_k, "seqlens_k");
+  check_int32_cuda(page_table, "page_table", 2, q);
+  check_int32_cuda(seqlens_k, "seqlens_k", 1, q);
   TORCH_CHECK_VALUE(page_table.size(0) == batch, "page_table must have shape [batch = ", batch, ", max_pages], got ",
                     page_table.sizes());
   TORCH_CHECK_VALUE(seqlens_k.size(0) == batch, "seqlens_k must have shape [batch = ", batch, "], got ",
@@ -250,12 +250,12 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
   if (floats > 0) {
     if (workspace.has_value()) {
       ws = *workspace;
-      TORCH_CHECK_TYPE(ws.scalar_type() == at::kFloat, "workspace must be float32");
+      binding::check_dtype(ws, "workspace", at::kFloat);
       TORCH_CHECK_VALUE(ws.is_contiguous() && ws.numel() >= floats, "workspace must be contiguous with at least ",
                         floats, " floats (decode_workspace_size), got ", ws.numel());
       TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0,
                         "workspace must be 16-byte aligned (the combine kernel reads float4)");
-      check_same_device(q, ws, "workspace");
+      binding::check_device(ws, "workspace", q, "q");
     } else {
       ws = at::empty({floats}, q.options().dtype(at::kFloat));
     }
@@ -271,8 +271,8 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 // batch and query length, out (allocated when not given) and lse. Returns out.
 Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool causal, std::optional<double> scale,
                     const std::optional<Tensor>& out, const std::optional<Tensor>& lse) {
-  check_elements(q, "q", 4, q);
-  fill_common(p, q, q.size(2), heads_kv, q.size(3), causal, scale);
+  const attn::AttnDtype dtype = check_q(q, 4);
+  fill_common(p, dtype, q.size(2), heads_kv, q.size(3), causal, scale);
   p.batch = static_cast<int>(q.size(0));
   p.seqlen_q = static_cast<int>(q.size(1));
   Tensor o = make_or_check_out(out, q);
@@ -325,9 +325,8 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const Tensor& cu_seqlens_q, const Tensor& seqlens_k, bool causal, std::optional<double> scale,
                      const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                      const std::optional<Tensor>& lse, const std::string& impl, bool check_seqlens, bool debug) {
-  check_elements(q, "q", 3, q);
-  check_int32_cuda(cu_seqlens_q, "cu_seqlens_q", 1);
-  check_same_device(q, cu_seqlens_q, "cu_seqlens_q");
+  const attn::AttnDtype dtype = check_q(q, 3);
+  check_int32_cuda(cu_seqlens_q, "cu_seqlens_q", 1, q);
   const c10::cuda::CUDAGuard guard(q.device());
   const int64_t batch = cu_seqlens_q.size(0) - 1;
   TORCH_CHECK_VALUE(batch >= 1, "cu_seqlens_q must have batch + 1 >= 2 entries, got ", cu_seqlens_q.sizes());
@@ -345,7 +344,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                     q.size(0), ")");
 
   attn::AttnParams p;
-  fill_common(p, q, q.size(1), k_cache.size(2), q.size(2), causal, scale);
+  fill_common(p, dtype, q.size(1), k_cache.size(2), q.size(2), causal, scale);
   p.batch = static_cast<int>(batch);
   p.seqlen_q = static_cast<int>(max_q);
   Tensor o = make_or_check_out(out, q);

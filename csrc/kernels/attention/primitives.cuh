@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/half_types.cuh"
 #include "attn_params.h"
 
 namespace kernels::attention {
@@ -23,31 +24,29 @@ using bf16 = __nv_bfloat16;
 using fp16 = __half;
 
 // The element types of q, k, v and o. Both are 16 bits wide, so tiles, copies and ldmatrix
-// fragments are the same for both; the MMA instructions' input type and the conversions to and
-// from fp32 differ, and live here.
+// fragments are the same for both; the MMA instructions' input type (KERNELS_PICK_ELEMENT_TYPE
+// below) and the conversions to and from fp32 (common/half_types.cuh) differ.
 template <class Element>
 struct ElementOps;
 
 template <>
-struct ElementOps<bf16> {
-  using Pair = __nv_bfloat162;
+struct ElementOps<bf16> : HalfTypeOps<bf16> {
   static constexpr AttnDtype kDtype = AttnDtype::kBF16;
-  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
-  __device__ __forceinline__ static float2 to_float2(Pair x) { return __bfloat1622float2(x); }
-  __device__ __forceinline__ static bf16 from_float(float x) { return __float2bfloat16(x); }
 };
 
 template <>
-struct ElementOps<fp16> {
-  using Pair = __half2;
+struct ElementOps<fp16> : HalfTypeOps<fp16> {
   static constexpr AttnDtype kDtype = AttnDtype::kFP16;
-  __device__ __forceinline__ static Pair pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
-  __device__ __forceinline__ static float2 to_float2(Pair x) { return __half22float2(x); }
-  __device__ __forceinline__ static fp16 from_float(float x) { return __float2half_rn(x); }
 };
 
 template <class Element>
 inline constexpr bool kIsBf16 = std::is_same_v<Element, bf16>;
+
+// MACRO("bf16") or MACRO("f16"): an instruction macro over its PTX input type, instantiated for
+// the `Element` in scope (the MMA wrappers here and in wgmma_math.cuh).
+#define KERNELS_PICK_ELEMENT_TYPE(MACRO)                               \
+  if constexpr (::kernels::attention::kIsBf16<Element>) MACRO("bf16"); \
+  else MACRO("f16")
 
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -94,11 +93,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <class Element>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_MMA_16816("bf16");
-  } else {
-    KERNELS_MMA_16816("f16");
-  }
+  KERNELS_PICK_ELEMENT_TYPE(KERNELS_MMA_16816);
 }
 #undef KERNELS_MMA_16816
 

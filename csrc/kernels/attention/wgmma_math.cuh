@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "../common/sm90.cuh"
-#include "tile_ops.cuh"  // ElementOps, pack_p_fragments, smem_addr
+#include "tile_ops.cuh"  // ElementOps, KERNELS_PICK_ELEMENT_TYPE, pack_p_fragments, smem_addr
 
 namespace kernels::attention {
 
@@ -37,8 +37,8 @@ struct Sw128Tile {
 // ---- wgmma.mma_async wrappers (bf16 or fp16 inputs, f32 accumulate) ---------------------
 // SS: A and B from shared memory, both K-major. RS: A from registers, B N-major (V).
 // scale_d = 0 overwrites the accumulators instead of adding to them. Each instruction is
-// written once, as a macro over its PTX input type ("bf16" or "f16"), and instantiated for
-// both element types; the operands are the same.
+// written once, as a macro over its PTX input type ("bf16" or "f16"); wgmma_ss / wgmma_rs
+// pick the macro by N and its type by Element (KERNELS_PICK_ELEMENT_TYPE, primitives.cuh).
 
 // m64n64k16 SS: 32 f32 accumulators; %32, %33 descriptors, %34 scale-d.
 #define KERNELS_WGMMA_SS_N64(TYPE)                                                                                \
@@ -53,15 +53,6 @@ struct Sw128Tile {
       "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),     \
       "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) : "l"(desc_a), "l"(desc_b),    \
       "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_SS_N64("bf16");
-  } else {
-    KERNELS_WGMMA_SS_N64("f16");
-  }
-}
-#undef KERNELS_WGMMA_SS_N64
 
 // m64n64k16 RS, B N-major: 32 f32 accumulators; %32-%35 A, %36 descriptor, %37 scale-d.
 #define KERNELS_WGMMA_RS_N64(TYPE)                                                                                    \
@@ -76,15 +67,6 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t desc_a, ui
       "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),         \
       "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), \
       "r"(a[3]), "l"(desc_b), "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_RS_N64("bf16");
-  } else {
-    KERNELS_WGMMA_RS_N64("f16");
-  }
-}
-#undef KERNELS_WGMMA_RS_N64
 
 // m64n128k16 SS: 64 f32 accumulators; %64, %65 descriptors, %66 scale-d.
 #define KERNELS_WGMMA_SS_N128(TYPE)                                                                               \
@@ -105,15 +87,6 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
       "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),     \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(desc_a), "l"(desc_b),    \
       "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_SS_N128("bf16");
-  } else {
-    KERNELS_WGMMA_SS_N128("f16");
-  }
-}
-#undef KERNELS_WGMMA_SS_N128
 
 // m64n128k16 RS, B N-major: 64 f32 accumulators; %64-%67 A, %68 descriptor, %69 scale-d.
 #define KERNELS_WGMMA_RS_N128(TYPE)                                                                                   \
@@ -134,15 +107,6 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
       "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),         \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), \
       "r"(a[3]), "l"(desc_b), "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_RS_N128("bf16");
-  } else {
-    KERNELS_WGMMA_RS_N128("f16");
-  }
-}
-#undef KERNELS_WGMMA_RS_N128
 
 // m64n256k16 SS: 128 f32 accumulators; %128, %129 descriptors, %130 scale-d.
 #define KERNELS_WGMMA_SS_N256(TYPE)                                                                                   \
@@ -175,15 +139,6 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a
       "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), \
       "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) : "l"(desc_a), "l"(desc_b),  \
       "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_ss_n256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_SS_N256("bf16");
-  } else {
-    KERNELS_WGMMA_SS_N256("f16");
-  }
-}
-#undef KERNELS_WGMMA_SS_N256
 
 // m64n256k16 RS, B N-major: 128 f32 accumulators; %128-%131 A, %132 descriptor, %133 scale-d.
 #define KERNELS_WGMMA_RS_N256(TYPE)                                                                                   \
@@ -216,31 +171,38 @@ __device__ __forceinline__ void wgmma_ss_n256(float (&d)[128], uint64_t desc_a, 
       "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), \
       "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) : "r"(a[0]), "r"(a[1]),      \
       "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
-template <class Element>
-__device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kIsBf16<Element>) {
-    KERNELS_WGMMA_RS_N256("bf16");
-  } else {
-    KERNELS_WGMMA_RS_N256("f16");
-  }
-}
-#undef KERNELS_WGMMA_RS_N256
 
+// The wrappers: N (64, 128 or 256) picks the instruction, Element its input type.
 template <class Element, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   static_assert(N == 64 || N == 128 || N == 256, "wrapped WGMMA n");
-  if constexpr (N == 64) wgmma_ss_n64<Element>(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 128) wgmma_ss_n128<Element>(d, desc_a, desc_b, scale_d);
-  else wgmma_ss_n256<Element>(d, desc_a, desc_b, scale_d);
+  if constexpr (N == 64) {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N64);
+  } else if constexpr (N == 128) {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N128);
+  } else {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N256);
+  }
 }
 
 template <class Element, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
   static_assert(N == 64 || N == 128 || N == 256, "wrapped WGMMA n");
-  if constexpr (N == 64) wgmma_rs_n64<Element>(d, a, desc_b, scale_d);
-  else if constexpr (N == 128) wgmma_rs_n128<Element>(d, a, desc_b, scale_d);
-  else wgmma_rs_n256<Element>(d, a, desc_b, scale_d);
+  if constexpr (N == 64) {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_RS_N64);
+  } else if constexpr (N == 128) {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_RS_N128);
+  } else {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_RS_N256);
+  }
 }
+
+#undef KERNELS_WGMMA_SS_N64
+#undef KERNELS_WGMMA_RS_N64
+#undef KERNELS_WGMMA_SS_N128
+#undef KERNELS_WGMMA_RS_N128
+#undef KERNELS_WGMMA_SS_N256
+#undef KERNELS_WGMMA_RS_N256
 
 // ---- the math policy ---------------------------------------------------------------------
 // qk: acc_s = Q[the warpgroup's 64 rows] @ K[kBlockN keys]^T; pv: acc_o += P @ V. Both are

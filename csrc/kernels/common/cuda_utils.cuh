@@ -1,7 +1,6 @@
 // Small generic helpers shared by every csrc kernel family. No torch here.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -62,11 +61,6 @@ inline bool current_device_is_sm90() {
   if (device < kMaxDevices) cached[device].store(sm90 ? 1 : 2, std::memory_order_relaxed);
   return sm90;
 }
-
-// Eight bf16 values: the 16-byte unit that cp.async and vectorized global accesses move.
-struct alignas(16) bf16x8 {
-  __nv_bfloat162 h[4];
-};
 
 template <int kWidth = 32>
 __device__ __forceinline__ float warp_reduce_max(float x) {

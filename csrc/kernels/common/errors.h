@@ -51,19 +51,16 @@ void check(bool ok, const Parts&... parts) {
   if (!ok) throw Error(concat(parts...));
 }
 
-// Throws CudaError naming `what` unless `err` is cudaSuccess.
-inline void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw CudaError(concat(what, " failed: ", cudaGetErrorString(err)));
+// Throws CudaError unless `err` is cudaSuccess, with the message "<what...> failed: <the CUDA
+// error string>" (built only then): the one place that words a CUDA error, for
+// KERNELS_CUDA_CHECK and check_launch (launch.cuh) too.
+template <class... What>
+void check_cuda_error(cudaError_t err, const What&... what) {
+  if (err != cudaSuccess) throw CudaError(concat(what..., " failed: ", cudaGetErrorString(err)));
 }
 
 }  // namespace kernels
 
-// check_cuda for a CUDA runtime call, naming the call and where it is.
-#define KERNELS_CUDA_CHECK(expr)                                                                                     \
-  do {                                                                                                               \
-    const cudaError_t kernels_err_ = (expr);                                                                         \
-    if (kernels_err_ != cudaSuccess) {                                                                               \
-      throw ::kernels::CudaError(                                                                                    \
-          ::kernels::concat(#expr, " failed at ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(kernels_err_))); \
-    }                                                                                                                \
-  } while (0)
+// check_cuda_error for a CUDA runtime call, naming the call and where it is:
+// "<expr> at <file>:<line> failed: <the CUDA error string>".
+#define KERNELS_CUDA_CHECK(expr) ::kernels::check_cuda_error((expr), #expr, " at ", __FILE__, ":", __LINE__)

@@ -15,8 +15,7 @@ namespace kernels {
 // this reads (and so clears) either way.
 inline void check_launch(const char* what, cudaError_t launched = cudaSuccess) {
   const cudaError_t last = cudaGetLastError();
-  const cudaError_t err = launched != cudaSuccess ? launched : last;
-  if (err != cudaSuccess) throw CudaError(concat(what, " launch failed: ", cudaGetErrorString(err)));
+  check_cuda_error(launched != cudaSuccess ? launched : last, what, " launch");
 }
 
 // Opts one kernel instantiation into its dynamic shared memory, once per device (the first

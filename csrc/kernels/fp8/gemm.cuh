@@ -332,7 +332,10 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
     case 64: return launch_sm90<64, AccumMode::kPromote, FA, FB>(p, plan, ws, stream);
     default: break;
   }
-  check_plan_supported(plan);  // throws: only plans without a kernel get here
+  // launch_gemm checked the plan (check_plan_supported), so a pair that gets here is one
+  // has_kernel() admits but the switch above does not instantiate: the two lists disagree.
+  throw ValueError(
+      concat("fp8 gemm: no kernel instantiated for block_n ", plan.block_n, ", accum ", accum_name(plan.accum)));
 }
 
 // Runtime formats -> template instance, in one place. The plan must come from plan_gemm

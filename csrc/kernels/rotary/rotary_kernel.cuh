@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/half_types.cuh"
 #include "../common/launch.cuh"
 #include "rotary_params.h"
 
@@ -31,19 +32,6 @@ template <int N>
 struct alignas(sizeof(float) * (N < 4 ? N : 4)) FloatVec {
   float v[N];
 };
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
 
 // Largest table access a launch may use: float4.
 template <int N>
@@ -62,6 +50,7 @@ struct LaunchShape {
 template <typename T, int N, Layout kLayout>
 __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, const LaunchShape shape) {
   static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0, "interleaved pairs must not straddle a vector access");
+  using Ops = HalfTypeOps<T>;
   const int heads = p.heads_q + p.heads_k;
   const int items_per_token = heads * shape.items_per_head;
   const int local_token = threadIdx.x / items_per_token;
@@ -114,11 +103,11 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
           Vec<T, N> oa, ob;
 #pragma unroll
           for (int j = 0; j < N; ++j) {
-            const float xa = to_float(va.v[j]), xb = to_float(vb.v[j]);
+            const float xa = Ops::to_float(va.v[j]), xb = Ops::to_float(vb.v[j]);
             const float co = row_valid ? cv.v[j] : NAN;
             const float si = sin_sign * sv.v[j];
-            oa.v[j] = from_float<T>(xa * co - xb * si);
-            ob.v[j] = from_float<T>(xb * co + xa * si);
+            oa.v[j] = Ops::from_float(xa * co - xb * si);
+            ob.v[j] = Ops::from_float(xb * co + xa * si);
           }
           *reinterpret_cast<Vec<T, N>*>(y + e) = oa;
           *reinterpret_cast<Vec<T, N>*>(y + e + half) = ob;
@@ -130,11 +119,11 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
           Vec<T, N> o;
 #pragma unroll
           for (int j = 0; j < N / 2; ++j) {
-            const float xa = to_float(v.v[2 * j]), xb = to_float(v.v[2 * j + 1]);
+            const float xa = Ops::to_float(v.v[2 * j]), xb = Ops::to_float(v.v[2 * j + 1]);
             const float co = row_valid ? cv.v[j] : NAN;
             const float si = sin_sign * sv.v[j];
-            o.v[2 * j] = from_float<T>(xa * co - xb * si);
-            o.v[2 * j + 1] = from_float<T>(xb * co + xa * si);
+            o.v[2 * j] = Ops::from_float(xa * co - xb * si);
+            o.v[2 * j + 1] = Ops::from_float(xb * co + xa * si);
           }
           *reinterpret_cast<Vec<T, N>*>(y + e) = o;
         }
