@@ -94,6 +94,11 @@ RUNG_TEXT = (
          "what is left outside the pipelined mainloop: the mask on tiles that need none, the "
          "order in which causal query tiles start, and how O leaves",
          "a third copy of the loop body (the mask-free one), `UTMASTG` instead of `STG`"),
+    Rung(9, "rescale_under_s", "K9: the O rescale under the S GEMM",
+         "why the rescale of O by each tile's factor can wait for the next P V, and what moving "
+         "it under the S GEMM buys at head_dim 128 and 256 (and costs at 64)",
+         "the same opcode mix as K8 at D = 128 (the `FMUL` of the rescale move, they do not "
+         "disappear); one more rescale before the last P V"),
 )
 
 

@@ -4,11 +4,13 @@ hidden 2048, 32 / 8 heads, head_dim 128, seeded random weights) in bf16 on our C
 against transformers' eager model.
 
 Tolerances, stated once:
-- logits: relative Frobenius error <= TOL against the fp32 eager model, for every prompt's
-  prefill (all positions) and every decode step (the fp32 model run on the same tokens).
-  Ours differs from transformers' bf16 eager model only in attention and rotary (fp32
-  accumulation and one rounding, where eager rounds scores and angles to bf16), so it should
-  be as close as transformers' own bf16 model is; that error is printed beside ours on failure.
+- logits: relative Frobenius error against the fp32 eager model, for every prompt's prefill
+  (all positions) and every decode step (the fp32 model run on the same tokens), at most
+  TOL or, where transformers' own bf16 model is further off than that (the bf16 error grows
+  along a sequence), at most BF16_MARGIN times its error. Ours differs from transformers' bf16
+  eager model only in attention and rotary (fp32 accumulation and one rounding, where eager
+  rounds scores and angles to bf16), so it should be as close as transformers' own bf16 model
+  is; a broken kernel is off by O(1).
 - greedy tokens: identical to transformers' bf16 greedy `generate`, or, at the first token
   where they differ, a near-tie: the fp32 model's logits of the two tokens are within TIE
   (the logits have a standard deviation of about 0.9; bf16 moves single logits by up to 0.1).
@@ -30,6 +32,7 @@ from kernels.model import PagedGenerator, convert_linears_to_fp8, llama_config, 
 pytestmark = pytest.mark.gpu
 
 TOL = 5e-2
+BF16_MARGIN = 1.25
 TIE = 0.1
 # FP8 (E4M3, per-tensor dynamic scaling of both operands) in every linear of the decoder layers:
 # several times the bf16 error; a broken path is off by O(1).
@@ -47,6 +50,11 @@ def models():
     hf32 = random_llama(llama_config(), seed=0, device="cuda")
     hf16 = copy.deepcopy(hf32).to(torch.bfloat16)
     return hf32, hf16
+
+
+def limit(bf16_err: float) -> float:
+    """The logits' error bound, given transformers' bf16 error at the same place."""
+    return max(TOL, BF16_MARGIN * bf16_err)
 
 
 @torch.inference_mode()
@@ -68,8 +76,8 @@ def test_prefill_and_greedy_decode_match_transformers(models):
         ref = logits_of(hf32, prompt)
         err, err16 = rel_err(prefill[start:start + n], ref), rel_err(logits_of(hf16, prompt), ref)
         start += n
-        if not err <= TOL:
-            failures.append(f"prompt {b} (len {n}): prefill rel_err {err:.4f} > {TOL} "
+        if not err <= limit(err16):
+            failures.append(f"prompt {b} (len {n}): prefill rel_err {err:.4f} > {limit(err16):.4f} "
                             f"(transformers bf16: {err16:.4f})")
         # Every decode step against the fp32 model run on the same tokens.
         sequence = prompt + tokens[b].tolist()
@@ -77,9 +85,10 @@ def test_prefill_and_greedy_decode_match_transformers(models):
         ref16_steps = logits_of(hf16, sequence)[n - 1:n + DECODE_STEPS]
         errs = [rel_err(logits[b, t], ref_steps[t]) for t in range(DECODE_STEPS + 1)]
         errs16 = [rel_err(ref16_steps[t], ref_steps[t]) for t in range(DECODE_STEPS + 1)]
-        worst = max(range(len(errs)), key=errs.__getitem__)
-        if not errs[worst] <= TOL:
-            failures.append(f"prompt {b}: step {worst} rel_err {errs[worst]:.4f} > {TOL} "
+        worst = max(range(len(errs)), key=lambda t: errs[t] / limit(errs16[t]))
+        bound = limit(errs16[worst])
+        if not errs[worst] <= bound:
+            failures.append(f"prompt {b}: step {worst} rel_err {errs[worst]:.4f} > {bound:.4f} "
                             f"(transformers bf16: {errs16[worst]:.4f})")
         # Greedy tokens against transformers' bf16 generate.
         with torch.inference_mode():
@@ -143,6 +152,8 @@ def test_fp8_linears_under_fp8_autocast(models):
     for b, prompt in enumerate(prompts):
         n = len(prompt)
         ref = logits_of(hf32, prompt + tokens[b].tolist())[n - 1:n + 7]
+        # The bf16 run picks its own tokens: its reference is the fp32 model on those.
+        bf16_err = rel_err(bf16_logits[b], logits_of(hf32, prompt + bf16_tokens[b].tolist())[n - 1:n + 7])
         err = rel_err(logits[b], ref)
-        assert err <= FP8_TOL, f"prompt {b}: FP8 rel_err {err:.3f} (bf16: {rel_err(bf16_logits[b], ref):.3f})"
-        assert err > 2 * rel_err(bf16_logits[b], ref)  # FP8 did run: not the bf16 numbers
+        assert err <= FP8_TOL, f"prompt {b}: FP8 rel_err {err:.3f} (bf16: {bf16_err:.3f})"
+        assert err > 2 * bf16_err, f"prompt {b}: FP8 rel_err {err:.3f}, bf16 {bf16_err:.3f}: did FP8 run?"
