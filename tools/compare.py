@@ -51,17 +51,16 @@ def run_gpu(names: list[str], problems: list[AttentionProblem], progress=None) -
     """Measure every kernel on every problem; rows follow the results schema."""
     from kernels.harness.ceilings import measure_bf16_gemm_tflops
     from kernels.registry import get
-    from tools.measure import Case, measure
+    from tools.measure import Case, measure_all
 
     runners = [get(n) for n in names]
     ceiling = measure_bf16_gemm_tflops()
     rows = []
     for problem in problems:
+        if progress:
+            progress(problem.label())
         case = Case.build(problem)
-        for runner in runners:
-            if progress:
-                progress(f"{runner.name} {problem.label()}")
-            rows.append(measure(runner, case))
+        rows.extend(measure_all(runners, case))
         del case
     return {"mode": "gpu", "bf16_gemm_tflops": round(ceiling, 1), "rows": rows}
 

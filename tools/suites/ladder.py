@@ -39,7 +39,7 @@ def runs(name: str, problem) -> bool:
 
 
 def run(ctx) -> list[dict]:
-    from tools.measure import Case, measure
+    from tools.measure import Case, measure_all
 
     selected = ctx.kernels or kernels()
     runners = [ctx.runner(n) for n in selected]
@@ -50,10 +50,9 @@ def run(ctx) -> list[dict]:
         chosen = [r for r in runners if runs(r.name, problem)]
         if not chosen:
             continue
+        ctx.progress.update(task, description=problem.label())
         case = Case.build(problem)
-        for runner in chosen:
-            ctx.progress.update(task, description=f"{runner.name:>10} {problem.label()}")
-            rows.append(measure(runner, case))
-            ctx.progress.advance(task)
+        rows.extend(measure_all(chosen, case))
+        ctx.progress.advance(task, len(chosen))
         del case
     return rows
