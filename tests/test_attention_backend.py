@@ -53,6 +53,17 @@ def test_ops_raise_runtime_error_when_not_built(monkeypatch, tmp_path):
     loader.load.cache_clear()
 
 
+def test_a_module_once_found_is_not_looked_for_again(monkeypatch, tmp_path):
+    """attention() asks whether the module is built on every call: no file-system lookup
+    once it was found; until then, every call looks (a build during the process is seen)."""
+    monkeypatch.setattr(loader, "LIB_DIR", tmp_path)
+    assert not loader.available("attention")
+    (tmp_path / "attention.so").touch()
+    assert loader.available("attention")
+    monkeypatch.setattr(loader.os.path, "exists", lambda path: pytest.fail("looked again"))
+    assert loader.available("attention")
+
+
 @pytest.mark.parametrize("problem", [
     AttentionProblem(2, 5, 9, 4, 2, 64, causal=True),
     AttentionProblem(1, 9, 5, 2, 2, 64, causal=True),   # rows 0-3 see no key: zeros, LSE -inf

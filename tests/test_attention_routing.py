@@ -79,9 +79,9 @@ def write_results(root: Path, rows=ROWS, gpu_folder="h200", gpu_name="NVIDIA H20
 def fresh_routes(monkeypatch):
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
     monkeypatch.delenv(routing.RESULTS_ENV_VAR, raising=False)
-    routing.load_routes.cache_clear()
+    routing.clear_caches()
     yield
-    routing.load_routes.cache_clear()
+    routing.clear_caches()
 
 
 @pytest.fixture
@@ -220,7 +220,7 @@ def test_missing_file_or_other_gpu_uses_the_default_order(tmp_path, monkeypatch,
     assert backend.backend_order(call()) == DEFAULT
     assert backend.choose_backend(call())[0] == "cuda"
     write_results(tmp_path / "empty")
-    routing.load_routes.cache_clear()
+    routing.clear_caches()
     assert backend.choose_backend(call())[0] == "fa4"
     assert backend.backend_order(call(gpu="h100")) == DEFAULT
     assert backend.backend_order(call(head_dim=96)) == DEFAULT  # a bucket nothing measured

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -24,8 +25,20 @@ def module_path(name: str) -> Path:
     return LIB_DIR / f"{name}.so"
 
 
+_present: set[str] = set()
+
+
 def available(name: str) -> bool:
-    return module_path(name).exists()
+    """Whether lib/<name>.so is there. attention() asks on every call, so a module once found
+    is not looked for again (keyed by its path: tests point LIB_DIR elsewhere); a missing one
+    is, so a build during the process is seen."""
+    path = os.path.join(LIB_DIR, f"{name}.so")
+    if path in _present:
+        return True
+    if os.path.exists(path):
+        _present.add(path)
+        return True
+    return False
 
 
 def built_modules() -> list[str]:

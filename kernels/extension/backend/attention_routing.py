@@ -148,7 +148,18 @@ def results_dir() -> Path:
 
 def routes(gpu: str) -> dict[tuple[str, int], Route]:
     """The routes of ``gpu`` from the results root in use (results/ or $KERNELS_RESULTS_DIR)."""
-    return load_routes(gpu, results_dir())
+    return _routes_under(gpu, os.environ.get(RESULTS_ENV_VAR))
+
+
+@functools.cache  # attention() asks on every call: no Path built per call, only this lookup
+def _routes_under(gpu: str, results_env: str | None) -> dict[tuple[str, int], Route]:
+    return load_routes(gpu, Path(results_env or RESULTS_DIR))
+
+
+def clear_caches() -> None:
+    """Forget the routes read so far (the next call reads the results files again)."""
+    _routes_under.cache_clear()
+    load_routes.cache_clear()
 
 
 @functools.cache
