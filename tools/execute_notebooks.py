@@ -2,17 +2,25 @@
 
     python -m tools.execute_notebooks                 # all notebooks/*.ipynb: NN_*.ipynb, model.ipynb
     python -m tools.execute_notebooks 02_k2_row_group # only these (name or file)
+    python -m tools.execute_notebooks --recorded-tables  # any machine: only the rung notebooks'
+                                                      # last cell, the tables read from results/
 
 Run it on the H200 host after ``python notebooks/build.py`` and ``python -m tools.build_ext``,
 with the ``model`` extra installed (``make setup``; model.ipynb imports transformers): the
 committed notebooks then show that GPU's checks and timings (the docs site renders them
 without executing). Each cell has a time limit; a cell that raises stops that notebook, which
 is then left unchanged on disk. Prints one line per notebook and exits 1 if any failed.
+
+``--recorded-tables`` is for after a results file is re-recorded: it re-runs only the last code
+cell of each rung notebook (the recorded H200 tables, read from results/; no GPU needed),
+after the set-up cell and the notebook's ``kernels = [...]`` line, and keeps every other
+cell's outputs from the GPU run.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
@@ -37,12 +45,33 @@ def execute(path: Path, timeout_s: int, kernel: str):
     return nb
 
 
+def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str):
+    """``path`` with only its last code cell re-run (see the module docstring)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    # notebooks/build.py's template: the set-up cell first, one line naming the timed kernels
+    # (the cell that times them goes on to run them: only that line is wanted), the table last.
+    kernels_line = next(line for c in code for line in c.source.splitlines() if line.startswith("kernels = "))
+    scratch = nbformat.v4.new_notebook(metadata=copy.deepcopy(nb.metadata))  # execution rewrites it
+    sources = (code[0].source, kernels_line, code[-1].source)
+    scratch.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    NotebookClient(scratch, timeout=timeout_s, kernel_name=kernel,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    code[-1].outputs = scratch.cells[-1].outputs
+    return nb
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.execute_notebooks",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="notebook names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
+    parser.add_argument("--recorded-tables", action="store_true",
+                        help="re-run only the rung notebooks' recorded-table cell (no GPU needed)")
     args = parser.parse_args(argv)
     try:
         import nbclient  # noqa: F401
@@ -58,12 +87,16 @@ def main(argv=None) -> int:
             have = ", ".join(p.stem for p in paths)
             parser.error(f"no such notebook: {', '.join(sorted(unknown))} (have: {have})")
         paths = [p for p in paths if p.stem in wanted]
+    run = execute
+    if args.recorded_tables:
+        paths = [p for p in paths if p.name[:2].isdigit()]  # the rung notebooks (NN_kN_*.ipynb)
+        run = refresh_recorded_tables
 
     failed = 0
     for path in paths:
         t0 = time.perf_counter()
         try:
-            nb = execute(path, args.timeout, args.kernel)
+            nb = run(path, args.timeout, args.kernel)
         except Exception as exc:  # CellExecutionError, timeouts, a dead kernel: report and go on
             failed += 1
             first = str(exc).strip().splitlines()
