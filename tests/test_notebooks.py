@@ -135,3 +135,21 @@ def test_notebook_executes(path, tmp_path):
     nb = execute(path, timeout_s=600, kernel="python3")  # raises CellExecutionError on any error
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors
+
+
+def test_recorded_tables_refresh_only_the_last_cell(tmp_path):
+    """--recorded-tables: the last code cell re-run from results/, every other output kept."""
+    pytest.importorskip("nbclient", reason="nbclient not installed: pip install -e '.[test]'")
+    pytest.importorskip("ipykernel", reason="ipykernel not installed: pip install -e '.[test]'")
+    from tools.execute_notebooks import refresh_recorded_tables
+
+    path = tmp_path / NOTEBOOKS[-1].name
+    original = nbformat.read(NOTEBOOKS[-1], as_version=4)
+    for cell in original.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", text="kept\n")]
+    nbformat.write(original, path)
+    nb = refresh_recorded_tables(path, timeout_s=600, kernel="python3")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs[0].get("text") == "kept\n" for c in code[:-1])
+    assert "TFLOP/s" in json.dumps(code[-1].outputs) and nb.metadata == original.metadata
