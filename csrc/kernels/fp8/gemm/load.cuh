@@ -8,15 +8,12 @@
 
 #include <cstdint>
 
+#include "../../common/smem.cuh"
 #include "../common.h"
 
 namespace kernels::fp8::gemm {
 
 // ---- shared-memory addresses and mbarriers ------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -107,19 +104,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
 
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// ---- cp.async (sm_80+) ------------------------------------------------------------------
-
-// 16 bytes global -> shared; zero-filled when `valid` is false (no global read then).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // ---- host: tensor maps ------------------------------------------------------------------

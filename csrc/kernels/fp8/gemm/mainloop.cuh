@@ -368,12 +368,14 @@ struct Sm89Mainloop {
     for (int chunk = threadIdx.x; chunk < P::kBM * kChunksPerRow; chunk += P::kThreads) {
       const int row = chunk / kChunksPerRow, kc = (chunk % kChunksPerRow) * 16;
       const bool valid = m0 + row < p.m && k0 + kc < p.k;
-      cp_async_16(&s.a[stage][row][kc], valid ? a + (m0 + row) * p.lda + k0 + kc : a, valid);
+      const uint8_t* src = valid ? a + (m0 + row) * p.lda + k0 + kc : a;
+      cp_async_16(smem_addr(&s.a[stage][row][kc]), src, valid);
     }
     for (int chunk = threadIdx.x; chunk < P::kBN * kChunksPerRow; chunk += P::kThreads) {
       const int row = chunk / kChunksPerRow, kc = (chunk % kChunksPerRow) * 16;
       const bool valid = n0 + row < p.n && k0 + kc < p.k;
-      cp_async_16(&s.b[stage][row][kc], valid ? b + (n0 + row) * p.ldb + k0 + kc : b, valid);
+      const uint8_t* src = valid ? b + (n0 + row) * p.ldb + k0 + kc : b;
+      cp_async_16(smem_addr(&s.b[stage][row][kc]), src, valid);
     }
     cp_async_commit();
   }
