@@ -3,6 +3,8 @@
 // proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads.
 // The instructions exist only in sm_90a code: elsewhere KERNELS_SM90A_ASM traps, so a module
 // built for another target fails loudly if a host ever launches a Hopper path on it.
+// KERNELS_SM90_ASM does the same for the sm_90 instructions (TMA, clusters, mbarrier phase
+// waits: common/tma.cuh, common/mbarrier.cuh) below sm_90.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,12 @@
 #define KERNELS_SM90A_ASM(...) asm volatile(__VA_ARGS__)
 #else
 #define KERNELS_SM90A_ASM(...) __trap()
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KERNELS_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define KERNELS_SM90_ASM(...) __trap()
 #endif
 
 namespace kernels {

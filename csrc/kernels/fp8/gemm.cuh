@@ -35,6 +35,10 @@
 #include <cstdint>
 
 #include "../common/launch.cuh"
+#include "../common/mbarrier.cuh"
+#include "../common/sm90.cuh"
+#include "../common/smem.cuh"
+#include "../common/tma.cuh"
 #include "common.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/load.cuh"

@@ -8,7 +8,8 @@
 // first pass over the ring does not wait. Consumers promote partial sums into fp32 registers
 // or keep one hardware accumulator (see AccumMode in policy.cuh). With clusters (2 or 2 x 2
 // blocks) the shared operands are multicast and empty[s] gathers the consumers of every block
-// this block's producer writes into; those remote arrivals are CTA-scope releases (load.cuh).
+// this block's producer writes into; those remote arrivals are CTA-scope releases
+// (mbarrier_arrive_cluster, common/mbarrier.cuh).
 //
 // Sm89Mainloop: cp.async double buffering into padded shared rows, mma.sync m16n8k32.
 #pragma once
@@ -18,8 +19,10 @@
 
 #include <cstdint>
 
+#include "../../common/mbarrier.cuh"
+#include "../../common/smem.cuh"
+#include "../../common/tma.cuh"
 #include "../common.h"
-#include "load.cuh"
 #include "policy.cuh"
 #include "wgmma.cuh"
 
