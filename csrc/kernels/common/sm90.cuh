@@ -1,6 +1,7 @@
-// Hopper (sm_90a) warpgroup-MMA plumbing shared by the kernel families: the wgmma fence /
-// commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, and the
-// proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads.
+// Hopper (sm_90a) warpgroup plumbing shared by the kernel families: the wgmma fence /
+// commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, the
+// proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads,
+// and setmaxnreg, which moves registers between the warpgroups of a warp-specialized block.
 // The instructions exist only in sm_90a code: elsewhere KERNELS_SM90A_ASM traps, so a module
 // built for another target fails loudly if a host ever launches a Hopper path on it.
 // KERNELS_SM90_ASM does the same for the sm_90 instructions (TMA, clusters, mbarrier phase
@@ -36,6 +37,21 @@ __device__ __forceinline__ void wgmma_wait() {
 // visible to the async proxy (WGMMA operand reads) once a barrier follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" :: : "memory");
+}
+
+// Register reallocation (all 128 threads of a warpgroup execute it): dec hands this
+// warpgroup's registers above kRegs per thread back to the block's pool (a producer that only
+// issues loads), inc blocks until kRegs per thread are free and takes them (the consumers).
+// The kernel needs a register cap at launch (__launch_bounds__ with a minimum of 1 block).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24 to 256 registers, a multiple of 8");
+  KERNELS_SM90A_ASM("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24 to 256 registers, a multiple of 8");
+  KERNELS_SM90A_ASM("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
 // Shared-memory matrix descriptor of a tile in the 128-byte swizzle (PTX ISA, "Matrix

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
   PipelineState st;
   if (warpgroup == 0) {
     // ---- producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Policy::kProducerRegs));
+    setmaxnreg_dec<Policy::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&map_a);
       prefetch_tensor_map(&map_b);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     }
   } else {
     // ---- consumers
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Policy::kConsumerRegs));
+    setmaxnreg_inc<Policy::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
