@@ -71,4 +71,11 @@ __device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uin
   return desc;
 }
 
+// The K-major operand with packed 128-byte rows (a TMA box, a Sw128Tile panel): 1024 bytes
+// between 8-row groups. A k step inside the row advances the start address (32 bytes per
+// k16 of 16-bit elements or k32 of fp8).
+__device__ __forceinline__ uint64_t make_sw128_kmajor_desc(uint32_t smem_byte_addr) {
+  return make_sw128_desc(smem_byte_addr, 16, 1024);
+}
+
 }  // namespace kernels

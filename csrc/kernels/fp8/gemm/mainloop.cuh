@@ -179,8 +179,8 @@ struct Sm90Mainloop {
 #pragma unroll
     for (int k = 0; k < Policy::kBK / 32; ++k) {
       // d += A[64 rows, k32] @ B[kBN rows, k32]^T; k32 = 32 bytes into each 128-byte row
-      wgmma_fp8<Policy::kBN, FA, FB>(d, make_smem_desc_sw128(a_addr + 32 * k), make_smem_desc_sw128(b_addr + 32 * k),
-                                     (fresh && k == 0) ? 0 : 1);
+      wgmma_fp8<Policy::kBN, FA, FB>(d, make_sw128_kmajor_desc(a_addr + 32 * k),
+                                     make_sw128_kmajor_desc(b_addr + 32 * k), (fresh && k == 0) ? 0 : 1);
     }
   }
 

@@ -152,10 +152,4 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 #undef FP8_WGMMA_M64N192K32
 #undef FP8_WGMMA_M64N256K32
 
-// Descriptor of a K-major tile written by TMA with the 128-byte swizzle: packed 128-byte rows,
-// so 1024 bytes between 8-row groups; a k32 step inside the row advances the start by 32 B.
-__device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr) {
-  return make_sw128_desc(smem_byte_addr, 16, 1024);
-}
-
 }  // namespace kernels::fp8::gemm
