@@ -33,6 +33,15 @@ __device__ __forceinline__ void wgmma_wait() {
   KERNELS_SM90A_ASM("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins accumulator registers at this point of the instruction stream, so the compiler neither
+// reads them before a wgmma wait nor moves their writes past a wgmma issue (an empty asm: no
+// instruction, any target).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 // This thread's completed generic-proxy shared-memory writes (cp.async included) become
 // visible to the async proxy (WGMMA operand reads) once a barrier follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "../../common/mbarrier.cuh"
+#include "../../common/sm90.cuh"
 #include "../../common/smem.cuh"
 #include "../../common/tma.cuh"
 #include "../common.h"
@@ -149,13 +150,6 @@ struct Sm90Mainloop {
     }
   }
 
-  // Pins the accumulator registers at this point of the instruction stream, so the compiler
-  // neither reads them before a wgmma wait nor moves their writes past a wgmma issue.
-  __device__ __forceinline__ static void fence_operand(float (&d)[kAccRegs]) {
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
-  }
-
   // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks;
   // the promoted modes add scale * partial (acc comes out multiplied by scale), kFast ignores
   // scale (the epilogue applies it).
@@ -188,7 +182,7 @@ struct Sm90Mainloop {
   __device__ __forceinline__ static void issue_stage(const Storage& s, int consumer, const PipelineState& st,
                                                      float (&d)[kAccRegs], bool fresh) {
     mbarrier_wait(s.full(st.stage), st.phase);
-    fence_operand(d);
+    wgmma_fence_operand(d);
     wgmma_fence();
     mma_stage(s, consumer, st.stage, d, fresh);
     wgmma_commit();
@@ -197,7 +191,7 @@ struct Sm90Mainloop {
   // acc += scale * partial: one FFMA per accumulator, so folding the per-tensor scale in here
   // (as DeepGEMM folds its block scales) costs nothing and spares the epilogue its multiply.
   __device__ __forceinline__ static void promote(float (&acc)[kAccRegs], float (&partial)[kAccRegs], float scale) {
-    fence_operand(partial);
+    wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = fmaf(partial[i], scale, acc[i]);
   }
@@ -256,7 +250,7 @@ struct Sm90Mainloop {
                                                      PipelineState& st, const ClusterRole& role, float scale) {
     wgmma_wait<0>();
     release(s, first_stage, role);
-    fence_operand(partial);
+    wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = partial[i] * scale;
     for (int kb = 1; kb < k_blocks; ++kb) {
@@ -327,7 +321,7 @@ struct Sm90Mainloop {
       st.template advance<Policy::kStages>();
     }
     wgmma_wait<0>();
-    fence_operand(acc);
+    wgmma_fence_operand(acc);
     if (previous_stage >= 0) release(s, previous_stage, role);
   }
 };
