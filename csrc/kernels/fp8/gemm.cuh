@@ -204,15 +204,6 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 
 // ---- host: checks and launch ----------------------------------------------------------------
 
-inline cudaLaunchAttribute cluster_attribute(int size) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = size;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  return attr;
-}
-
 // Co-resident clusters of `size` blocks of this kernel on the current device (cached per
 // kernel, size and device); a persistent cluster grid larger than that would leave clusters
 // for a second wave. 0 when the query fails (the caller keeps its grid).
