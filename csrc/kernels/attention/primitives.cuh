@@ -1,5 +1,6 @@
 // sm80+ warp-level primitives used by the attention kernels: the element types (bf16, fp16),
-// cp.async (with zero fill), ldmatrix and mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate).
+// ldmatrix and mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate). Shared-memory addresses
+// and cp.async are the families' common ones (common/smem.cuh).
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4):
 //   A 16x16 (row-major):  a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
@@ -16,6 +17,7 @@
 #include <type_traits>
 
 #include "../common/half_types.cuh"
+#include "../common/smem.cuh"
 #include "attn_params.h"
 
 namespace kernels::attention {
@@ -47,29 +49,6 @@ inline constexpr bool kIsBf16 = std::is_same_v<Element, bf16>;
 #define KERNELS_PICK_ELEMENT_TYPE(MACRO)                               \
   if constexpr (::kernels::attention::kIsBf16<Element>) MACRO("bf16"); \
   else MACRO("f16")
-
-__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
-// 16-byte global -> shared copy; when !valid nothing is read and the destination is zeroed
-// (tails: zero K/V rows make P @ V exact, zero Q rows give finite scores).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-// 4-byte global -> shared copy (page-table entries), cached in L1.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

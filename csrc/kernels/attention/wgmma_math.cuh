@@ -15,7 +15,8 @@
 #include <cstdint>
 
 #include "../common/sm90.cuh"
-#include "tile_ops.cuh"  // ElementOps, KERNELS_PICK_ELEMENT_TYPE, pack_p_fragments, smem_addr
+#include "../common/smem.cuh"
+#include "tile_ops.cuh"  // ElementOps, KERNELS_PICK_ELEMENT_TYPE, pack_p_fragments
 
 namespace kernels::attention {
 
@@ -243,8 +244,8 @@ struct WgmmaMath {
       // k step ks: panel ks / 4, 32 bytes per step inside the 128-byte row.
       const int q_off = (ks / 4) * QSmemTile::kPanelElems + (ks % 4) * 16;
       const int k_off = (ks / 4) * KVSmemTile::kPanelElems + (ks % 4) * 16;
-      wgmma_ss<Element, kBlockN>(d, make_sw128_desc(smem_addr(sQ + q_off), 16, 1024),
-                                 make_sw128_desc(smem_addr(sK + k_off), 16, 1024), ks > 0);
+      wgmma_ss<Element, kBlockN>(d, make_sw128_kmajor_desc(smem_addr(sQ + q_off)),
+                                 make_sw128_kmajor_desc(smem_addr(sK + k_off)), ks > 0);
     }
     wgmma_commit();
   }

@@ -1,5 +1,6 @@
 // Host-side launch helpers shared by every csrc kernel family: dynamic shared memory opt-in,
-// grid limits and launch-error checks (errors as in errors.h). No torch here.
+// the cluster launch attribute, grid limits and launch-error checks (errors as in errors.h).
+// No torch here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +39,17 @@ class SmemOptIn {
   static constexpr int kMaxDevices = 64;
   std::atomic<bool> configured_[kMaxDevices] = {};
 };
+
+// Clusters of `size` consecutive blocks along x (sm_90), for cudaLaunchKernelEx and the
+// cluster occupancy query.
+inline cudaLaunchAttribute cluster_attribute(int size) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = size;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
 
 // Grid dimensions y and z are limited to 65535 by the hardware; a larger problem would fail
 // at launch with "invalid argument", so it is rejected with the reason (`cause`: what made

@@ -1,8 +1,11 @@
-// Hopper (sm_90a) warpgroup-MMA plumbing shared by the kernel families: the wgmma fence /
-// commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, and the
-// proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads.
+// Hopper (sm_90a) warpgroup plumbing shared by the kernel families: the wgmma fence /
+// commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, the
+// proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads,
+// and setmaxnreg, which moves registers between the warpgroups of a warp-specialized block.
 // The instructions exist only in sm_90a code: elsewhere KERNELS_SM90A_ASM traps, so a module
 // built for another target fails loudly if a host ever launches a Hopper path on it.
+// KERNELS_SM90_ASM does the same for the sm_90 instructions (TMA, clusters, mbarrier phase
+// waits: common/tma.cuh, common/mbarrier.cuh) below sm_90.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,12 @@
 #define KERNELS_SM90A_ASM(...) asm volatile(__VA_ARGS__)
 #else
 #define KERNELS_SM90A_ASM(...) __trap()
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KERNELS_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define KERNELS_SM90_ASM(...) __trap()
 #endif
 
 namespace kernels {
@@ -24,10 +33,34 @@ __device__ __forceinline__ void wgmma_wait() {
   KERNELS_SM90A_ASM("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins accumulator registers at this point of the instruction stream, so the compiler neither
+// reads them before a wgmma wait nor moves their writes past a wgmma issue (an empty asm: no
+// instruction, any target).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 // This thread's completed generic-proxy shared-memory writes (cp.async included) become
 // visible to the async proxy (WGMMA operand reads) once a barrier follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" :: : "memory");
+}
+
+// Register reallocation (all 128 threads of a warpgroup execute it): dec hands this
+// warpgroup's registers above kRegs per thread back to the block's pool (a producer that only
+// issues loads), inc blocks until kRegs per thread are free and takes them (the consumers).
+// The kernel needs a register cap at launch (__launch_bounds__ with a minimum of 1 block).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24 to 256 registers, a multiple of 8");
+  KERNELS_SM90A_ASM("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24 to 256 registers, a multiple of 8");
+  KERNELS_SM90A_ASM("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
 // Shared-memory matrix descriptor of a tile in the 128-byte swizzle (PTX ISA, "Matrix
@@ -45,6 +78,13 @@ __device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uin
   desc |= uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32;
   desc |= uint64_t(1) << 62;
   return desc;
+}
+
+// The K-major operand with packed 128-byte rows (a TMA box, a Sw128Tile panel): 1024 bytes
+// between 8-row groups. A k step inside the row advances the start address (32 bytes per
+// k16 of 16-bit elements or k32 of fp8).
+__device__ __forceinline__ uint64_t make_sw128_kmajor_desc(uint32_t smem_byte_addr) {
+  return make_sw128_desc(smem_byte_addr, 16, 1024);
 }
 
 }  // namespace kernels

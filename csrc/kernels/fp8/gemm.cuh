@@ -35,6 +35,10 @@
 #include <cstdint>
 
 #include "../common/launch.cuh"
+#include "../common/mbarrier.cuh"
+#include "../common/sm90.cuh"
+#include "../common/smem.cuh"
+#include "../common/tma.cuh"
 #include "common.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/load.cuh"
@@ -78,7 +82,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
   PipelineState st;
   if (warpgroup == 0) {
     // ---- producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Policy::kProducerRegs));
+    setmaxnreg_dec<Policy::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&map_a);
       prefetch_tensor_map(&map_b);
@@ -95,7 +99,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
     }
   } else {
     // ---- consumers
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Policy::kConsumerRegs));
+    setmaxnreg_inc<Policy::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const Epilogue epi = Epilogue::make(p);
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -199,15 +203,6 @@ __global__ void __launch_bounds__(Sm89Policy::kThreads)
 }
 
 // ---- host: checks and launch ----------------------------------------------------------------
-
-inline cudaLaunchAttribute cluster_attribute(int size) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = size;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  return attr;
-}
 
 // Co-resident clusters of `size` blocks of this kernel on the current device (cached per
 // kernel, size and device); a persistent cluster grid larger than that would leave clusters

@@ -1,141 +1,15 @@
-// FP8 GEMM loads: mbarriers and TMA (sm_90a), cp.async (sm_89 path), and the host side that
-// encodes the TMA tensor maps through the driver entry point (no libcuda link needed).
+// FP8 GEMM loads, host side: the TMA tensor maps of the fp8 operands. The device side (TMA,
+// mbarriers, clusters, cp.async) is the families' common one: common/{tma, mbarrier, smem}.cuh.
 #pragma once
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "../../common/tma.cuh"
 #include "../common.h"
 
 namespace kernels::fp8::gemm {
-
-// ---- shared-memory addresses and mbarriers ------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-// Makes the initialised barriers visible to the async (TMA) proxy.
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-// Blocks until the phase with this parity has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-// ---- clusters (sm_90) ----------------------------------------------------------------------
-
-// This block's rank inside its cluster (0 when launched without clusters).
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-
-// Every thread of every block of the cluster: barrier inits (and, at exit, all remote
-// arrivals and multicast writes) are visible cluster-wide once this returns.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
-// Arrive on the mbarrier at the same shared offset in block `cta` of this cluster: mapa turns
-// the local address into that block's shared::cluster address.
-// Release at CTA scope (the PTX default, as CUTLASS's ClusterBarrier::arrive(cta_id)): the
-// arrival only has to follow this thread's wgmma.wait_group, after which the WGMMA reads of
-// the stage are done; no generic-proxy write has to reach the partner. `.release.cluster`
-// compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before every arrive: the
-// arriving warp waits for a GPU-scope fence per release, and its warpgroup's next WGMMA with
-// it (the H200 showed every cluster variant 2-3x slower than without a cluster).
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(cta)
-      : "memory");
-}
-
-// ---- TMA ----------------------------------------------------------------------------------
-
-// One 2-D box (inner coordinate first) into shared memory; completes bytes on `bar`.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
-                                            int32_t outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
-      : "memory");
-}
-
-// The same box into shared memory at the same offset in every block of cta_mask (bit r =
-// cluster rank r); each destination block's mbarrier at `bar`'s offset receives the bytes.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
-                                                      int32_t outer, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer), "h"(cta_mask)
-      : "memory");
-}
-
-__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// ---- cp.async (sm_80+) ------------------------------------------------------------------
-
-// 16 bytes global -> shared; zero-filled when `valid` is false (no global read then).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// ---- host: tensor maps ------------------------------------------------------------------
-
-// cuTensorMapEncodeTiled from the driver the runtime already loaded (cached after the first call).
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult query{};
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &query);
-    if (err != cudaSuccess || query != cudaDriverEntryPointSuccess) ptr = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
 
 // A K-major fp8 matrix [rows, k] (row stride ld bytes) read in boxes of box_k x box_rows
 // with the 128-byte swizzle WGMMA expects; out-of-bounds rows and k are zero-filled, so

@@ -8,7 +8,8 @@
 // first pass over the ring does not wait. Consumers promote partial sums into fp32 registers
 // or keep one hardware accumulator (see AccumMode in policy.cuh). With clusters (2 or 2 x 2
 // blocks) the shared operands are multicast and empty[s] gathers the consumers of every block
-// this block's producer writes into; those remote arrivals are CTA-scope releases (load.cuh).
+// this block's producer writes into; those remote arrivals are CTA-scope releases
+// (mbarrier_arrive_cluster, common/mbarrier.cuh).
 //
 // Sm89Mainloop: cp.async double buffering into padded shared rows, mma.sync m16n8k32.
 #pragma once
@@ -18,8 +19,11 @@
 
 #include <cstdint>
 
+#include "../../common/mbarrier.cuh"
+#include "../../common/sm90.cuh"
+#include "../../common/smem.cuh"
+#include "../../common/tma.cuh"
 #include "../common.h"
-#include "load.cuh"
 #include "policy.cuh"
 #include "wgmma.cuh"
 
@@ -146,13 +150,6 @@ struct Sm90Mainloop {
     }
   }
 
-  // Pins the accumulator registers at this point of the instruction stream, so the compiler
-  // neither reads them before a wgmma wait nor moves their writes past a wgmma issue.
-  __device__ __forceinline__ static void fence_operand(float (&d)[kAccRegs]) {
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
-  }
-
   // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks;
   // the promoted modes add scale * partial (acc comes out multiplied by scale), kFast ignores
   // scale (the epilogue applies it).
@@ -176,8 +173,8 @@ struct Sm90Mainloop {
 #pragma unroll
     for (int k = 0; k < Policy::kBK / 32; ++k) {
       // d += A[64 rows, k32] @ B[kBN rows, k32]^T; k32 = 32 bytes into each 128-byte row
-      wgmma_fp8<Policy::kBN, FA, FB>(d, make_smem_desc_sw128(a_addr + 32 * k), make_smem_desc_sw128(b_addr + 32 * k),
-                                     (fresh && k == 0) ? 0 : 1);
+      wgmma_fp8<Policy::kBN, FA, FB>(d, make_sw128_kmajor_desc(a_addr + 32 * k),
+                                     make_sw128_kmajor_desc(b_addr + 32 * k), (fresh && k == 0) ? 0 : 1);
     }
   }
 
@@ -185,7 +182,7 @@ struct Sm90Mainloop {
   __device__ __forceinline__ static void issue_stage(const Storage& s, int consumer, const PipelineState& st,
                                                      float (&d)[kAccRegs], bool fresh) {
     mbarrier_wait(s.full(st.stage), st.phase);
-    fence_operand(d);
+    wgmma_fence_operand(d);
     wgmma_fence();
     mma_stage(s, consumer, st.stage, d, fresh);
     wgmma_commit();
@@ -194,7 +191,7 @@ struct Sm90Mainloop {
   // acc += scale * partial: one FFMA per accumulator, so folding the per-tensor scale in here
   // (as DeepGEMM folds its block scales) costs nothing and spares the epilogue its multiply.
   __device__ __forceinline__ static void promote(float (&acc)[kAccRegs], float (&partial)[kAccRegs], float scale) {
-    fence_operand(partial);
+    wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = fmaf(partial[i], scale, acc[i]);
   }
@@ -253,7 +250,7 @@ struct Sm90Mainloop {
                                                      PipelineState& st, const ClusterRole& role, float scale) {
     wgmma_wait<0>();
     release(s, first_stage, role);
-    fence_operand(partial);
+    wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = partial[i] * scale;
     for (int kb = 1; kb < k_blocks; ++kb) {
@@ -324,7 +321,7 @@ struct Sm90Mainloop {
       st.template advance<Policy::kStages>();
     }
     wgmma_wait<0>();
-    fence_operand(acc);
+    wgmma_fence_operand(acc);
     if (previous_stage >= 0) release(s, previous_stage, role);
   }
 };
@@ -368,12 +365,14 @@ struct Sm89Mainloop {
     for (int chunk = threadIdx.x; chunk < P::kBM * kChunksPerRow; chunk += P::kThreads) {
       const int row = chunk / kChunksPerRow, kc = (chunk % kChunksPerRow) * 16;
       const bool valid = m0 + row < p.m && k0 + kc < p.k;
-      cp_async_16(&s.a[stage][row][kc], valid ? a + (m0 + row) * p.lda + k0 + kc : a, valid);
+      const uint8_t* src = valid ? a + (m0 + row) * p.lda + k0 + kc : a;
+      cp_async_16(smem_addr(&s.a[stage][row][kc]), src, valid);
     }
     for (int chunk = threadIdx.x; chunk < P::kBN * kChunksPerRow; chunk += P::kThreads) {
       const int row = chunk / kChunksPerRow, kc = (chunk % kChunksPerRow) * 16;
       const bool valid = n0 + row < p.n && k0 + kc < p.k;
-      cp_async_16(&s.b[stage][row][kc], valid ? b + (n0 + row) * p.ldb + k0 + kc : b, valid);
+      const uint8_t* src = valid ? b + (n0 + row) * p.ldb + k0 + kc : b;
+      cp_async_16(smem_addr(&s.b[stage][row][kc]), src, valid);
     }
     cp_async_commit();
   }
