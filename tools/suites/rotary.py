@@ -1,8 +1,10 @@
 """The rotary suite: the CUDA kernel (out of place, in place) against the torch paths on the
 same data, q and k rotated together.
 
-Bytes = q and k read once + written once + the cos/sin rows read once. Every row is checked
-against a float32 reference first (rel_err = relative Frobenius error, max_abs_err beside it).
+Bytes = the bytes of q and k each path actually moves, read once and written once (out of place:
+all of them, the dims past rotary_dim copied through; in place: only the rotated dims, the
+rest is never touched) + the cos/sin rows read once. Every row is checked against a float32
+reference first (rel_err = relative Frobenius error, max_abs_err beside it).
 """
 
 from __future__ import annotations
@@ -25,9 +27,14 @@ def _problem(shape) -> dict:
             "rotary_dim": r, "layout": "interleaved" if inter else "half_split", "dtype": "bf16"}
 
 
-def _bytes(q, k, cos) -> int:
+def _bytes(q, k, cos, rotary_dim: int | None = None) -> int:
+    """Bytes moved; ``rotary_dim``: only the first ``rotary_dim`` dims of each head of q and k
+    are read and written (in place), else every dim."""
     rows_read = min(cos.shape[0], q.shape[0] * q.shape[1])
-    return 2 * (q.numel() + k.numel()) * q.element_size() + 2 * rows_read * cos.shape[1] * 4
+    qk_bytes = (q.numel() + k.numel()) * q.element_size()
+    if rotary_dim is not None:
+        qk_bytes = qk_bytes * rotary_dim // q.shape[-1]
+    return 2 * qk_bytes + 2 * rows_read * cos.shape[1] * 4
 
 
 def complex_reference(q, k, freqs_cis):
@@ -59,7 +66,7 @@ def _measure_shape(ctx, shape) -> list[dict]:
     q = torch.randn(b, s, hq, d, device="cuda", generator=gen).to(torch.bfloat16)
     k = torch.randn(b, s, hk, d, device="cuda", generator=gen).to(torch.bfloat16)
     cos, sin = rotary_tables(s, r, device="cuda")
-    nbytes = _bytes(q, k, cos)
+    all_bytes, inplace_bytes = _bytes(q, k, cos), _bytes(q, k, cos, rotary_dim=r)
     ref_q, ref_k = apply_rotary_torch(q.float(), k.float(), cos, sin, interleaved=inter)
 
     def check(out_q, out_k):
@@ -96,6 +103,7 @@ def _measure_shape(ctx, shape) -> list[dict]:
         status = "ok" if rel <= 1e-2 and max_abs == max_abs else f"wrong: rel_err {rel:.3g}"
         del out_q, out_k
         ms = ctx.time(fn) if status == "ok" else None
+        nbytes = inplace_bytes if name == "rotary-inplace" else all_bytes
         rows.append({"kernel": name, "problem": problem, "ms": ms, "tflops": None,
                      "gbps": nbytes / (ms["median"] * 1e-3) / 1e9 if ms else None,
                      "rel_err": rel, "max_abs_err": max_abs, "status": status})
