@@ -1,4 +1,5 @@
-"""The profile suite: Nsight Compute counters of each rung and of FA4, one launch each.
+"""The profile suite: Nsight Compute counters of each rung, of the production tensor-core
+prefill and of FA4, one launch each.
 
 Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask. Each row
 carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA and ALU pipes,
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 from kernels.registry import names
 
-PEERS = ("fa4",)
+# Beside the rungs: FA4 (the target) and our production prefill (what the production page's
+# profile shows; it needs the built extension, python -m tools.build_ext).
+OTHERS = ("cuda-prefill-tc", "fa4")
 SKIPPED = ("k1",)
 
 
 def kernels() -> list[str]:
-    return [n for n in names("rung") if n not in SKIPPED] + list(PEERS)
+    return [n for n in names("rung") if n not in SKIPPED] + list(OTHERS)
 
 
 def run(ctx) -> list[dict]:
