@@ -45,8 +45,8 @@ def execute(path: Path, timeout_s: int, kernel: str):
     return nb
 
 
-def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str):
-    """``path`` with only its last code cell re-run (see the module docstring)."""
+def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str, cwd: Path = NOTEBOOKS):
+    """``path`` with only its last code cell re-run (see the module docstring), in ``cwd``."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -59,7 +59,7 @@ def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str):
     sources = (code[0].source, kernels_line, code[-1].source)
     scratch.cells = [nbformat.v4.new_code_cell(src) for src in sources]
     NotebookClient(scratch, timeout=timeout_s, kernel_name=kernel,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(cwd)}}).execute()
     code[-1].outputs = scratch.cells[-1].outputs
     return nb
 
