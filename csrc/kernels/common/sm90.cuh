@@ -22,6 +22,47 @@
 #define KERNELS_SM90_ASM(...) __trap()
 #endif
 
+// The f32 accumulator operands of a warpgroup MMA, written once for every instruction
+// wrapper: N/2 accumulators per thread at n = N (m64nN), as "+f" constraints on d[0 .. count)
+// and as the PTX operand list "%0, %1, ..." they fill (the accumulators come first). Each size
+// extends the one below it.
+#define KERNELS_WGMMA_ACC8(d, i)                                                                                  \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define KERNELS_WGMMA_ACC32(d) \
+  KERNELS_WGMMA_ACC8(d, 0), KERNELS_WGMMA_ACC8(d, 8), KERNELS_WGMMA_ACC8(d, 16), KERNELS_WGMMA_ACC8(d, 24)
+#define KERNELS_WGMMA_ACC64(d)                                                                             \
+  KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8(d, 32), KERNELS_WGMMA_ACC8(d, 40), KERNELS_WGMMA_ACC8(d, 48), \
+      KERNELS_WGMMA_ACC8(d, 56)
+#define KERNELS_WGMMA_ACC88(d) \
+  KERNELS_WGMMA_ACC64(d), KERNELS_WGMMA_ACC8(d, 64), KERNELS_WGMMA_ACC8(d, 72), KERNELS_WGMMA_ACC8(d, 80)
+#define KERNELS_WGMMA_ACC96(d) KERNELS_WGMMA_ACC88(d), KERNELS_WGMMA_ACC8(d, 88)
+#define KERNELS_WGMMA_ACC128(d)                                                                              \
+  KERNELS_WGMMA_ACC96(d), KERNELS_WGMMA_ACC8(d, 96), KERNELS_WGMMA_ACC8(d, 104), KERNELS_WGMMA_ACC8(d, 112), \
+      KERNELS_WGMMA_ACC8(d, 120)
+#define KERNELS_WGMMA_ACC32_REGS                                                                                   \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define KERNELS_WGMMA_ACC64_REGS                                                                                   \
+  KERNELS_WGMMA_ACC32_REGS                                                                                         \
+  ", "                                                                                                             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, " \
+  "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KERNELS_WGMMA_ACC88_REGS                                                                                   \
+  KERNELS_WGMMA_ACC64_REGS                                                                                         \
+  ", "                                                                                                             \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, " \
+  "%86, %87"
+#define KERNELS_WGMMA_ACC96_REGS \
+  KERNELS_WGMMA_ACC88_REGS       \
+  ", "                           \
+  "%88, %89, %90, %91, %92, %93, %94, %95"
+#define KERNELS_WGMMA_ACC128_REGS                                                                                  \
+  KERNELS_WGMMA_ACC96_REGS                                                                                         \
+  ", "                                                                                                             \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, " \
+  "%115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
 namespace kernels {
 
 // Orders register accesses before the WGMMAs that follow (wgmma.fence), closes the batch
