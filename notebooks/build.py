@@ -99,6 +99,11 @@ RUNG_TEXT = (
          "it under the S GEMM buys at head_dim 128 and 256 (and costs at 64)",
          "the same opcode mix as K8 at D = 128 (the `FMUL` of the rescale move, they do not "
          "disappear); one more rescale before the last P V"),
+    Rung(10, "persistent", "K10: persistent CTAs",
+         "how one CTA per SM walks the query tiles with its rings and turns running on from tile "
+         "to tile, and what that buys over a grid of one CTA per tile",
+         "the mainloop mix is K9's; around it, the tile loop's index arithmetic and one more "
+         "named-barrier sync per tile (the Q stage handed back after the epilogue)"),
 )
 
 

@@ -251,13 +251,18 @@ def kv_tile_count(plan: cutlass.Constexpr, gmem: GmemArgs, coords: TileCoords,
 
 @cute.jit
 def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords: TileCoords,
-               causal: cutlass.Constexpr[bool], v_after_next_k: cutlass.Constexpr[bool] = False):
+               causal: cutlass.Constexpr[bool], v_after_next_k: cutlass.Constexpr[bool] = False,
+               q_state=None, kv_state=None, q_after_first_k: cutlass.Constexpr[bool] = False):
     """The producer (one warp; one elected lane issues): Q once, then for every visible KV tile
     ``n`` its K into ``sK[stage]`` and its V into ``sV[stage]``, each copy on the stage's *full*
     mbarrier, each stage first acquired on its *empty* mbarrier (released by the consumers).
 
     ``v_after_next_k``: load K_{n+1} before V_n, the order in which a consumer that overlaps
-    ``S_{n+1} = Q K_{n+1}^T`` with the softmax of tile ``n`` needs them (K7 onwards)."""
+    ``S_{n+1} = Q K_{n+1}^T`` with the softmax of tile ``n`` needs them (K7 onwards).
+    A persistent CTA (K10) passes the ring states of its previous query tile (``q_state``,
+    ``kv_state``; fresh ones when None) and gets them back past this tile's loads; with
+    ``q_after_first_k`` the first K tile is requested before Q, whose stage the consumers free
+    only at the end of their previous tile."""
     # gQ: (Br, D, Sq/Br) this head's query tiles; gK, gV: (Bc, D, Sk/Bc) its KV tiles
     gQ = cute.local_tile(gmem.mQ[None, None, coords.head_idx, coords.batch_idx],
                          (plan.block_m, plan.head_dim), (None, 0))
@@ -270,12 +275,14 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
     tKsK, tKgK = tma.partition(gmem.tma_atom_K, ctx.sK, gK)
     tVsV, tVgV = tma.partition(gmem.tma_atom_V, ctx.sV, gV)
     n_block_max = kv_tile_count(plan, gmem, coords, causal)
+    if cutlass.const_expr(q_state is None):
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+    if cutlass.const_expr(kv_state is None):
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.num_stages)
 
-    q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-    ctx.pipeline_q.producer_acquire(q_state)
-    cute.copy(gmem.tma_atom_Q, tQgQ[None, coords.m_block], tQsQ[None, 0],
-              tma_bar_ptr=ctx.pipeline_q.producer_get_barrier(q_state))
-    kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.num_stages)
+    if cutlass.const_expr(not q_after_first_k):
+        load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+        q_state.advance()
     if cutlass.const_expr(not v_after_next_k):
         for n_block in cutlass.range(n_block_max, unroll=1):
             # Waits until the consumers have released this stage (tile n_block - num_stages).
@@ -285,12 +292,29 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
     else:
         if n_block_max > 0:
             load_stage(ctx.pipeline_k, gmem.tma_atom_K, tKgK, tKsK, 0, kv_state)
+            if cutlass.const_expr(q_after_first_k):
+                load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+                q_state.advance()
             for n_block in cutlass.range(1, n_block_max, unroll=1):
                 prev_state = kv_state.clone()
                 kv_state.advance()
                 load_stage(ctx.pipeline_k, gmem.tma_atom_K, tKgK, tKsK, n_block, kv_state)
                 load_stage(ctx.pipeline_v, gmem.tma_atom_V, tVgV, tVsV, n_block - 1, prev_state)
             load_stage(ctx.pipeline_v, gmem.tma_atom_V, tVgV, tVsV, n_block_max - 1, kv_state)
+            kv_state.advance()
+        elif cutlass.const_expr(q_after_first_k):
+            load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+            q_state.advance()
+    return q_state, kv_state
+
+
+@cute.jit
+def load_q(gmem: GmemArgs, ctx: CtaContext, tQgQ: cute.Tensor, tQsQ: cute.Tensor, m_block: Int32, q_state):
+    """Acquire the Q stage and copy query tile ``m_block`` into it (the caller advances
+    ``q_state``: the DSL tracks a state mutated in the branch that uses it, not in a helper)."""
+    ctx.pipeline_q.producer_acquire(q_state)
+    cute.copy(gmem.tma_atom_Q, tQgQ[None, m_block], tQsQ[None, 0],
+              tma_bar_ptr=ctx.pipeline_q.producer_get_barrier(q_state))
 
 
 class ConsumerOperands:

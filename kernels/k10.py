@@ -1,0 +1,319 @@
+"""K10 — K9 + persistent CTAs: one CTA per SM walks the query tiles, and its producer loads
+the next tile's first K while the consumers finish the last one.
+
+What it computes
+    out[b, i, h, :] = softmax(scale * q[b, i, h, :] @ k[b, :, h_kv, :]^T) @ v[b, :, h_kv, :]
+    for q ``[B, Sq, Hq, D]``, k and v ``[B, Sk, Hkv, D]``, out ``[B, Sq, Hq, D]`` (bf16 or fp16),
+    ``h_kv = h // (Hq // Hkv)`` (GQA), optional causal mask aligned bottom-right (query ``i``
+    sees keys ``j <= i + Sk - Sq``), optional ``lse [B, Hq, Sq]`` fp32 (natural log).
+
+Delta from K9
+    Up to K9 a CTA owns one query tile: at 16k tokens and 16 heads that is 2048 CTAs on 132
+    SMs. Each one starts cold (barrier set-up, descriptor prefetch, register hand-over), loads
+    Q and its first K with nothing to overlap them, and ends with an epilogue during which
+    its SM's tensor cores idle until the next CTA arrives. K10 launches one CTA per SM (never
+    more than there are tiles; the ``ctas`` knob) and each walks the tiles ``ctas`` apart, in
+    the order K8's grid had them (query tiles fastest, longest first under the mask; then
+    heads; then batches). The Q / K / V rings and the ping-pong turns run on from tile to
+    tile, and the producer asks for the next tile's first K before its Q: K's stage is free
+    as soon as the consumers have read it, Q's only once their epilogue has stored O through
+    it.
+
+How it works (consumer warpgroups first, then the producer warpgroup)
+    0. The CTA's first tile is ``block_idx.x``, the next ``ctas`` further, until the last; the
+       rings' states and the turn start once, before the first tile.
+    1-3. Per tile, K9's prologue, mainloop and epilogue. After the O store has read ``sQ``
+       (warp 0 waits for it), the consumers meet at a named barrier and release Q's stage.
+    Producer, per tile: K_0, then Q (waiting for the stage the consumers release at the end
+    of their previous tile), then K_{n+1} before V_n as K7.
+
+Cost
+    One named barrier more per tile, and per-tile index arithmetic on both sides. Q's load
+    still waits for the previous epilogue: Q and O share a buffer (``sQ`` stages O), which
+    the shared memory of D = 256 leaves no room to split.
+
+Constraints
+    head_dim 64, 128 or 256; bf16 or fp16; any Sq, Sk >= 1, batch, heads (Hq % Hkv == 0);
+    last dimension contiguous, other strides multiples of 8 elements, 16-byte aligned base
+    pointers (tensor-map rules). softmax scale: a positive runtime argument
+    (``problem.softmax_scale``). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
+    ``rescale_before_pv``, ``ctas`` (default: the GPU's SM count).
+
+Run and inspect
+    compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
+    python -m tools.inspect k9 k10    # SASS mix on a CPU-only machine
+    pytest -m gpu tests/test_rungs_gpu.py -k k10    # GPU correctness sweep
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import warpgroup
+
+from kernels.cute import epilogue, fmha, launch
+from kernels.cute import wgmma as wg
+from kernels.cute.barriers import NamedBarrier
+from kernels.cute.mask import FragmentMask, first_masked_block
+from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+
+IDEA = "persistent CTAs: one per SM walks the query tiles; the next K loads under the epilogue"
+RUNG = "k10"
+HEAD_DIMS = (64, 128, 256)
+DTYPES = ("bf16", "fp16")
+SUPPORTS_LSE = True
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas")  # keyword arguments of the constructor
+
+# FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
+TILE_CONFIGS = {
+    64: fmha.TilePlan(head_dim=64, consumer_warpgroups=3, block_n=128, producer_warps=4),
+    128: fmha.TilePlan(head_dim=128, consumer_warpgroups=2, block_n=128, producer_warps=4),
+    256: fmha.TilePlan(head_dim=256, consumer_warpgroups=2, block_n=80, producer_warps=4),
+}
+
+
+def sm_count() -> int:
+    """SMs of the current GPU: the persistent grid (132 on an H200 or H100 SXM when no GPU is
+    visible, as when compiling for inspection)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return 132
+
+
+class K10FMHA:
+    threads_per_row = 4  # the 4 lanes of a quad share an accumulator row
+
+    def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
+                 plan: fmha.TilePlan | None = None, pingpong: bool = True,
+                 rescale_before_pv: bool | None = None, ctas: int | None = None):
+        self.head_dim = head_dim
+        self.causal = causal
+        self.dtype = dtype
+        default = TILE_CONFIGS[head_dim]
+        self.plan = (plan or default).check(head_dim, default.producer_warps)
+        self.registers = fmha.REGISTER_SPLITS[self.plan.consumer_warpgroups]
+        self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
+        # Under the S GEMM, inside the turn: pays at D >= 128, not at D = 64 (see the Delta).
+        self.rescale_before_pv = head_dim >= 128 if rescale_before_pv is None else rescale_before_pv
+        self.ctas = ctas or sm_count()
+
+    # ---- host side: shared-memory plan, TMA descriptors, MMAs, grid, launch ------------------
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+                 mLSE: cute.Tensor | None, softmax_scale: Float32, stream: cuda.CUstream):
+        setup = fmha.host_setup(self.plan, self.dtype, mQ, mK, mV, mO, mLSE, tma_store_o=True)
+        # exp(scale * s) = 2^(scale * log2(e) * s): one multiply folded into the scale.
+        scale_log2 = softmax_scale * LOG2_E
+        # One CTA per SM (at most one per query tile), each walking the tiles ctas apart.
+        num_m_blocks, heads, batch = fmha.grid_shape(self.plan, setup.gmem)
+        num_tiles = num_m_blocks * heads * batch
+        self.kernel(setup.gmem, setup.smem, setup.mmas, scale_log2, num_tiles, setup.storage).launch(
+            grid=(cutlass.min(num_tiles, self.ctas), 1, 1), block=(self.plan.num_threads, 1, 1),
+            smem=setup.storage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+
+    # ---- device side ---------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(self, gmem: fmha.GmemArgs, smem: fmha.SmemLayouts, mmas: fmha.Mmas,
+               scale_log2: Float32, num_tiles: Int32, SharedStorage: cutlass.Constexpr):
+        ctx = fmha.enter_kernel(self.plan, self.dtype, gmem, smem, SharedStorage)
+        first_tile, _, _ = cute.arch.block_idx()
+        ctas, _, _ = cute.arch.grid_dim()
+        if ctx.warp_idx >= self.plan.producer_warp:  # the producer warpgroup
+            cute.arch.setmaxregister_decrease(self.registers.producer)
+            if ctx.warp_idx == self.plan.producer_warp:
+                # The rings run on across tiles: each tile starts where the previous one left them.
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                        self.plan.num_stages)
+                for tile in cutlass.range(first_tile, num_tiles, ctas, unroll=1):
+                    coords = self.tile_coords(gmem, tile)
+                    # K_0 first: its stage is free before the consumers' epilogue frees Q's.
+                    q_state, kv_state = fmha.load_tiles(self.plan, gmem, ctx, coords, self.causal,
+                                                        v_after_next_k=True, q_state=q_state,
+                                                        kv_state=kv_state, q_after_first_k=True)
+        else:
+            cute.arch.setmaxregister_increase(self.registers.consumer)
+            self.compute(gmem, mmas, ctx, first_tile, num_tiles, ctas, scale_log2)
+
+    @cute.jit
+    def tile_coords(self, gmem: fmha.GmemArgs, tile: Int32) -> fmha.TileCoords:
+        """Tile ``tile`` of the walk: query tiles fastest, then heads, then batches (neighbouring
+        CTAs share a head's K and V in L2); under the causal mask each head's query tiles run
+        from the last (the most keys) to the first."""
+        num_m_blocks, heads, _ = fmha.grid_shape(self.plan, gmem)
+        m_block = tile % num_m_blocks
+        if const_expr(self.causal):
+            m_block = num_m_blocks - 1 - m_block
+        head_batch = tile // num_m_blocks
+        return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
+
+    # ---- device roles --------------------------------------------------------------------------
+    @cute.jit
+    def compute(self, gmem: fmha.GmemArgs, mmas: fmha.Mmas, ctx: fmha.CtaContext, first_tile: Int32,
+                num_tiles: Int32, ctas: Int32, scale_log2: Float32):
+        """Consumer warpgroups: the CTA's query tiles one after the other."""
+        # This thread's warpgroup: it owns rows 64 wg_idx .. 64 wg_idx + 63 of the CTA's tile.
+        wg_idx = cute.arch.make_warp_uniform(ctx.tidx // wg.WARPGROUP_THREADS)
+        ops = fmha.ConsumerOperands(self.plan, mmas, ctx, wg_idx)
+        # tOrP: ((2, 2, 2), 1, Bc/16) P of the previous tile as the A fragment, kept across iterations
+        tOrP = cute.make_rmem_tensor_like(wg.acc_as_a_operand(ops.scores_fragment()), self.dtype)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.plan.num_stages)
+        # The turns run on across tiles: every warpgroup takes as many per tile, and the last
+        # one of a tile hands the turn back to warpgroup 0.
+        if wg_idx == 0:
+            self.pass_turn(self.plan.consumer_warpgroups - 1)  # warpgroup 0 opens its first turn
+        for tile in cutlass.range(first_tile, num_tiles, ctas, unroll=1):
+            coords = self.tile_coords(gmem, tile)
+            q_state, kv_state = self.compute_tile(gmem, mmas, ctx, ops, coords, wg_idx, tOrP, q_state,
+                                                  kv_state, scale_log2)
+
+    @cute.jit
+    def compute_tile(self, gmem: fmha.GmemArgs, mmas: fmha.Mmas, ctx: fmha.CtaContext,
+                     ops: fmha.ConsumerOperands, coords: fmha.TileCoords, wg_idx: Int32, tOrP: cute.Tensor,
+                     q_state, kv_state, scale_log2: Float32):
+        """One query tile: K9's compute, on ring states that continue from the previous tile;
+        ends by handing the Q stage back to the producer."""
+        n_block_max = fmha.kv_tile_count(self.plan, gmem, coords, self.causal)
+
+        # ============ Phase 1: Q tile -> sQ; softmax state, O accumulator, mask ============
+        ctx.pipeline_q.consumer_wait(q_state)
+        # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
+        acc_O = ops.output_fragment()
+        acc_O.fill(0.0)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row)
+        softmax.reset()
+        mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
+                            self.causal)
+
+        # ============ Phase 2: KV mainloop, pipelined: S_n under the softmax of n - 1 ============
+        # The factor O waits for when its rescale runs before the next P V (rescale_before_pv)
+        pending_scale = cute.make_rmem_tensor((softmax.num_rows,), Float32)
+        pending_scale.fill(1.0)
+        if n_block_max > 0:
+            kv_state = self.first_half_block(kv_state, mmas, ops, ctx, tOrP, softmax, mask)
+            # Tiles before n_block_masked are fully visible to every row: no mask code at all.
+            n_block_masked = first_masked_block(coords.m_block, self.plan.block_m, self.plan.block_n,
+                                                gmem.mQ.shape[0], gmem.mK.shape[0], n_block_max, self.causal)
+            for n_block in cutlass.range(1, n_block_masked, unroll=1):
+                kv_state = self.mma_one_n_block(kv_state, n_block, wg_idx, mmas, ops, ctx, acc_O, tOrP,
+                                                softmax, pending_scale, mask, False)
+            for n_block in cutlass.range(cutlass.max(n_block_masked, 1), n_block_max, unroll=1):
+                kv_state = self.mma_one_n_block(kv_state, n_block, wg_idx, mmas, ops, ctx, acc_O, tOrP,
+                                                softmax, pending_scale, mask, True)
+            kv_state = self.last_half_block(kv_state, mmas, ops, ctx, acc_O, tOrP, pending_scale)
+
+        # ============ Phase 3: normalize, store O and LSE ============
+        rO, lse = epilogue.normalized_output(acc_O, softmax, self.dtype)
+        # Each warpgroup's last S has completed, so its rows of the Q tile are free to stage O.
+        epilogue.store_o_tma(rO, gmem.mO, ctx.sQ[None, None, 0], gmem.tma_atom_O, mmas.pv, ctx.tidx,
+                             int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads, coords.m_block,
+                             coords.head_idx, coords.batch_idx)
+        epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
+                           coords.batch_idx, gmem.mQ.shape[0])
+        # The TMA store has read sQ (warp 0 waited for it): Q's stage is the producer's again.
+        cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
+                          number_of_threads=self.plan.num_consumer_threads)
+        ctx.pipeline_q.consumer_release(q_state)
+        q_state.advance()
+        return q_state, kv_state
+
+    @cute.jit
+    def first_half_block(self, kv_state, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, ctx: fmha.CtaContext,
+                         tOrP: cute.Tensor, softmax: OnlineSoftmax, mask: FragmentMask):
+        """Step 1, tile 0: S_0, masked softmax (the first tile: no rescale), P_0 -> ``tOrP``."""
+        ctx.pipeline_k.consumer_wait(kv_state)
+        acc_S = ops.scores_fragment()
+        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
+                zero_init=True, wait=True)
+        ctx.pipeline_k.consumer_release(kv_state)
+        acc_S_mn = wg.acc_rows_view(acc_S)
+        mask.apply(acc_S_mn, 0)
+        softmax.update(acc_S_mn, is_first=True)
+        wg.convert_scores_into(acc_S, tOrP)
+        return kv_state
+
+    @cute.jit
+    def mma_one_n_block(self, kv_state, n_block: Int32, wg_idx: Int32, mmas: fmha.Mmas,
+                        ops: fmha.ConsumerOperands, ctx: fmha.CtaContext, acc_O: cute.Tensor,
+                        tOrP: cute.Tensor, softmax: OnlineSoftmax, pending_scale: cute.Tensor,
+                        mask: FragmentMask, masked: cutlass.Constexpr[bool]):
+        """Steps 2a-2d: S of tile ``n_block`` and P V of the tile before it, then the softmax of
+        ``n_block`` under that P V. ``kv_state`` enters at the previous tile's stage."""
+        v_state = kv_state.clone()  # the previous tile's stage: its V is consumed now
+        kv_state.advance()
+        # ---- 2a. K tile; this warpgroup's turn: S_n = Q K_n^T issued, O rescaled under it by
+        #          tile n-1's factor, O += P_{n-1} V_{n-1} issued
+        ctx.pipeline_k.consumer_wait(kv_state)
+        self.wait_turn(wg_idx)
+        # acc_S: ((2, 2, Bc/8), 1, 1) fp32, same row ownership as acc_O
+        acc_S = ops.scores_fragment()
+        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
+                zero_init=True, wait=False)
+        if const_expr(self.rescale_before_pv):  # O by tile n-1's factor, under the S GEMM
+            rescale_rows(wg.acc_rows_view(acc_O), pending_scale)
+        ctx.pipeline_v.consumer_wait(v_state)
+        wg.gemm(mmas.pv, acc_O, tOrP, ops.tOrVt[None, None, None, v_state.index], zero_init=False, wait=False)
+        self.pass_turn(wg_idx)
+
+        # ---- 2b. S_n has landed (the older of the two groups); P V may still be running
+        warpgroup.wait_group(1)
+        ctx.pipeline_k.consumer_release(kv_state)
+
+        # ---- 2c. mask and online softmax of tile n, under P_{n-1} V_{n-1}
+        acc_S_mn = wg.acc_rows_view(acc_S)  # (2 rows, Bc/4 columns)
+        if const_expr(masked):
+            mask.apply(acc_S_mn, n_block)
+        row_scale = softmax.update(acc_S_mn)
+
+        # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
+        warpgroup.wait_group(0)
+        ctx.pipeline_v.consumer_release(v_state)
+        wg.convert_scores_into(acc_S, tOrP)
+        if const_expr(self.rescale_before_pv):
+            pending_scale.store(row_scale.load())
+        else:
+            rescale_rows(wg.acc_rows_view(acc_O), row_scale)
+        return kv_state
+
+    @cute.jit
+    def last_half_block(self, kv_state, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, ctx: fmha.CtaContext,
+                        acc_O: cute.Tensor, tOrP: cute.Tensor, pending_scale: cute.Tensor):
+        """Step 3: O += P V of the last tile."""
+        if const_expr(self.rescale_before_pv):
+            rescale_rows(wg.acc_rows_view(acc_O), pending_scale)
+        ctx.pipeline_v.consumer_wait(kv_state)
+        wg.gemm(mmas.pv, acc_O, tOrP, ops.tOrVt[None, None, None, kv_state.index], zero_init=False, wait=True)
+        ctx.pipeline_v.consumer_release(kv_state)
+        kv_state.advance()
+        return kv_state
+
+    # ---- the ping-pong schedule ------------------------------------------------------------------
+    @cute.jit
+    def wait_turn(self, wg_idx: Int32):
+        """Block until the previous warpgroup in the round has passed this one the turn."""
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=int(NamedBarrier.MMA_TURN_WG0) + wg_idx,
+                              number_of_threads=2 * wg.WARPGROUP_THREADS)
+
+    @cute.jit
+    def pass_turn(self, wg_idx: Int32):
+        """Open the next warpgroup's turn (its barrier completes with its own 128 threads)."""
+        if const_expr(self.pingpong):
+            next_wg = wg_idx + 1 if wg_idx + 1 < self.plan.consumer_warpgroups else 0
+            cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.MMA_TURN_WG0) + next_wg,
+                                     number_of_threads=2 * wg.WARPGROUP_THREADS)
+
+
+# ---- the rung interface (identical for every rung: kernels/cute/launch.py) -------------------
+_API = launch.RungAPI(RUNG, K10FMHA, HEAD_DIMS, DTYPES, TILE_CONFIGS)
+can_implement = _API.can_implement
+compile_kernel = _API.compile_kernel
+run_kernel = _API.run_kernel
+compile_for_inspect = _API.compile_for_inspect
+shared_bytes = _API.shared_bytes
