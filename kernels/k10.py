@@ -1,5 +1,5 @@
 """K10 — K9 + persistent CTAs: one CTA per SM walks the query tiles, and its producer loads
-the next tile's first K while the consumers finish the last one.
+the next tile's first K and Q while the consumers finish the last one.
 
 What it computes
     out[b, i, h, :] = softmax(scale * q[b, i, h, :] @ k[b, :, h_kv, :]^T) @ v[b, :, h_kv, :]
@@ -15,29 +15,33 @@ Delta from K9
     more than there are tiles; the ``ctas`` knob) and each walks the tiles ``ctas`` apart, in
     the order K8's grid had them (query tiles fastest, longest first under the mask; then
     heads; then batches). The Q / K / V rings and the ping-pong turns run on from tile to
-    tile, and the producer asks for the next tile's first K before its Q: K's stage is free
-    as soon as the consumers have read it, Q's only once their epilogue has stored O through
-    it.
+    tile, and the producer asks for the next tile's first K before its Q. Where shared memory
+    allows (D <= 128), O is staged in a buffer of its own instead of the Q tile, so Q's stage
+    goes back to the producer as soon as the tile's last S has completed: the next Q and K
+    load under the last P V and the epilogue, and O's TMA store is waited for one tile later.
+    At D = 256 (no room) O still leaves through ``sQ``, and Q waits for the epilogue.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     0. The CTA's first tile is ``block_idx.x``, the next ``ctas`` further, until the last; the
        rings' states and the turn start once, before the first tile.
-    1-3. Per tile, K9's prologue, mainloop and epilogue. After the O store has read ``sQ``
-       (warp 0 waits for it), the consumers meet at a named barrier and release Q's stage.
+    1-2. Per tile, K9's prologue and mainloop; then, with ``sO``, release Q's stage.
+    3. Normalise; with ``sO``: warp 0 waits until the previous tile's store has read ``sO``, a
+       named barrier, ``stmatrix`` into ``sO``, one TMA store, not waited for. Without:
+       K9's epilogue through ``sQ``, a named barrier, then release Q's stage.
     Producer, per tile: K_0, then Q (waiting for the stage the consumers release at the end
     of their previous tile), then K_{n+1} before V_n as K7.
 
 Cost
-    One named barrier more per tile, and per-tile index arithmetic on both sides. Q's load
-    still waits for the previous epilogue: Q and O share a buffer (``sQ`` stages O), which
-    the shared memory of D = 256 leaves no room to split.
+    One named barrier more per tile, per-tile index arithmetic on both sides, and at D <= 128
+    a second ``Br x D`` buffer (32 KiB at D = 128). Knobs: ``ctas``, ``separate_o``.
 
 Constraints
     head_dim 64, 128 or 256; bf16 or fp16; any Sq, Sk >= 1, batch, heads (Hq % Hkv == 0);
     last dimension contiguous, other strides multiples of 8 elements, 16-byte aligned base
     pointers (tensor-map rules). softmax scale: a positive runtime argument
     (``problem.softmax_scale``). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv``, ``ctas`` (default: the GPU's SM count).
+    ``rescale_before_pv``, ``ctas`` (default: the GPU's SM count), ``separate_o`` (default:
+    where it fits).
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -65,7 +69,8 @@ RUNG = "k10"
 HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas")  # keyword arguments of the constructor
+# keyword arguments of the constructor
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o")
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -90,7 +95,8 @@ class K10FMHA:
 
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
-                 rescale_before_pv: bool | None = None, ctas: int | None = None):
+                 rescale_before_pv: bool | None = None, ctas: int | None = None,
+                 separate_o: bool | None = None):
         self.head_dim = head_dim
         self.causal = causal
         self.dtype = dtype
@@ -101,12 +107,16 @@ class K10FMHA:
         # Under the S GEMM, inside the turn: pays at D >= 128, not at D = 64 (see the Delta).
         self.rescale_before_pv = head_dim >= 128 if rescale_before_pv is None else rescale_before_pv
         self.ctas = ctas or sm_count()
+        # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
+        # is free at the end of the mainloop, and the next Q loads while O leaves.
+        self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o
 
     # ---- host side: shared-memory plan, TMA descriptors, MMAs, grid, launch ------------------
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor | None, softmax_scale: Float32, stream: cuda.CUstream):
-        setup = fmha.host_setup(self.plan, self.dtype, mQ, mK, mV, mO, mLSE, tma_store_o=True)
+        setup = fmha.host_setup(self.plan, self.dtype, mQ, mK, mV, mO, mLSE, tma_store_o=True,
+                                separate_o=self.separate_o)
         # exp(scale * s) = 2^(scale * log2(e) * s): one multiply folded into the scale.
         scale_log2 = softmax_scale * LOG2_E
         # One CTA per SM (at most one per query tile), each walking the tiles ctas apart.
@@ -120,7 +130,7 @@ class K10FMHA:
     @cute.kernel
     def kernel(self, gmem: fmha.GmemArgs, smem: fmha.SmemLayouts, mmas: fmha.Mmas,
                scale_log2: Float32, num_tiles: Int32, SharedStorage: cutlass.Constexpr):
-        ctx = fmha.enter_kernel(self.plan, self.dtype, gmem, smem, SharedStorage)
+        ctx = fmha.enter_kernel(self.plan, self.dtype, gmem, smem, SharedStorage, self.separate_o)
         first_tile, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
         if ctx.warp_idx >= self.plan.producer_warp:  # the producer warpgroup
@@ -172,6 +182,8 @@ class K10FMHA:
             coords = self.tile_coords(gmem, tile)
             q_state, kv_state = self.compute_tile(gmem, mmas, ctx, ops, coords, wg_idx, tOrP, q_state,
                                                   kv_state, scale_log2)
+        if const_expr(self.separate_o):  # the last O store reads sO: not past the CTA's end
+            epilogue.wait_o_store_read(ctx.tidx, int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads)
 
     @cute.jit
     def compute_tile(self, gmem: fmha.GmemArgs, mmas: fmha.Mmas, ctx: fmha.CtaContext,
@@ -207,20 +219,33 @@ class K10FMHA:
                 kv_state = self.mma_one_n_block(kv_state, n_block, wg_idx, mmas, ops, ctx, acc_O, tOrP,
                                                 softmax, pending_scale, mask, True)
             kv_state = self.last_half_block(kv_state, mmas, ops, ctx, acc_O, tOrP, pending_scale)
+        if const_expr(self.separate_o):
+            # Every S of the tile has completed (the last P V waited for all groups): Q's stage
+            # goes back to the producer now, and the next Q loads under the epilogue.
+            ctx.pipeline_q.consumer_release(q_state)
+            q_state.advance()
 
         # ============ Phase 3: normalize, store O and LSE ============
         rO, lse = epilogue.normalized_output(acc_O, softmax, self.dtype)
-        # Each warpgroup's last S has completed, so its rows of the Q tile are free to stage O.
-        epilogue.store_o_tma(rO, gmem.mO, ctx.sQ[None, None, 0], gmem.tma_atom_O, mmas.pv, ctx.tidx,
-                             int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads, coords.m_block,
-                             coords.head_idx, coords.batch_idx)
+        barrier_id, threads = int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads
+        if const_expr(self.separate_o):
+            # sO is free once the previous tile's store has read it; this store is waited for
+            # one tile later.
+            epilogue.wait_o_store_read(ctx.tidx, barrier_id, threads)
+            epilogue.store_o_tma(rO, gmem.mO, ctx.sO[None, None, 0], gmem.tma_atom_O, mmas.pv, ctx.tidx,
+                                 barrier_id, threads, coords.m_block, coords.head_idx, coords.batch_idx,
+                                 wait_for_read=False)
+        else:
+            # Each warpgroup's last S has completed, so its rows of the Q tile are free to stage O.
+            epilogue.store_o_tma(rO, gmem.mO, ctx.sQ[None, None, 0], gmem.tma_atom_O, mmas.pv, ctx.tidx,
+                                 barrier_id, threads, coords.m_block, coords.head_idx, coords.batch_idx)
         epilogue.store_lse(lse, gmem.mLSE, ops.thr_mma_pv, ops.tile_o, coords.m_block, coords.head_idx,
                            coords.batch_idx, gmem.mQ.shape[0])
-        # The TMA store has read sQ (warp 0 waited for it): Q's stage is the producer's again.
-        cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
-                          number_of_threads=self.plan.num_consumer_threads)
-        ctx.pipeline_q.consumer_release(q_state)
-        q_state.advance()
+        if const_expr(not self.separate_o):
+            # The TMA store has read sQ (warp 0 waited for it): Q's stage is the producer's again.
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+            ctx.pipeline_q.consumer_release(q_state)
+            q_state.advance()
         return q_state, kv_state
 
     @cute.jit
@@ -316,4 +341,12 @@ can_implement = _API.can_implement
 compile_kernel = _API.compile_kernel
 run_kernel = _API.run_kernel
 compile_for_inspect = _API.compile_for_inspect
-shared_bytes = _API.shared_bytes
+
+
+def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int | None:
+    """As every Hopper rung's, plus O's own buffer where the default plan has one."""
+    plan = TILE_CONFIGS.get(head_dim)
+    if plan is None:
+        return None
+    o_buffer = plan.q_bytes(dtype_bytes) if plan.fits_separate_o(dtype_bytes) else 0
+    return plan.shared_bytes(dtype_bytes) + o_buffer

@@ -53,11 +53,14 @@ def store_o_direct(rO: cute.Tensor, mO: cute.Tensor, thr_mma_pv, tile_mo: cutlas
 @cute.jit
 def store_o_tma(rO: cute.Tensor, mO: cute.Tensor, sO: cute.Tensor, tma_atom_O: cute.CopyAtom,
                 tiled_mma_pv: cute.TiledMma, tidx: Int32, barrier_id: cutlass.Constexpr,
-                num_threads: cutlass.Constexpr, m_block: Int32, head_idx: Int32, batch_idx: Int32):
+                num_threads: cutlass.Constexpr, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+                wait_for_read: cutlass.Constexpr[bool] = True):
     """``rO`` -> ``stmatrix`` into ``sO`` (the CTA's ``(Br, D)`` Q tile, free once every
-    warpgroup's last S has completed) -> one TMA store of the box ``m_block`` of the
-    ``(S, D, H, B)`` TMA tensor ``mO``. The ``num_threads`` consumer threads meet at
-    ``barrier_id`` between the two; returns after the TMA has *read* ``sO``."""
+    warpgroup's last S has completed, or a buffer of its own) -> one TMA store of the box
+    ``m_block`` of the ``(S, D, H, B)`` TMA tensor ``mO``. The ``num_threads`` consumer threads
+    meet at ``barrier_id`` between the two; returns after the TMA has *read* ``sO``, or, without
+    ``wait_for_read``, at once (then :func:`wait_o_store_read` before ``sO`` is written again,
+    and before the CTA exits)."""
     smem_copy_O = cute.make_tiled_copy_C(
         cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), rO.element_type), tiled_mma_pv)
     thr_copy_O = smem_copy_O.get_slice(tidx)
@@ -72,7 +75,18 @@ def store_o_tma(rO: cute.Tensor, mO: cute.Tensor, sO: cute.Tensor, tma_atom_O: c
         tOsO, tOgO = tma.partition(tma_atom_O, sO, gO)
         cute.copy(tma_atom_O, tOsO, tOgO)
         cute.arch.cp_async_bulk_commit_group()
-        cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem must outlive the copy
+        if cutlass.const_expr(wait_for_read):
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem must outlive the copy
+
+
+@cute.jit
+def wait_o_store_read(tidx: Int32, barrier_id: cutlass.Constexpr, num_threads: cutlass.Constexpr):
+    """Until the last O store (issued by warp 0, :func:`store_o_tma` without ``wait_for_read``)
+    has read its shared memory; the ``num_threads`` consumer threads meet at ``barrier_id``
+    after warp 0's wait, so every one of them may write ``sO`` again."""
+    if tidx < 32:
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
 
 
 @cute.jit

@@ -81,6 +81,11 @@ class TilePlan:
         """Q, and K and V in ``num_stages`` stages each (before alignment; mbarriers not counted)."""
         return self.q_bytes(dtype_bytes) + 2 * self.num_stages * self.kv_bytes(dtype_bytes)
 
+    def fits_separate_o(self, dtype_bytes: int = 2) -> bool:
+        """Whether shared memory also holds a buffer of its own for O (``host_setup``'s
+        ``separate_o``): at D <= 128 with the default plans, not at 256."""
+        return self.shared_bytes(dtype_bytes) + self.q_bytes(dtype_bytes) <= MAX_SHARED_BYTES
+
     def check(self, head_dim: int, producer_warps: int) -> "TilePlan":
         """The plan, if a rung with this head dimension and producer can run it; else ValueError."""
         problems = []
@@ -140,8 +145,11 @@ class HostSetup(NamedTuple):
 
 
 def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor,
-               mO: cute.Tensor, mLSE: cute.Tensor | None, *, tma_store_o: bool = False) -> HostSetup:
-    """Everything the host builds before launching a Hopper rung (called from its ``__call__``)."""
+               mO: cute.Tensor, mLSE: cute.Tensor | None, *, tma_store_o: bool = False,
+               separate_o: bool = False) -> HostSetup:
+    """Everything the host builds before launching a Hopper rung (called from its ``__call__``).
+    ``separate_o``: O is staged for its TMA store in a buffer of its own (``sO``) instead of
+    the Q tile (K10, where the next tile's Q may arrive while O leaves)."""
     mQ, mK, mV, mO = (tma.seq_major_view(bshd_tensor(t, plan.head_dim)) for t in (mQ, mK, mV, mO))
 
     # Q/K/V tiles: row-major, 128-byte swizzled (what the TMA writes and WGMMA reads).
@@ -171,6 +179,7 @@ def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
+        sO: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout) if separate_o else 0], 1024]
 
     gmem = GmemArgs(tma_Q, tma_K, tma_V, gmem_O, mLSE, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O)
     return HostSetup(gmem, SmemLayouts(sQ_layout, sKV_layout), mmas, SharedStorage)
@@ -189,6 +198,7 @@ class CtaContext(NamedTuple):
     sQ: cute.Tensor  # (Br, D, 1)
     sK: cute.Tensor  # (Bc, D, stage)
     sV: cute.Tensor  # (Bc, D, stage)
+    sO: cute.Tensor  # (Br, D, 1): O's staging for its TMA store, sQ itself unless separate_o
     pipeline_q: pipeline.PipelineTmaAsync
     pipeline_k: pipeline.PipelineTmaAsync
     pipeline_v: pipeline.PipelineTmaAsync
@@ -196,9 +206,10 @@ class CtaContext(NamedTuple):
 
 @cute.jit
 def enter_kernel(plan: cutlass.Constexpr, dtype: cutlass.Constexpr, gmem: GmemArgs,
-                 smem: SmemLayouts, SharedStorage: cutlass.Constexpr) -> CtaContext:
+                 smem: SmemLayouts, SharedStorage: cutlass.Constexpr,
+                 separate_o: cutlass.Constexpr[bool] = False) -> CtaContext:
     """Descriptor prefetch, shared-memory tensors and the Q / K / V mbarrier rings (one producer
-    thread; one arrival per consumer warp)."""
+    thread; one arrival per consumer warp). ``separate_o`` as in :func:`host_setup`."""
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     if warp_idx == plan.producer_warp:
@@ -210,11 +221,14 @@ def enter_kernel(plan: cutlass.Constexpr, dtype: cutlass.Constexpr, gmem: GmemAr
     sQ = storage.sQ.get_tensor(smem.sQ.outer, swizzle=smem.sQ.inner)
     sK = storage.sK.get_tensor(smem.sKV.outer, swizzle=smem.sKV.inner)
     sV = storage.sV.get_tensor(smem.sKV.outer, swizzle=smem.sKV.inner)
+    sO = sQ
+    if cutlass.const_expr(separate_o):
+        sO = storage.sO.get_tensor(smem.sQ.outer, swizzle=smem.sQ.inner)
     dtype_bytes = dtype.width // 8
     pipeline_q, pipeline_k, pipeline_v = tma.make_qkv_pipelines(
         storage, plan.num_stages, plan.num_consumer_threads // WARP_THREADS,
         plan.q_bytes(dtype_bytes), plan.kv_bytes(dtype_bytes))
-    return CtaContext(tidx, warp_idx, sQ, sK, sV, pipeline_q, pipeline_k, pipeline_v)
+    return CtaContext(tidx, warp_idx, sQ, sK, sV, sO, pipeline_q, pipeline_k, pipeline_v)
 
 
 class TileCoords(NamedTuple):
