@@ -12,10 +12,11 @@ Delta from K9
     SMs. Each one starts cold (barrier set-up, descriptor prefetch, register hand-over), loads
     Q and its first K with nothing to overlap them, and ends with an epilogue during which
     its SM's tensor cores idle until the next CTA arrives. K10 launches one CTA per SM (never
-    more than there are tiles; the ``ctas`` knob) and each walks the tiles ``ctas`` apart, in
-    the order K8's grid had them (query tiles fastest, longest first under the mask; then
-    heads; then batches). The Q / K / V rings and the ping-pong turns run on from tile to
-    tile, and the producer asks for the next tile's first K before its Q. Where shared memory
+    more than there are tiles; the ``ctas`` knob) and each walks the tiles ``ctas`` apart:
+    query tiles fastest, then heads, then batches; under the causal mask query tiles slowest,
+    longest first, so that every CTA gets a fair share of the work. The Q / K / V rings and
+    the ping-pong turns run on from tile to tile, and the producer asks for the next tile's
+    first K before its Q. Where shared memory
     allows (D <= 128), O is staged in a buffer of its own instead of the Q tile, so Q's stage
     goes back to the producer as soon as the tile's last S has completed: the next Q and K
     load under the last P V and the epilogue, and O's TMA store is waited for one tile later.
@@ -152,14 +153,17 @@ class K10FMHA:
 
     @cute.jit
     def tile_coords(self, gmem: fmha.GmemArgs, tile: Int32) -> fmha.TileCoords:
-        """Tile ``tile`` of the walk: query tiles fastest, then heads, then batches (neighbouring
-        CTAs share a head's K and V in L2); under the causal mask each head's query tiles run
-        from the last (the most keys) to the first."""
-        num_m_blocks, heads, _ = fmha.grid_shape(self.plan, gmem)
+        """Tile ``tile`` of the walk. Without a mask: query tiles fastest, then heads, then
+        batches (neighbouring CTAs share a head's K and V in L2). Under the causal mask a tile's
+        work grows with its query index, so the walk goes by query tile, the last (the most
+        keys) first, with heads and batches fastest: each round of ``ctas`` tiles is about
+        equal work, and no CTA collects only long tiles."""
+        num_m_blocks, heads, batch = fmha.grid_shape(self.plan, gmem)
         m_block = tile % num_m_blocks
-        if const_expr(self.causal):
-            m_block = num_m_blocks - 1 - m_block
         head_batch = tile // num_m_blocks
+        if const_expr(self.causal):
+            m_block = num_m_blocks - 1 - tile // (heads * batch)
+            head_batch = tile % (heads * batch)
         return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
 
     # ---- device roles --------------------------------------------------------------------------
