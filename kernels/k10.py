@@ -14,13 +14,12 @@ Delta from K9
     its SM's tensor cores idle until the next CTA arrives. K10 launches one CTA per SM (never
     more than there are tiles; the ``ctas`` knob) and each walks the tiles ``ctas`` apart:
     query tiles fastest, then heads, then batches; under the causal mask query tiles slowest,
-    longest first, so that every CTA gets a fair share of the work. The Q / K / V rings and
-    the ping-pong turns run on from tile to tile, and the producer asks for the next tile's
-    first K before its Q. Where shared memory
-    allows (D <= 128), O is staged in a buffer of its own instead of the Q tile, so Q's stage
-    goes back to the producer as soon as the tile's last S has completed: the next Q and K
-    load under the last P V and the epilogue, and O's TMA store is waited for one tile later.
-    At D = 256 (no room) O still leaves through ``sQ``, and Q waits for the epilogue.
+    longest first, dealt in alternating directions, so that every CTA gets a fair share. The
+    Q / K / V rings and the ping-pong turns run on from tile to tile, and the producer asks
+    for the next tile's first K before its Q. Where shared memory allows (D <= 128), O is
+    staged in a buffer of its own instead of the Q tile, so Q's stage goes back to the
+    producer as soon as the tile's last S has completed: the next Q and K load under the last
+    P V and the epilogue, and O's TMA store is waited for one tile later. At D = 256 (no room) O still leaves through ``sQ``, and Q waits for the epilogue.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     0. The CTA's first tile is ``block_idx.x``, the next ``ctas`` further, until the last; the
@@ -142,7 +141,7 @@ class K10FMHA:
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                         self.plan.num_stages)
                 for tile in cutlass.range(first_tile, num_tiles, ctas, unroll=1):
-                    coords = self.tile_coords(gmem, tile)
+                    coords = self.tile_coords(gmem, tile, num_tiles, ctas)
                     # K_0 first: its stage is free before the consumers' epilogue frees Q's.
                     q_state, kv_state = fmha.load_tiles(self.plan, gmem, ctx, coords, self.causal,
                                                         v_after_next_k=True, q_state=q_state,
@@ -152,13 +151,19 @@ class K10FMHA:
             self.compute(gmem, mmas, ctx, first_tile, num_tiles, ctas, scale_log2)
 
     @cute.jit
-    def tile_coords(self, gmem: fmha.GmemArgs, tile: Int32) -> fmha.TileCoords:
-        """Tile ``tile`` of the walk. Without a mask: query tiles fastest, then heads, then
+    def tile_coords(self, gmem: fmha.GmemArgs, slot: Int32, num_tiles: Int32, ctas: Int32) -> fmha.TileCoords:
+        """The tile a CTA takes at ``slot`` (its block index, then ``ctas`` further each time).
+        Without a mask the walk is K8's grid order: query tiles fastest, then heads, then
         batches (neighbouring CTAs share a head's K and V in L2). Under the causal mask a tile's
         work grows with its query index, so the walk goes by query tile, the last (the most
-        keys) first, with heads and batches fastest: each round of ``ctas`` tiles is about
-        equal work, and no CTA collects only long tiles."""
+        keys) first, heads and batches fastest, and every other full round of ``ctas`` tiles
+        is dealt in reverse: CTA 0 gets the round's longest tile, then its shortest."""
         num_m_blocks, heads, batch = fmha.grid_shape(self.plan, gmem)
+        tile = slot
+        if const_expr(self.causal):
+            round_start = slot - slot % ctas
+            if (slot // ctas) % 2 == 1 and round_start + ctas <= num_tiles:
+                tile = round_start + ctas - 1 - slot % ctas
         m_block = tile % num_m_blocks
         head_batch = tile // num_m_blocks
         if const_expr(self.causal):
@@ -183,7 +188,7 @@ class K10FMHA:
         if wg_idx == 0:
             self.pass_turn(self.plan.consumer_warpgroups - 1)  # warpgroup 0 opens its first turn
         for tile in cutlass.range(first_tile, num_tiles, ctas, unroll=1):
-            coords = self.tile_coords(gmem, tile)
+            coords = self.tile_coords(gmem, tile, num_tiles, ctas)
             q_state, kv_state = self.compute_tile(gmem, mmas, ctx, ops, coords, wg_idx, tOrP, q_state,
                                                   kv_state, scale_log2)
         if const_expr(self.separate_o):  # the last O store reads sO: not past the CTA's end
