@@ -19,11 +19,13 @@ Delta from K9
     for the next tile's first K before its Q. Where shared memory allows (D <= 128), O is
     staged in a buffer of its own instead of the Q tile, so Q's stage goes back to the
     producer as soon as the tile's last S has completed: the next Q and K load under the last
-    P V and the epilogue, and O's TMA store is waited for one tile later. At D = 256 (no room) O still leaves through ``sQ``, and Q waits for the epilogue.
+    P V and the epilogue, and O's TMA store is waited for one tile later. At D = 256 (no
+    room) O still leaves through ``sQ``, and Q waits for the epilogue.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
-    0. The CTA's first tile is ``block_idx.x``, the next ``ctas`` further, until the last; the
-       rings' states and the turn start once, before the first tile.
+    0. The CTA's first slot of the walk is ``block_idx.x``, the next ``ctas`` further, until
+       the last (``tile_coords`` says which tile a slot is); the rings' states and the turn
+       start once, before the first tile.
     1-2. Per tile, K9's prologue and mainloop; then, with ``sO``, release Q's stage.
     3. Normalise; with ``sO``: warp 0 waits until the previous tile's store has read ``sO``, a
        named barrier, ``stmatrix`` into ``sO``, one TMA store, not waited for. Without:

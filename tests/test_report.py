@@ -47,6 +47,7 @@ def test_pivot_and_markdown():
     headers, rows = report.pivot(GOOD)
     assert headers == ["problem", "k1", "k2"]
     assert rows == [["b4 s4096 h16 d128", "13.7", "wrong"]]
+    assert report.pivot(GOOD, value="us")[1] == [["b4 s4096 h16 d128", "10000", "wrong"]]  # ms -> us
     md = report.markdown_table(headers, rows)
     assert md.splitlines()[0] == "| problem | k1 | k2 |"
     assert "NVIDIA H200" in report.provenance(GOOD["meta"]) and "720 TFLOP/s" in report.provenance(GOOD["meta"])

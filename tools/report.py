@@ -99,7 +99,7 @@ def cell(row: dict | None, value: str = "tflops") -> str:
         return "-"
     if row["status"] != "ok":
         return row["status"].split(":")[0]
-    x = row.get(value)
+    x = row["ms"]["median"] * 1e3 if value == "us" else row.get(value)
     return "-" if x is None else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
@@ -182,7 +182,9 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
 
 
 def value_label(value: str) -> str:
-    return {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s"}.get(value, value)
+    labels = {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s",
+              "us": "µs per call (median)"}
+    return labels.get(value, value)
 
 
 def series(doc: dict, kernels, where=None, x: str = "seqlen_q",
@@ -395,7 +397,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a recorded suite as tables")
     show.add_argument("suite", nargs="?", default="ladder")
-    show.add_argument("--value", default="tflops", choices=("tflops", "gbps", "rel_err"))
+    show.add_argument("--value", default="tflops", choices=("tflops", "gbps", "us", "rel_err"))
     sub.add_parser("readme", help="rewrite the ladder table between the README's markers")
     args = parser.parse_args(argv)
     if args.command == "readme":
