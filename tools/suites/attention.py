@@ -4,10 +4,11 @@ Rows (docs/design.md schema): paged decode B in {1, 4, 16, 64}, Sk 4096, 32 q / 
 at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
 (cuDNN and flash backends) on the gathered dense KV; at page 64 also the same decode through
 `attention()` with its defaults (`api-paged-decode`: validation, routing and the seqlens check
-on the host, what a caller pays eagerly) and replayed from a CUDA graph
-(`cuda-paged-decode-graph`: no host work at all); contiguous decode latency; prefill
-D 128 4k (TFLOP/s, target >= 350) with torch SDPA (cuDNN, flash) and FA4; a ragged causal
-paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
+on the host, what a caller pays eagerly), the same without the seqlens check
+(`api-paged-decode-unchecked`: the host path minus its one device->host copy) and replayed from
+a CUDA graph (`cuda-paged-decode-graph`: no host work at all); contiguous decode latency;
+prefill D 128 4k (TFLOP/s, target >= 350) with torch SDPA (cuDNN, flash) and FA4; a ragged
+causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed.
 """
 
@@ -159,6 +160,9 @@ def run(ctx) -> list[dict]:
             if page == 64:
                 rows.append(_measure(ctx, "api-paged-decode", pdict, lambda: attention(
                     q, k_cache, v_cache, page_table=table, seqlens_k=lens), ref, nbytes=kv_bytes))
+                rows.append(_measure(ctx, "api-paged-decode-unchecked", pdict, lambda: attention(
+                    q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False), ref,
+                    nbytes=kv_bytes))
                 replay = _graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
                                                                 check_seqlens=False))
                 rows.append(_measure(ctx, "cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes))
