@@ -400,3 +400,35 @@ def test_the_browser_check_finds_a_cut_block(built_site):
     assert any(long_line[:40] in w for w in cut), report["cut"]
     assert any("unbreakable_column_name_0" in w for w in cut), report["cut"]
     assert not any("short = 1" in w for w in cut)
+
+
+def test_scaling_marker_is_pending_until_a_multi_gpu_file_exists(hook, data):
+    from tools.suites import context_parallel as suite
+
+    marker = "<!-- scaling: suite=context_parallel kernels=ring-zigzag -->"
+    pending = hook.render_markers(marker, "docs/context_parallel.md", data)
+    assert "Pending: no multi-GPU run recorded yet" in pending and "h200x<N>/context_parallel.json" in pending
+    assert "|" not in pending, "no table without a results file"
+
+    problem = suite.Setup().problem(32768)
+    rows = [suite._row(kernel, problem, world, {"median": problem.flops() / world / tflops / 1e9, "p20": 1.0,
+                                                "p80": 1.0, "reps": 5}, 0.003)
+            for kernel, world, tflops in (("attention", 1, 400.0), ("ring-zigzag", 2, 380.0),
+                                          ("ring-zigzag", 4, 368.0))]
+    meta = {"suite": "context_parallel", "gpu": "NVIDIA H200 (synthetic test data)", "driver": "0", "cuda": "13.0",
+            "torch": "test", "cutlass_dsl": None, "commit": "0" * 40, "date": "2026-01-01",
+            "ceilings": {"copy_tbps": 4.0}, "gpus": 4}
+    path = data.results_dir / "h200x4" / "context_parallel.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": meta, "rows": suite.add_scaling_efficiency(rows)}))
+    out = hook.render_markers(marker, "docs/context_parallel.md", data)
+    assert "| seqlen | 1 GPU (attention) | 2 GPUs | 4 GPUs |" in out
+    assert "| 32k | 400 | 380 (95%) | 368 (92%) |" in out
+    assert "h200x4/context_parallel.json" in out
+    assert "synthetic test data" in out and "Pending" not in out
+    with pytest.raises(hook.MarkerError, match="no rows for allgather-kv"):
+        hook.render_markers("<!-- scaling: suite=context_parallel kernels=allgather-kv -->", "docs/p.md", data)
+    del meta["gpus"]
+    path.write_text(json.dumps({"meta": meta, "rows": rows}))
+    with pytest.raises(hook.MarkerError, match="lacks gpus"):
+        hook.render_markers(marker, "docs/other.md", hook.Data(results_dir=data.results_dir))

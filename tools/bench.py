@@ -2,6 +2,8 @@
 
 Measures the ceilings (copy bandwidth, cuBLAS bf16 GEMM, cuBLASLt fp8 GEMM) and the suite's
 kernels with their peers in one run, then writes results/<gpu>/<suite>.json with provenance.
+A multi-GPU suite (one whose module lists the GPU counts it runs on, ``GPU_COUNTS``) runs on
+``--gpus N`` GPUs (default: the most that are visible) and writes results/<gpu>x<N>/<suite>.json.
 This is the only writer of results/.
 """
 
@@ -32,6 +34,7 @@ class Context:
     progress: object
     kernels: list[str] | None = None
     seqlens: list[int] | None = None
+    gpus: int = 1  # GPUs the suite may use (a multi-GPU suite: --gpus)
 
     def time(self, fn, arg_sets=((),)):
         from kernels.harness.timing import time_cuda
@@ -44,11 +47,41 @@ class Context:
         return get(name)
 
 
+def gpus_for(suite, asked: int | None, visible: int) -> int:
+    """The GPUs a run of ``suite`` (its module) uses: 1 for a single-GPU suite; for a multi-GPU
+    one (``suite.GPU_COUNTS``), ``asked``, else the largest of its counts that is visible.
+    Raises ValueError saying why a run cannot go ahead."""
+    name = suite.__name__.rsplit(".", 1)[-1]
+    counts = getattr(suite, "GPU_COUNTS", None)
+    if counts is None:
+        if asked not in (None, 1):
+            raise ValueError(f"--gpus is for multi-GPU suites; {name} runs on one GPU")
+        return 1
+    if asked is None:
+        fitting = [n for n in counts if n <= visible]
+        if not fitting:
+            raise ValueError(f"{name} runs on {' / '.join(map(str, counts))} GPUs and {visible} "
+                             f"{'is' if visible == 1 else 'are'} visible")
+        return max(fitting)
+    if asked not in counts:
+        raise ValueError(f"{name} runs on {' / '.join(map(str, counts))} GPUs, not --gpus {asked}")
+    if asked > visible:
+        raise ValueError(f"{name} asks for {asked} GPUs and {visible} {'is' if visible == 1 else 'are'} "
+                         f"visible (CUDA_VISIBLE_DEVICES); results/ is left unchanged")
+    return asked
+
+
+def results_folder(gpu_name: str, gpus: int, multi_gpu: bool) -> str:
+    """results/ subfolder of a run: ``h200``, or ``h200x4`` for a multi-GPU suite on 4 GPUs."""
+    return f"{gpu_folder(gpu_name)}x{gpus}" if multi_gpu else gpu_folder(gpu_name)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", required=True, choices=suite_names())
     parser.add_argument("--kernels", nargs="+", help="only these kernels (default: the suite's list)")
     parser.add_argument("--seqlen", type=int, nargs="+", help="only these seqlens (attention suites)")
+    parser.add_argument("--gpus", type=int, help="GPUs of a multi-GPU suite (default: the most visible)")
     args = parser.parse_args(argv)
 
     import torch
@@ -58,20 +91,26 @@ def main(argv=None) -> int:
         print("tools.bench measures on a GPU and none is visible; results/ is left unchanged.",
               file=sys.stderr)
         return 2
+    suite = importlib.import_module(f"tools.suites.{args.suite}")
+    multi_gpu = hasattr(suite, "GPU_COUNTS")
+    try:
+        gpus = gpus_for(suite, args.gpus, torch.cuda.device_count())
+    except ValueError as exc:
+        print(f"tools.bench: {exc}", file=sys.stderr)
+        return 2
     from kernels.harness.ceilings import measure_ceilings
     from tools.provenance import gpu_meta
 
     console = report.console()
-    meta = {"suite": args.suite, **gpu_meta()}
+    meta = {"suite": args.suite, **gpu_meta(), **({"gpus": gpus} if multi_gpu else {})}
     with console.status("measuring ceilings"):
         meta["ceilings"] = measure_ceilings()
-    suite = importlib.import_module(f"tools.suites.{args.suite}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        ctx = Context(meta["ceilings"], progress, args.kernels, args.seqlen)
+        ctx = Context(meta["ceilings"], progress, args.kernels, args.seqlen, gpus)
         rows = suite.run(ctx)
 
-    path = report.RESULTS / gpu_folder(meta["gpu"]) / f"{args.suite}.json"
+    path = report.RESULTS / results_folder(meta["gpu"], gpus, multi_gpu) / f"{args.suite}.json"
     doc = report.validate({"meta": meta, "rows": rows}, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")

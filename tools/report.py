@@ -16,6 +16,11 @@ RESULTS = ROOT / "results"
 META_KEYS = ("suite", "gpu", "driver", "cuda", "torch", "cutlass_dsl", "commit", "date", "ceilings")
 ROW_KEYS = ("kernel", "problem", "ms", "tflops", "gbps", "rel_err", "status")
 STATUS_PREFIXES = ("ok", "unsupported", "wrong")
+# What a suite's files hold beyond META_KEYS and ROW_KEYS: the multi-GPU context-parallel suite
+# records the GPUs of the run, each row's world size (a problem key) and scaling efficiency.
+SUITE_META_KEYS = {"context_parallel": ("gpus",)}
+SUITE_ROW_KEYS = {"context_parallel": ("scaling_efficiency",)}
+SUITE_PROBLEM_KEYS = {"context_parallel": ("world_size",)}
 
 
 class ResultsError(ValueError):
@@ -43,7 +48,37 @@ def validate(doc: dict, where: str = "results") -> dict:
             raise ResultsError(f"{where}: row {i} has status {row['status']!r}")
         if row["status"] == "ok" and not (row["ms"] and row["ms"].get("median", 0) > 0):
             raise ResultsError(f"{where}: row {i} is ok but has no positive median time")
+    _validate_suite_keys(doc, where)
     return doc
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _validate_suite_keys(doc: dict, where: str) -> None:
+    """The keys SUITE_META_KEYS, SUITE_ROW_KEYS and SUITE_PROBLEM_KEYS ask of the file's suite."""
+    meta, suite = doc["meta"], doc["meta"]["suite"]
+    missing = [k for k in SUITE_META_KEYS.get(suite, ()) if k not in meta]
+    if missing:
+        raise ResultsError(f"{where}: meta of a {suite} file lacks {', '.join(missing)}")
+    if "gpus" in meta and not _is_count(meta["gpus"]):
+        raise ResultsError(f"{where}: meta gpus must be a positive integer, got {meta['gpus']!r}")
+    for i, row in enumerate(doc["rows"]):
+        missing = [k for k in SUITE_ROW_KEYS.get(suite, ()) if k not in row]
+        missing += [f"problem {k}" for k in SUITE_PROBLEM_KEYS.get(suite, ()) if k not in row["problem"]]
+        if missing:
+            raise ResultsError(f"{where}: row {i} of a {suite} file lacks {', '.join(missing)}")
+        if "world_size" in row["problem"]:
+            world = row["problem"]["world_size"]
+            if not _is_count(world) or world > meta.get("gpus", 1):
+                raise ResultsError(f"{where}: row {i} has world_size {world!r}, not in 1..{meta.get('gpus', 1)} "
+                                   f"(the GPUs of the run)")
+        if "scaling_efficiency" in row:
+            eff = row["scaling_efficiency"]
+            if eff is not None and (row["status"] != "ok" or not isinstance(eff, (int, float)) or not eff > 0):
+                raise ResultsError(f"{where}: row {i} has scaling_efficiency {eff!r} (a positive number on "
+                                   f"ok rows, else null)")
 
 
 def load(suite: str, gpu: str = "h200") -> dict:
@@ -239,6 +274,33 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return buf.getvalue()
+
+
+# ---- context parallelism: scaling over GPUs ------------------------------------------------------
+def seqlen_label(n: int) -> str:
+    """32768 -> "32k"."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def scaling_table(doc: dict, kernel: str, baseline: str = "attention") -> tuple[list[str], list[list[str]]]:
+    """A multi-GPU file's scaling of ``kernel``: a row per seqlen, a column per world size, each
+    cell the TFLOP/s per GPU with the scaling efficiency against one GPU beside it; the first
+    column is the one-GPU ``baseline`` row (world size 1)."""
+    rows = [r for r in doc["rows"] if r["kernel"] in (kernel, baseline)]
+    by_key = {(r["problem"]["seqlen_q"], r["problem"]["world_size"], r["kernel"]): r for r in rows}
+    worlds = sorted({r["problem"]["world_size"] for r in rows} | {1})
+    headers = ["seqlen"] + [f"1 GPU ({baseline})" if w == 1 else f"{w} GPUs" for w in worlds]
+    body = []
+    for seqlen in sorted({r["problem"]["seqlen_q"] for r in rows}):
+        line = [seqlen_label(seqlen)]
+        for w in worlds:
+            r = by_key.get((seqlen, w, baseline if w == 1 else kernel))
+            text = cell(r)
+            if r and w > 1 and r["status"] == "ok" and r.get("scaling_efficiency") is not None:
+                text += f" ({100 * r['scaling_efficiency']:.0f}%)"
+            line.append(text)
+        body.append(line)
+    return headers, body
 
 
 # ---- row labels: short, readable, one per problem kind -----------------------------------------

@@ -30,6 +30,11 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     derived from results/<gpu>/attention.json by the backend itself
     (``kernels.extension.backend.attention_routing``), with the measurements behind it.
 
+``<!-- scaling: suite=context_parallel kernels=ring-zigzag,allgather-kv -->``
+    Multi-GPU scaling from every results/<gpu>x<N>/<suite>.json (``tools.report.scaling_table``):
+    per kernel, TFLOP/s per GPU by seqlen and world size, with the scaling efficiency against
+    one GPU. The one marker that does not fail on a missing file: with no multi-GPU file yet it
+    renders a note that the numbers are pending (a malformed file still fails the build).
 ``<!-- notebooks -->``
     A list of links to the notebooks of notebooks/, titled by their first heading.
 ``<!-- api: kernels/extension -->``
@@ -81,7 +86,7 @@ log = logging.getLogger("mkdocs.hooks.generated")
 
 RESULTS_ENV = "DOCS_RESULTS_DIR"
 GPU_ENV = "DOCS_GPU"
-MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|profile|routing|notebooks|api):?(.*?)-->[ \t]*$",
+MARKER = re.compile(r"^<!--\s*(code|table|plot|summary|inspect|profile|routing|scaling|notebooks|api):?(.*?)-->[ \t]*$",
                     re.MULTILINE)
 BANNER = re.compile(r"^(\s*)#\s*(?:[-=]{3,}\s*|\d+[a-z]?\.\s)")
 RUNG_PAGE = re.compile(r"^worklog/(k\d+)\.md$")
@@ -480,6 +485,47 @@ def render_routing(args: list[str], options: dict, data: Data) -> str:
                           report.markdown_table(headers, rows) + "\n\n" + results_caption(data, what, source, doc))
 
 
+def multi_gpu_results(data: Data, suite: str, gpu: str | None = None) -> list[tuple[int, str]]:
+    """(GPU count, folder) of every results/<gpu>x<N>/<suite>.json, fewest GPUs first."""
+    gpu = gpu or data.gpu
+    found = []
+    for path in data.results_dir.glob(f"{gpu}x*/{suite}.json"):
+        m = re.fullmatch(rf"{re.escape(gpu)}x(\d+)", path.parent.name)
+        if m:
+            found.append((int(m.group(1)), path.parent.name))
+    return sorted(found)
+
+
+def render_scaling(args: list[str], options: dict, data: Data) -> str:
+    suite = options.get("suite", "context_parallel")
+    kernels = split_list(options.get("kernels"))
+    baseline = options.get("baseline", "attention")
+    if not kernels:
+        raise MarkerError("scaling: needs kernels=...")
+    found = multi_gpu_results(data, suite, options.get("gpu"))
+    if not found:
+        where = f"{data.where(data.results_dir)}/{options.get('gpu') or data.gpu}x<N>/{suite}.json"
+        return (f'!!! note "Pending: no multi-GPU run recorded yet"\n\n'
+                f"    No `{where}` exists yet. The tables appear here once `python -m tools.bench "
+                f"--suite {suite}` has run on a machine with several GPUs; nothing is typed in by hand.")
+    parts = []
+    for count, folder in found:
+        doc, source = data.results(suite, folder)
+        for kernel in kernels:
+            if not any(r["kernel"] == kernel for r in doc["rows"]):
+                raise MarkerError(f"{source}: no rows for {kernel} (rerun python -m tools.bench --suite {suite})")
+            headers, rows = report.scaling_table(doc, kernel, baseline)
+            p = next(r["problem"] for r in doc["rows"] if r["kernel"] == kernel)
+            shape = (f"batch {p['batch']}, {p['heads_q']}/{p['heads_kv']} heads, head_dim {p['head_dim']}"
+                     f"{', causal' if p.get('causal') else ''}, {p.get('dtype', 'bf16')}")
+            what = (f"{kernel} on up to {count} GPUs: TFLOP/s per GPU (scaling efficiency against "
+                    f"{baseline} on one GPU); {shape}")
+            table = report.markdown_table(breakable(headers), rows)
+            parts.append(measured_block("measured-table", [baseline, kernel],
+                                        table + "\n\n" + results_caption(data, what, source, doc)))
+    return "\n\n".join(parts)
+
+
 def notebook_heading(path: Path) -> str:
     """The first markdown heading of a notebook (its title), else its file name."""
     import json
@@ -538,7 +584,7 @@ def render_api(args: list[str], options: dict, data: Data) -> str:
 
 RENDERERS = {"code": lambda a, o, d: render_code(a, o), "table": render_table, "plot": render_plot,
              "summary": render_summary, "inspect": render_inspect, "profile": render_profile,
-             "routing": render_routing, "notebooks": render_notebooks,
+             "routing": render_routing, "scaling": render_scaling, "notebooks": render_notebooks,
              "api": render_api}
 
 

@@ -120,7 +120,8 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor
     return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim=dim)
 
 
-def gather_sequence(local: torch.Tensor, *, group=None, zigzag: bool = True, dim: int = 1) -> torch.Tensor:
+def gather_sequence(local: torch.Tensor, *, group: dist.ProcessGroup | None = None, zigzag: bool = True,
+                    dim: int = 1) -> torch.Tensor:
     """The full sequence on every rank, all-gathered from each rank's shard (a collective:
     every rank of `group` calls it).
 
@@ -181,8 +182,10 @@ def merge_partial(out: torch.Tensor, lse: torch.Tensor, part_out: torch.Tensor,
 
 # ---- entry points ------------------------------------------------------------------------------
 
-def ring_attention(q, k, v, *, causal: bool = False, scale: float | None = None, group=None,
-                   zigzag: bool = True, return_lse: bool = False, check_shapes: bool = True):
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                   scale: float | None = None, group: dist.ProcessGroup | None = None, zigzag: bool = True,
+                   return_lse: bool = False,
+                   check_shapes: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of this rank's queries over the whole sharded sequence, by ring exchange of
     the K/V shards (see the module docstring).
 
@@ -227,6 +230,7 @@ def ring_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         out = attention(q, k, v, causal=causal, scale=scale, lse=lse)
         return (out, lse) if return_lse else out
 
+    # ---- the ring ---------------------------------------------------------------------------
     half = local // 2
     send_to, recv_from = _global_rank(group, (rank + 1) % world), _global_rank(group, (rank - 1) % world)
     own = (k.contiguous(), v.contiguous())  # P2P sends whole, contiguous buffers
@@ -271,8 +275,10 @@ def ring_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
     return (out, lse) if return_lse else out
 
 
-def allgather_kv_attention(q, k, v, *, causal: bool = False, scale: float | None = None, group=None,
-                           zigzag: bool = True, return_lse: bool = False, check_shapes: bool = True):
+def allgather_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                           scale: float | None = None, group: dist.ProcessGroup | None = None,
+                           zigzag: bool = True, return_lse: bool = False,
+                           check_shapes: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of this rank's queries over the whole sharded sequence, after one all-gather
     of every K/V shard (the comparison point for `ring_attention`: the same arguments and
     results, no overlap of communication and compute, the whole K/V on every rank).
