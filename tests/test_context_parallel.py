@@ -264,7 +264,7 @@ def test_results_schema_of_the_suite():
             report.validate(doc)
 
 
-def test_bench_refuses_too_few_gpus():
+def test_bench_refuses_too_few_gpus(monkeypatch, capsys):
     from tools import bench
     from tools.suites import attention, context_parallel
 
@@ -282,6 +282,11 @@ def test_bench_refuses_too_few_gpus():
             bench.gpus_for(suite, asked, visible)
     assert bench.results_folder("NVIDIA H200", 4, True) == "h200x4"
     assert bench.results_folder("NVIDIA H200", 1, False) == "h200"
+    # The command itself stops before measuring anything (ceilings included), naming the counts.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert bench.main(["--suite", "context_parallel", "--gpus", "4"]) == 2
+    assert "asks for 4 GPUs and 2 are visible" in capsys.readouterr().err
 
 
 def test_docs_page_examples_import_what_they_name():

@@ -227,7 +227,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     batch, local, heads_q, _ = q.shape
     lse = torch.empty(batch, heads_q, local, dtype=torch.float32, device=q.device)
     if world == 1:
-        out = attention(q, k, v, causal=causal, scale=scale, lse=lse)
+        out = attention(q, k, v, causal=causal, scale=scale, lse=lse if return_lse else None)
         return (out, lse) if return_lse else out
 
     # ---- the ring ---------------------------------------------------------------------------
@@ -243,7 +243,6 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     # sequence order relative to each other, so plain causal attention is exact.
     pending = _exchange(own, buffers[0], send_to, recv_from, group)
     acc = attention(q, k, v, causal=causal, scale=scale, lse=lse).float()
-    current = own
     for step in range(1, world):
         for work in pending:
             work.wait()
