@@ -142,14 +142,13 @@ def _time(fn, setup: Setup, device) -> dict:
     return summarize(_slowest([_elapsed_ms(fn, device) for _ in range(reps)], device))
 
 
-def _agree(value: float | None, device) -> float | None:
-    """Rank 0's value on every rank (so that all ranks take the same branch)."""
+def _agree(value: float, device) -> float:
+    """Rank 0's value on every rank (so that all ranks take the same branch); NaN stays NaN."""
     import torch.distributed as dist
 
-    t = torch.tensor([math.nan if value is None else value], dtype=torch.float64, device=device)
+    t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
-    x = t.item()
-    return None if math.isnan(x) else x
+    return t.item()
 
 
 def _window_error(out, q, k, v) -> float:
@@ -198,15 +197,15 @@ def _sharded_rows(setup: Setup, kernels, seqlen: int, rank: int, world: int, dev
     from kernels.harness.inputs import make_inputs
 
     problem = setup.problem(seqlen)
-    q, k, v = make_inputs(problem, seed=0, device=device)  # the same on every rank (same seed)
-    rows = []
     if seqlen % (2 * world):
         status = f"unsupported: seqlen {seqlen} is not a multiple of 2 x world size {world}"
         return [_row(kernel, problem, world, status=status) for kernel in kernels]
+    q, k, v = make_inputs(problem, seed=0, device=device)  # the same on every rank (same seed)
     reference = attention(q, k, v, causal=True) if rank == 0 else None
     shards = {True: tuple(zigzag_shard(t, rank, world) for t in (q, k, v)),
               False: tuple(t.chunk(world, dim=1)[rank].contiguous() for t in (q, k, v))}
     del q, k, v
+    rows = []
     for kernel in kernels:
         zigzag = kernel != "ring-contiguous"
         method = allgather_kv_attention if kernel == "allgather-kv" else ring_attention
@@ -222,7 +221,7 @@ def _sharded_rows(setup: Setup, kernels, seqlen: int, rank: int, world: int, dev
         except Exception as exc:  # noqa: BLE001
             rows.append(_row(kernel, problem, world, status=f"wrong: {_failure(exc)}"))
             continue
-        err = _agree(rel_err(full, reference) if rank == 0 else None, device)
+        err = _agree(rel_err(full, reference) if rank == 0 else 0.0, device)
         del full
         if not err <= TOL:
             rows.append(_row(kernel, problem, world, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}"))
