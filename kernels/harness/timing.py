@@ -8,6 +8,7 @@ sets to overflow L2 twice.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -78,3 +79,35 @@ def tflops(flops: int, ms: float) -> float:
 
 def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
+
+
+class HostEvent:
+    """A CUDA event's interface (record, synchronize, elapsed_time in ms) on the host clock: the
+    same timing code then runs on a CPU-only machine (the suites' CPU tests)."""
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def timing_event(device: torch.device | str):
+    """A CUDA event on a CUDA device, else a HostEvent."""
+    return torch.cuda.Event(enable_timing=True) if torch.device(device).type == "cuda" else HostEvent()
+
+
+def elapsed_ms(fn: Callable[[], object], device: torch.device | str) -> float:
+    """Milliseconds of one call of ``fn``, from an idle device to its end (CUDA events on a
+    GPU, the host clock elsewhere)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    start, end = timing_event(device), timing_event(device)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)

@@ -34,7 +34,6 @@ rank). A wrong answer is recorded, never timed.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -85,23 +84,6 @@ def _failure(exc: Exception) -> str:
 
 # ---- inside each spawned process ----------------------------------------------------------------
 
-class _HostEvent:
-    """A CUDA event's interface on the host clock (the CPU run)."""
-
-    def record(self):
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, end) -> float:
-        return (end.t - self.t) * 1e3
-
-
-def _event(device: torch.device):
-    return torch.cuda.Event(enable_timing=True) if device.type == "cuda" else _HostEvent()
-
-
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -111,15 +93,11 @@ def _elapsed_ms(fn, device) -> float:
     """One call of `fn` on every rank, started together: this rank's ms (GPU idle before)."""
     import torch.distributed as dist
 
+    from kernels.harness.timing import elapsed_ms
+
     _synchronize(device)
     dist.barrier()
-    _synchronize(device)
-    start, end = _event(device), _event(device)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
+    return elapsed_ms(fn, device)
 
 
 def _slowest(values: list[float], device) -> list[float]:

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 from dataclasses import dataclass
 
 import torch
 
 from kernels.harness.checks import rel_err
-from kernels.harness.timing import summarize
+from kernels.harness.timing import elapsed_ms, summarize, timing_event
 
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 512
@@ -84,21 +83,6 @@ def _row(kernel, problem, ms=None, tokens=None, err=None, status="ok") -> dict:
             "rel_err": err, "status": status, "transformers": transformers.__version__}
 
 
-class _HostEvent:
-    """A CUDA event's interface on the host clock (the suite's CPU test)."""
-
-    def record(self):
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, end) -> float:
-        return (end.t - self.t) * 1e3
-
-
-def _event(device: str):
-    return torch.cuda.Event(enable_timing=True) if device == "cuda" else _HostEvent()
 
 
 def _time(run_once, reps: int, warmup: int = 1) -> dict:
@@ -107,17 +91,6 @@ def _time(run_once, reps: int, warmup: int = 1) -> dict:
     for _ in range(warmup):
         run_once()
     return summarize([run_once() for _ in range(reps)])
-
-
-def _elapsed(fn, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start, end = _event(device), _event(device)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
 
 
 def _step_clock(device: str):
@@ -130,7 +103,7 @@ def _step_clock(device: str):
             self.events = []
 
         def __call__(self, input_ids, scores, **kwargs):
-            event = _event(device)
+            event = timing_event(device)
             event.record()
             self.events.append(event)
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -173,12 +146,12 @@ def _ours_rows(setup, kernel, gen, hf_ref, ids, fp8) -> list[dict]:
             continue
         with mode():
             if phase == "prefill":
-                ms = _time(lambda: _elapsed(lambda: gen.prefill(prompts), setup.device), setup.reps)
+                ms = _time(lambda: elapsed_ms(lambda: gen.prefill(prompts), setup.device), setup.reps)
                 rows.append(_row(kernel, problem, ms, batch * setup.prompt_len, err))
             else:
                 def decode():
                     gen.prefill(prompts)
-                    return _elapsed(lambda: [gen.step() for _ in range(steps)], setup.device)
+                    return elapsed_ms(lambda: [gen.step() for _ in range(steps)], setup.device)
                 rows.append(_row(kernel, problem, _time(decode, setup.reps), batch * steps, err))
     return rows
 
@@ -195,7 +168,7 @@ def _transformers_rows(setup, kernel, hf, ids) -> list[dict]:
             with torch.inference_mode():
                 if phase == "prefill":
                     def prefill():
-                        return _elapsed(lambda: hf(ids, use_cache=True, logits_to_keep=1), setup.device)
+                        return elapsed_ms(lambda: hf(ids, use_cache=True, logits_to_keep=1), setup.device)
                     ms = _time(prefill, setup.reps)
                     rows.append(_row(kernel, problem, ms, batch * setup.prompt_len))
                     continue

@@ -219,11 +219,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
             across ranks.
         TypeError: Inputs of another type or dtype than `attention` takes.
     """
-    name = "ring_attention"
-    _validate(q, k, v, scale, causal, zigzag, name)
-    rank, world = _group_info(group, name)
-    if check_shapes:
-        _check_same_across_ranks(q, k, group, rank, world, name)
+    rank, world = _enter("ring_attention", q, k, v, scale, causal, zigzag, group, check_shapes)
     batch, local, heads_q, _ = q.shape
     lse = torch.empty(batch, heads_q, local, dtype=torch.float32, device=q.device)
     if world == 1:
@@ -307,11 +303,7 @@ def allgather_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         ValueError: As `ring_attention`.
         TypeError: As `ring_attention`.
     """
-    name = "allgather_kv_attention"
-    _validate(q, k, v, scale, causal, zigzag, name)
-    rank, world = _group_info(group, name)
-    if check_shapes:
-        _check_same_across_ranks(q, k, group, rank, world, name)
+    rank, world = _enter("allgather_kv_attention", q, k, v, scale, causal, zigzag, group, check_shapes)
     batch, local, heads_q, _ = q.shape
     lse = torch.empty(batch, heads_q, local, dtype=torch.float32, device=q.device) if return_lse else None
     if world == 1:
@@ -346,6 +338,16 @@ def allgather_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 def _check_rank(rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size = {world_size})")
+
+
+def _enter(name, q, k, v, scale, causal, zigzag, group, check_shapes) -> tuple[int, int]:
+    """The checks every entry point runs first, local ones before any communication; returns
+    (rank, world size) in `group`."""
+    _validate(q, k, v, scale, causal, zigzag, name)
+    rank, world = _group_info(group, name)
+    if check_shapes:
+        _check_same_across_ranks(q, k, group, rank, world, name)
+    return rank, world
 
 
 def _validate(q, k, v, scale, causal, zigzag, name) -> None:
