@@ -28,10 +28,11 @@ EXPECTED = {
     "k8": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
     "k9": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
     "k10": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
+    "k11": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
 }
 # Facts beyond the opcode mix (tools.inspect.sass_facts), from the rung that introduces them on.
-WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10"}  # every TMA load in the producer's region
-PINGPONG = {"k6", "k7", "k8", "k9", "k10"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
+WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11"}  # every TMA load in the producer's region
+PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
 # Rungs whose dot products run on tensor cores (derived: HGMMA is expected): FFMA may remain
 # in the softmax (one per score: the scale folded into the exponent), but a scalar
 # dot-product loop over head_dim would show as thousands of them.

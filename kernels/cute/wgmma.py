@@ -6,6 +6,8 @@ Trace-time helpers (plain Python building layouts) and small ``@cute.jit`` devic
 * :func:`acc_rows_view` / :func:`acc_as_a_operand`: two views of a WGMMA accumulator
   fragment, by rows and columns (for the softmax) and as the A operand of the next MMA.
 * :func:`gemm`: issue the k-blocks of one warpgroup GEMM, commit, optionally wait.
+* :func:`uniform_descriptors` / :func:`k_block_descriptors` / :func:`gemm_k_blocks` (K11 on):
+  the shared-memory descriptors built once, before a loop, and a GEMM that takes them.
 
 Operands come from smem tiles laid out by :func:`kernels.cute.tma.smem_tile_layout`: the
 128-byte swizzle TMA writes is one of the canonical layouts WGMMA descriptors read.
@@ -23,7 +25,9 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Int32, Int64
 from cutlass.cute.nvgpu import warpgroup
+from cutlass.cute.nvgpu.tcgen05 import int_to_smem_descriptor, smem_descriptor_to_int
 
 # One warpgroup MMA instruction covers 64 rows; a warpgroup is 4 warps.
 WGMMA_M = 64
@@ -131,6 +135,57 @@ def gemm(
     atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
     for k_block in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
         cute.gemm(atom, acc, tCrA[None, None, k_block], tCrB[None, None, k_block], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    if cutlass.const_expr(wait):
+        warpgroup.wait_group(0)
+
+
+# ---- K11 onwards: descriptors built once, outside the main loop --------------------------------
+# A fragment from ``make_fragment_A/B`` of a shared-memory operand is a view of 64-bit WGMMA
+# descriptors (start address >> 4, leading and stride byte offsets, swizzle mode) anchored on the
+# tile's shared-memory address. The DSL rebuilds the anchor descriptor from that address where a
+# GEMM uses the view: inside a loop, every iteration (an add, a shift, a mask, an or, per operand),
+# and ptxas keeps it there. Anchoring the view on a register holding the descriptor, computed once
+# and marked warp-uniform, leaves only the offsets in the loop: a stage's (one ULEA) and a
+# k-block's (one 64-bit add each), or none for an operand that does not change (Q).
+# (``int_to_smem_descriptor`` / ``smem_descriptor_to_int`` live in the tcgen05 module but are
+# generic casts between a descriptor value and its 64 bits.)
+def _uniform_i64(value):
+    """A 64-bit value both halves of which are marked warp-uniform: opaque to the compiler, so
+    it stays in a (uniform) register instead of being recomputed where it is used."""
+    lo = cute.arch.make_warp_uniform(Int32(value & Int64(0xFFFFFFFF)))
+    hi = cute.arch.make_warp_uniform(Int32(value >> Int64(32)))
+    return (Int64(hi) << Int64(32)) | (Int64(lo) & Int64(0xFFFFFFFF))
+
+
+def uniform_descriptors(frag: cute.Tensor) -> cute.Tensor:
+    """``frag`` (a WGMMA descriptor view, e.g. ``(MMA, 1, K/16, stage)``) anchored on its base
+    descriptor computed here, once: its slices (a stage, a k-block) add offsets to a uniform
+    register. The 128 threads of a warpgroup share the descriptors, so build it from the
+    warpgroup's slice of the MMA (``ConsumerOperands`` does)."""
+    base = _uniform_i64(smem_descriptor_to_int(frag.iterator))
+    return cute.make_tensor(int_to_smem_descriptor(base), frag.layout)
+
+
+def k_block_descriptors(frag: cute.Tensor) -> list:
+    """One view per k-block of ``frag`` ``(MMA, 1, K/16)``, each on its own descriptor computed
+    here, once: for an operand that is the same in every iteration of a loop (Q), the GEMM
+    then computes no descriptor at all (:func:`gemm_k_blocks`). Costs two uniform registers
+    per k-block, which the SASS keeps beside the B operand's (``gdesc[URn]`` takes A's and B's
+    descriptors in four consecutive uniform registers)."""
+    return [uniform_descriptors(frag[None, None, k]) for k in range(cute.size(frag.shape[2]))]
+
+
+@cute.jit
+def gemm_k_blocks(tiled_mma: cute.TiledMma, acc: cute.Tensor, a_blocks: cutlass.Constexpr, tCrB: cute.Tensor,
+                  zero_init: cutlass.Constexpr[bool], wait: cutlass.Constexpr[bool]):
+    """:func:`gemm` with A given as :func:`k_block_descriptors` (a list, one view per k-block)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)  # a fresh atom per call, as in gemm
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k_block in cutlass.range_constexpr(len(a_blocks)):
+        cute.gemm(atom, acc, a_blocks[k_block], tCrB[None, None, k_block], acc)
         atom.set(warpgroup.Field.ACCUMULATE, True)
     warpgroup.commit_group()
     if cutlass.const_expr(wait):
