@@ -36,6 +36,12 @@ PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11"}  # named barriers: BAR.SYNC / 
 # Rungs whose dot products run on tensor cores (derived: HGMMA is expected): FFMA may remain
 # in the softmax (one per score: the scale folded into the exponent), but a scalar
 # dot-product loop over head_dim would show as thousands of them.
+# From K11 on the turn holds only the GEMM issues (tools.inspect.main_loop_facts, against the
+# rung before at the same shape): no floating-point work between BAR.SYNC and BAR.ARV (the O
+# rescale left it) and fewer instructions there; the loop's bookkeeping (descriptors, loop
+# bound, release lane) is built once, so the loop issues fewer instructions, at least 8 of
+# them fewer on the uniform datapath (D = 256, where Q's descriptors stay in the loop: 8).
+SHORT_TURN = {"k11"}
 TENSOR_CORE_RUNGS = {name for name, (present, _) in EXPECTED.items() if "HGMMA" in present}
 MAX_FFMA_PER_HGMMA = 8
 VARIANTS = [(d, c) for d in (64, 128) for c in (False, True)] + [(256, False)]
@@ -80,8 +86,22 @@ def test_rung_sass(name, head_dim, causal, reports):
         assert facts["tma_loads_in_producer"], "a TMA load outside the producer warpgroup's region"
     if name in PINGPONG:
         assert facts["named_barrier_syncs"] >= 1 and facts["named_barrier_arrives"] >= 2, facts
+        assert facts["main_loop"], "no KV loop with one BAR.SYNC and one BAR.ARV found"
     else:
         assert facts["named_barrier_arrives"] == 0, f"{name}: named-barrier arrives before K6: {facts}"
+
+
+@pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize("name", [n for n in rung_names() if n in SHORT_TURN])
+def test_turn_holds_only_the_gemm_issues(name, head_dim, causal, reports):
+    prev = rung_names()[rung_names().index(name) - 1]
+    loop = reports(name, head_dim, causal)["sass_facts"]["main_loop"]
+    before = reports(prev, head_dim, causal)["sass_facts"]["main_loop"]
+    assert loop and before, (loop, before)
+    assert loop["turn_fp"] == 0, f"floating-point work inside the turn: {loop}"
+    assert loop["turn"] < before["turn"], f"turn not shorter than {prev}'s: {loop} vs {before}"
+    assert loop["instructions"] < before["instructions"], f"{loop} vs {prev} {before}"
+    assert loop["uniform"] <= before["uniform"] - 8, f"bookkeeping back in the loop: {loop} vs {before}"
 
 
 @pytest.mark.parametrize("name", [n for n in rung_names() if n in WARP_SPECIALIZED])

@@ -72,6 +72,31 @@ def test_opcode_mix_parses_predicated_instructions():
     assert inspect.opcode_mix(sass) == {"FFMA": 1, "SHFL": 1, "LDG": 1}
 
 
+def test_main_loop_facts_count_the_loop_and_the_turn():
+    """The smallest loop with one BAR.SYNC and one BAR.ARV, on its fast path (an mbarrier
+    wait's retry branch not taken); the turn runs from after BAR.SYNC to BAR.ARV."""
+    sass = """
+        /*0000*/                   MOV R1, R2 ;
+.L_x_1:
+        /*0010*/                   UIADD3 UR4, UR4, 0x1, URZ ;
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R3 ;
+        /*0030*/               @P0 BRA `(.L_x_2) ;
+        /*0040*/                   NOP ;
+.L_x_2:
+        /*0050*/                   BAR.SYNC.DEFER_BLOCKING R4, 0x100 ;
+        /*0060*/                   ULEA UR6, UR4, UR5, 0xb ;
+        /*0070*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT ;
+        /*0080*/                   FMUL R8, R8, R9 ;
+        /*0090*/                   BAR.ARV R4, 0x100 ;
+        /*00a0*/                   MUFU.EX2 R10, R10 ;
+        /*00b0*/               @P1 BRA `(.L_x_1) ;
+        /*00c0*/                   EXIT ;
+    """
+    assert inspect.main_loop_facts(sass) == {"instructions": 10, "uniform": 2, "turn": 4,
+                                             "turn_hgmma": 1, "turn_fp": 1}
+    assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
+
+
 def test_recorded_compile_reports_match_the_code():
     """The docs show results/inspect.json; it must describe the rungs as they are now."""
     from kernels.harness import AttentionProblem

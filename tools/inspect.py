@@ -89,7 +89,64 @@ def sass_facts(sass: str) -> dict:
     if len(dealloc) == 1 and len(alloc) == 1 and tma_loads:
         in_producer = all(dealloc[0] < i < alloc[0] for i in tma_loads)
     return {"named_barrier_syncs": named_sync, "named_barrier_arrives": named_arrive,
-            "tma_loads_in_producer": in_producer}
+            "tma_loads_in_producer": in_producer, "main_loop": main_loop_facts(sass)}
+
+
+_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:(@!?U?P\w+)\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_BRANCH_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+# Floating-point work that would sit inside a turn (the O rescale is FMUL, the softmax FFMA).
+_FP_OPS = {"FFMA", "FMUL", "FADD", "FMNMX", "MUFU", "F2FP"}
+
+
+def main_loop_facts(sass: str) -> dict | None:
+    """The steady-state KV loop of a ping-pong consumer, counted per KV tile per warp: the
+    smallest loop (a backward branch) with HGMMAs and exactly one named ``BAR.SYNC`` (take the
+    turn) and one ``BAR.ARV`` (pass it on); without the mask that is the only one, under it
+    the unmasked one. Counted on the fast path: an mbarrier wait's branch to its retry code is
+    taken not to be taken. ``instructions``: all of them; ``uniform``: on the uniform
+    datapath (``U*`` opcodes but the TMA's: descriptors, ring indices, loop bounds);
+    ``turn``: those after the ``BAR.SYNC`` up to and including the ``BAR.ARV`` (what the other
+    warpgroups wait for), of which ``turn_hgmma`` are the GEMMs and ``turn_fp``
+    floating-point work. None for a kernel without such a loop."""
+    ins, labels = [], {}
+    for line in sass.splitlines():
+        label = _LABEL.match(line)
+        if label:
+            labels[label.group(1)] = len(ins)
+            continue
+        m = _INSTRUCTION.match(line)
+        if m:
+            ins.append({"pred": m.group(2) or "", "op": m.group(3), "text": m.group(3) + m.group(4)})
+    candidates = []
+    for end, x in enumerate(ins):
+        target = _BRANCH_TARGET.search(x["text"]) if x["op"].startswith("BRA") else None
+        start = labels.get(target.group(1)) if target else None
+        if start is None or start > end:
+            continue
+        body = ins[start:end + 1]
+        syncs = sum(1 for y in body if y["op"].startswith("BAR.SYNC"))
+        arrives = sum(1 for y in body if y["op"].startswith("BAR.ARV"))
+        if syncs == 1 and arrives == 1 and any(y["op"].startswith("HGMMA") for y in body):
+            candidates.append((end - start, start, end))
+    if not candidates:
+        return None
+    _, start, end = min(candidates)
+    skipped = set()  # "@P0 BRA forward" over an mbarrier wait's retry, inside the loop
+    for i in range(start + 1, end):
+        target = _BRANCH_TARGET.search(ins[i]["text"]) if ins[i]["op"] == "BRA" else None
+        if target and ins[i]["pred"] == "@P0" and "TRYWAIT" in ins[i - 1]["op"]:
+            if i < labels[target.group(1)] <= end:
+                skipped.update(range(i + 1, labels[target.group(1)]))
+    path = [ins[i] for i in range(start, end + 1) if i not in skipped]
+    take = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.SYNC"))
+    give = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.ARV"))
+    turn = path[take + 1:give + 1] if take < give else path[take + 1:] + path[:give + 1]
+    return {"instructions": len(path),
+            "uniform": sum(1 for y in path if y["op"].startswith("U") and not y["op"].startswith("UTMA")),
+            "turn": len(turn),
+            "turn_hgmma": sum(1 for y in turn if y["op"].startswith("HGMMA")),
+            "turn_fp": sum(1 for y in turn if y["op"].split(".")[0] in _FP_OPS)}
 
 
 def resource_usage(cubin: bytes) -> dict:
@@ -169,6 +226,12 @@ def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
                for r in reports]],
             ["SASS instructions", *[str(r.get("sass_total", "-")) for r in reports]],
             ["compile time (s)", *[str(r.get("compile_s", "-")) for r in reports]]]
+    loops = [(r.get("sass_facts") or {}).get("main_loop") for r in reports]
+    if any(loops):  # ping-pong rungs (K6 on): the steady-state KV loop, per tile and warp
+        rows += [["main loop per KV tile: instructions / uniform (U*)",
+                  *[f"{m['instructions']} / {m['uniform']}" if m else "-" for m in loops]],
+                 ["its turn (BAR.SYNC to BAR.ARV): instr. / HGMMA / float",
+                  *[f"{m['turn']} / {m['turn_hgmma']} / {m['turn_fp']}" if m else "-" for m in loops]]]
     shown = [op for op in FAMILIES if any(r.get("sass_mix", {}).get(op) for r in reports)]
     for op in shown:
         rows.append([f"{op} ({FAMILIES[op]})", *[str(r.get("sass_mix", {}).get(op, 0)) for r in reports]])
