@@ -104,6 +104,13 @@ RUNG_TEXT = (
          "to tile, and what that buys over a grid of one CTA per tile",
          "the mainloop mix is K9's; around it, the tile loop's index arithmetic and one more "
          "named-barrier sync per tile (the Q stage handed back after the epilogue)"),
+    Rung(11, "short_turn", "K11: the turn holds only the GEMM issues",
+         "what a warpgroup does between taking the ping-pong turn and passing it on, and how the "
+         "loop's bookkeeping (shared-memory descriptors, the loop bound, the release lane) leaves "
+         "the loop when it is built once, before it",
+         "the two main-loop rows: fewer instructions per KV tile, half as many on the uniform "
+         "datapath, and a turn of the GEMMs and their descriptor offsets only (no float work); "
+         "`FMUL` drops by the rescale K9 put before the last P V"),
 )
 
 

@@ -51,7 +51,9 @@ and ``@prev`` stand for that rung and the one before it (so K4's page compares w
 kernels/k3.py exists).
 
 A missing file, symbol, results file, results row or compile report fails the build with the
-page and the marker in the message. The nav's "Worklog" section lists one page per rung that
+page and the marker in the message, with one exception: the newest rung before its first run
+on the GPU host (``tools.report.pending_rungs``), which summaries show as "pending" and plots
+leave out with a note; its page shows no measured tables until then. The nav's "Worklog" section lists one page per rung that
 the registry finds (kernels/kN.py); pages of rungs that do not exist yet are left out of the
 build. Notebooks in notebooks/ are added to the site and the nav's "Notebooks" section.
 
@@ -357,8 +359,11 @@ def render_plot(args: list[str], options: dict, data: Data) -> str:
     svg = report.plot_svg(doc, kernels, where, x, value, title=options.get("title"))
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
     what = report.value_label(value)
-    if empty:
-        what += f"; no successful run of {', '.join(empty)} at these shapes"
+    pending = [k for k in empty if k in report.pending_rungs(doc)]
+    if pending:
+        what += f"; {', '.join(pending)} not measured yet"
+    if len(empty) > len(pending):
+        what += f"; no successful run of {', '.join(k for k in empty if k not in pending)} at these shapes"
     return (f'<figure class="measured-plot" data-kernels="{",".join(kernels)}">\n{svg.strip()}\n</figure>\n\n'
             + results_caption(data, what, source, doc))
 
@@ -373,6 +378,9 @@ def render_summary(args: list[str], options: dict, data: Data) -> str:
     peers = split_list(options.get("peers"), data.page_rung)
     doc, source = data.results(suite, options.get("gpu"))
     headers, rows = report.summary(doc, rungs + peers, where, baseline, value)
+    pending = report.pending_rungs(doc)  # the newest rung, before its first run on the GPU
+    rows = [[name, "pending", "-"] if name in pending else [name, measured, share]
+            for name, measured, share in rows]
     missing = [r[0] for r in rows if r[1] == "-"]
     if missing:
         raise MarkerError(f"{source}: no row for {', '.join(missing)} where {where}")
