@@ -14,6 +14,8 @@ import math
 import numpy as np
 import torch
 
+from .quantize import dequantize
+
 
 def causal_keep_mask(seqlen_q: int, seqlen_k: int, device=None, *, key_len: int | None = None,
                      rows: range | None = None) -> torch.Tensor:
@@ -62,7 +64,9 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
 
     Works one (batch, kv head group) at a time, and splits the query rows so that the score
     matrix stays under ``max_chunk_elems`` elements (16k x 16k problems fit on one GPU).
+    FP8 inputs (``Fp8Tensor``) are dequantized first: the reference sees the kernel's numbers.
     """
+    q, k, v = (dequantize(t) for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
@@ -105,8 +109,8 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
 def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None = None, *,
                               mask=None, key_lens=None):
     """Plain fp64 loops over (batch, head, row) in numpy: the independent check of the torch
-    one (same ``mask`` and ``key_lens`` conventions)."""
-    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    one (same ``mask`` and ``key_lens`` conventions; FP8 inputs dequantized)."""
+    q, k, v = (np.asarray(dequantize(t), dtype=np.float64) for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
