@@ -23,7 +23,7 @@ Delta from K10
       registers between lanes, P V relabels the keys: k-slot ``4q + 2a + c + 16h`` takes the
       score of key ``2q + c + 8 (2h + a)``, a permutation of every 16 keys, and the pass that
       transposes V writes each key's row to that slot. The sum over keys is unchanged; the
-      conversion is a choice of registers and one packed ``cvt`` per two scores.
+      conversion is a choice of registers and one packed ``cvt`` per two scores, no shuffle.
     * Scales. ``q_descale * k_descale`` joins the softmax scale; P is ``exp2(s - max + 8)``,
       in ``[0, 256]``, so that e4m3 (largest value 448) keeps small probabilities out of its
       subnormals (the factor cancels in ``O / row_sum``, the LSE takes it out); ``v_descale``
@@ -40,9 +40,10 @@ How it works (consumer warpgroups first, then the producer warpgroup)
 Cost
     The transpose pass reads V once and writes V^T once (``Sk * Hkv * D`` bytes each way per
     batch), a separate launch before the kernel: a few percent of the kernel at 16k keys,
-    more where the attention is short. In the kernel, the P conversion is two ``F2FP`` per
-    four scores against one per two in bf16, nothing else. The bf16 O buffer costs
-    ``Br x D x 2`` bytes of shared memory (64 KiB at D = 256, where the e4m3 stages leave room).
+    more where the attention is short. In the kernel nothing is added: the P conversion takes
+    as many ``F2FP`` as bf16's (one per two scores, packed into half a register instead of a
+    whole one). The bf16 O buffer costs ``Br x D x 2`` bytes of shared memory (64 KiB at
+    D = 256, where the e4m3 stages leave room).
 
 Constraints
     head_dim 64, 128 or 256; q, k, v ``Fp8Tensor`` (float8_e4m3fn); out bf16; any Sq, Sk >= 1,

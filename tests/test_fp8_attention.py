@@ -24,6 +24,7 @@ from kernels.harness import (
     AttentionProblem,
     Fp8Tensor,
     empty_output,
+    fp8_attention_model,
     make_inputs,
     quantize_e4m3,
     reference_attention,
@@ -44,7 +45,8 @@ def test_key_slot_permutes_each_group_of_16_keys():
         assert sorted(fp8_key_slot(k) for k in keys) == list(keys)
     # a thread (quad lane q) holds keys 2q, 2q + 1, 2q + 8, 2q + 9: they take k-slots 4q .. 4q + 3
     for q in range(4):
-        assert [fp8_key_slot(k) for k in (2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9)] == [4 * q + i for i in range(4)]
+        held = (2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9)
+        assert [fp8_key_slot(k) for k in held] == [4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3]
     assert fp8.key_of_slot()[fp8_key_slot(11)] == 11
 
 
@@ -125,26 +127,6 @@ def to_e4m3(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float8_e4m3fn).float()
 
 
-def fp8_attention_model(q, k, v, scale, block_n=128, max_offset=8, round_p=True):
-    """The FP8 rung's arithmetic in torch, for one head: fp32 scores of the dequantized inputs,
-    online softmax per ``block_n`` keys in the log2 domain, P = exp2(s - max + offset) rounded to
-    e4m3 for P V (fp32 accumulation), the row sum from fp32 P, O / sum at the end."""
-    scale_log2 = scale * math.log2(math.e)
-    row_max = torch.full((q.shape[0],), -math.inf)
-    row_sum = torch.zeros(q.shape[0])
-    out = torch.zeros(q.shape[0], v.shape[1])
-    for start in range(0, k.shape[0], block_n):
-        s = (q @ k[start:start + block_n].T) * scale_log2
-        new_max = torch.maximum(row_max, s.max(dim=1).values)
-        p = torch.exp2(s - new_max[:, None] + max_offset)
-        assert p.max() <= 2.0 ** max_offset <= 448  # e4m3's largest value: P never saturates
-        factor = torch.exp2(row_max - new_max)
-        row_sum = row_sum * factor + p.sum(dim=1)
-        out = out * factor[:, None] + (to_e4m3(p) if round_p else p) @ v[start:start + block_n]
-        row_max = new_max
-    return out / row_sum[:, None]
-
-
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("outliers", [False, True], ids=["normal", "outliers"])
 def test_p_in_e4m3_stays_within_the_tolerance(head_dim, outliers):
@@ -155,11 +137,21 @@ def test_p_in_e4m3_stays_within_the_tolerance(head_dim, outliers):
                                dtype="e4m3")
     q, k, v = make_inputs(problem, seed=head_dim, device="cpu", outliers=outliers)
     ref, _ = reference_attention_numpy(q, k, v, scale=problem.softmax_scale)
-    ref = torch.from_numpy(ref)[0, :, 0]
-    qd, kd, vd = (t.dequantize()[0, :, 0] for t in (q, k, v))
-    err = rel_err(fp8_attention_model(qd, kd, vd, problem.softmax_scale), ref)
+    ref = torch.from_numpy(ref)
+    err = rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale), ref)
     assert 2e-3 < err < E4M3_TOLERANCE / 1.5, err
-    assert rel_err(fp8_attention_model(qd, kd, vd, problem.softmax_scale, round_p=False), ref) < 1e-5
+    assert rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale, round_p=False), ref) < 1e-5
+
+
+def test_fp8_model_masks_like_the_reference():
+    """The model's mask, GQA and empty rows follow reference_attention (without rounding: equal)."""
+    problem = AttentionProblem(batch=2, seqlen_q=70, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=32,
+                               causal=True, dtype="e4m3")
+    q, k, v = make_inputs(problem, seed=5, device="cpu")
+    ref, _ = reference_attention(q, k, v, causal=True)
+    model = fp8_attention_model(q, k, v, causal=True, block_n=32, round_p=False)
+    torch.testing.assert_close(model, ref, rtol=1e-5, atol=1e-5)
+    assert (model[:, :30] == 0).all() and (model[:, 30:].abs().sum(-1) > 0).all()   # rows 0..29 see no key
 
 
 def test_p_offset_keeps_small_probabilities():
@@ -230,8 +222,8 @@ def test_validation_takes_the_output_dtype():
 def test_verify_attention_holds_fp8_inputs_in_guards():
     """verify_attention on an e4m3 problem: guarded e4m3 data, the dequantized reference, the
     e4m3 tolerance; a kernel that forgets v's descale fails it."""
-    problem = AttentionProblem(batch=2, seqlen_q=9, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=16, causal=True,
-                               dtype="e4m3")
+    problem = AttentionProblem(batch=2, seqlen_q=9, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=16,
+                               causal=True, dtype="e4m3")
 
     def model(q, k, v, out, lse, v_scale=None):
         assert isinstance(q, Fp8Tensor)

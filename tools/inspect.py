@@ -29,9 +29,9 @@ ARCH = "sm_90a"
 
 # Opcode families shown side by side; the order is the order of the columns.
 FAMILIES = {
-    "HGMMA": "tensor core (warpgroup)", "HMMA": "tensor core (warp)",
+    "HGMMA": "tensor core (warpgroup)", "QGMMA": "tensor core (warpgroup, fp8)", "HMMA": "tensor core (warp)",
     "FFMA": "fp32 fma", "FMUL": "fp32 mul", "FADD": "fp32 add", "FMNMX": "fp32 min/max",
-    "MUFU": "special function (exp2, rcp)", "SHFL": "warp shuffle",
+    "MUFU": "special function (exp2, rcp)", "F2FP": "fp32 -> bf16 / fp8 pack", "SHFL": "warp shuffle",
     "LDG": "global load", "STG": "global store", "LDS": "shared load", "STS": "shared store",
     "LDSM": "ldmatrix", "LDGSTS": "cp.async", "UTMALDG": "TMA load", "UTMASTG": "TMA store",
     "SYNCS": "mbarrier", "BAR": "barrier", "USETMAXREG": "register reallocation (setmaxnreg)",
@@ -78,7 +78,8 @@ def sass_facts(sass: str) -> dict:
     (``BAR.SYNC`` / ``BAR.ARV`` on an id other than 0, the CTA-wide ``__syncthreads``), and
     whether every TMA load sits in the producer's region, between the producer's
     ``USETMAXREG.DEALLOC`` and the consumers' ``USETMAXREG.TRY_ALLOC`` (the order in which the
-    compiler lays out the two branches of the role switch)."""
+    compiler lays out the two branches of the role switch); and the distinct warpgroup MMA
+    instructions with their shapes and types (``QGMMA.64x128x32.F32.E4M3.E4M3``)."""
     lines = sass.splitlines()
     named_sync = sum(1 for ln in lines if re.search(r"\bBAR\.SYNC\S*\s+(?!0x0\b)\w+", ln))
     named_arrive = sum(1 for ln in lines if re.search(r"\bBAR\.ARV\b", ln))
@@ -88,8 +89,9 @@ def sass_facts(sass: str) -> dict:
     in_producer = None
     if len(dealloc) == 1 and len(alloc) == 1 and tma_loads:
         in_producer = all(dealloc[0] < i < alloc[0] for i in tma_loads)
+    mmas = sorted({m.group(1) for ln in lines for m in [re.search(r"\b([HQ]GMMA\.[\w.]+)", ln)] if m})
     return {"named_barrier_syncs": named_sync, "named_barrier_arrives": named_arrive,
-            "tma_loads_in_producer": in_producer}
+            "tma_loads_in_producer": in_producer, "warpgroup_mma": mmas}
 
 
 def resource_usage(cubin: bytes) -> dict:
@@ -123,6 +125,16 @@ def _artifact(value, binary: bool = False):
     if binary and isinstance(value, str):
         return value.encode("latin1")
     return value
+
+
+def native_problem(name: str, problem: AttentionProblem | None = None) -> AttentionProblem:
+    """``problem`` (default: head_dim 128) in a dtype rung ``name`` runs: its own if the rung
+    takes it, else the rung's first (an FP8 rung's compile report is of an e4m3 problem)."""
+    from kernels.registry import rung_module
+
+    problem = problem or AttentionProblem(head_dim=128)
+    dtypes = rung_module(name).DTYPES
+    return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
 def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False) -> dict:
@@ -185,7 +197,7 @@ def record(names: list[str], head_dims=(64, 128, 256), causals=(False, True)) ->
 
     from tools.provenance import git_commit
 
-    reports = [inspect(n, AttentionProblem(head_dim=d, causal=c))
+    reports = [inspect(n, native_problem(n, AttentionProblem(head_dim=d, causal=c)))
                for n in names for d in head_dims for c in causals]
     doc = {"meta": {"arch": ARCH, "cutlass_dsl": getattr(cutlass, "__version__", "?"),
                     "commit": git_commit(), "date": datetime.date.today().isoformat()},
@@ -225,7 +237,7 @@ def main(argv=None) -> int:
         print(f"wrote {RECORD_PATH.relative_to(ROOT)} ({len(doc['reports'])} reports)")
         return 0
     problem = AttentionProblem(head_dim=args.head_dim, causal=args.causal)
-    reports = [inspect(n, problem) for n in names]
+    reports = [inspect(n, native_problem(n, problem)) for n in names]  # FP8 rungs: an e4m3 problem
     if args.json:
         print(json.dumps(reports, indent=1))
     else:

@@ -143,7 +143,8 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order.
 
     The first header names what the row labels mean (``problem_header``: e.g. ``M x N x K``).
-    ``complete`` keeps only the problems that every kernel shown has a row for.
+    ``complete`` keeps only the problems that every kernel shown has a row for. A ``label``
+    that merges problems (``shape_label``) must leave each kernel one row per label.
     """
     label = label or problem_label
     rows = select(doc, kernels, where)
@@ -151,13 +152,33 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     kernel_order = [k for k in kernel_order if any(r["kernel"] == k for r in rows)]
     problems: dict[str, dict] = {}
     for r in rows:
-        problems.setdefault(label(r["problem"]), {})[r["kernel"]] = r
+        cells = problems.setdefault(label(r["problem"]), {})
+        if label is shape_label and r["kernel"] in cells:
+            raise ResultsError(f"{r['kernel']} has rows of several dtypes at {label(r['problem'])}; "
+                               "narrow where (e.g. dtype:e4m3)")
+        cells[r["kernel"]] = r
     if complete:
         problems = {name: by_kernel for name, by_kernel in problems.items() if len(by_kernel) == len(kernel_order)}
     headers = [problem_header([r["problem"] for r in rows])] + kernel_order
     body = [[name] + [cell(by_kernel.get(k), value) for k in kernel_order]
             for name, by_kernel in problems.items()]
     return headers, body
+
+
+def shape_label(problem: dict) -> str:
+    """``problem_label`` without the dtype: the bf16 and the e4m3 version of a shape share one
+    row, so that an FP8 rung sits beside the bf16 kernels it is measured against."""
+    return problem_label({**problem, "dtype": "bf16"}) if "dtype" in problem else problem_label(problem)
+
+
+def kernel_dtypes(doc: dict, kernels, where=None) -> dict[str, str]:
+    """``{kernel: "e4m3"}`` (or "bf16, fp16", ...): the dtypes of each kernel's rows in ``where``."""
+    out: dict[str, list[str]] = {}
+    for r in select(doc, kernels, where):
+        dtype = r["problem"].get("dtype", "bf16")
+        if dtype not in out.setdefault(r["kernel"], []):
+            out[r["kernel"]].append(dtype)
+    return {k: ", ".join(v) for k, v in out.items()}
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:

@@ -11,16 +11,18 @@ from .problem import AttentionProblem
 
 # docs/design.md: bf16 must land at or under 1e-2 relative Frobenius error (expect ~2e-3).
 BF16_TOLERANCE = 1e-2
-# FP8 (e4m3 q, k, v; checked against the reference on the same, dequantized, inputs): P is
-# rounded to e4m3 for the P V GEMM, 3 mantissa bits, a relative error of up to 2^-4 per
-# probability. It does not average out: O's error is about that rounding's RMS, 2-3e-2 on
-# random data (tests/test_fp8_attention.py models it on the CPU); twice that is the bound.
-E4M3_TOLERANCE = 5e-2
+E4M3_TOLERANCE = 5e-2  # see tolerance()
 TOLERANCES = {"bf16": BF16_TOLERANCE, "fp16": BF16_TOLERANCE, "e4m3": E4M3_TOLERANCE}
 
 
 def tolerance(problem: AttentionProblem) -> float:
-    """The relative Frobenius error a kernel must stay under on ``problem`` (by its dtype)."""
+    """The relative Frobenius error a kernel must stay under on ``problem`` (by its dtype).
+
+    bf16 / fp16: ``BF16_TOLERANCE``. e4m3 (FP8 q, k, v), against the reference on the same,
+    dequantized, inputs: P is rounded to e4m3 for the P V GEMM, 3 mantissa bits, a relative
+    error of up to 2^-4 per probability; it does not average out, O's relative error is about
+    that rounding's RMS (a few 1e-2 on random data: tests/test_fp8_attention.py models the
+    kernel's arithmetic on the CPU). ``E4M3_TOLERANCE`` is about twice that."""
     return TOLERANCES[problem.dtype]
 
 
