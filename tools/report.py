@@ -447,7 +447,9 @@ def ladder_overview(doc: dict | None = None) -> tuple[list[str], list[list[str]]
         row = [f"[{name.upper()}](kernels/{name}.py)", get(name).description]
         if doc is not None:
             r = measured.get(name)
-            row += [cell(r), f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
+            dtype = r["problem"].get("dtype", "bf16") if r else "bf16"
+            row += [cell(r) + (f" ({dtype})" if dtype != "bf16" else ""),  # an FP8 rung says so
+                    f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
         rows.append(row)
     return headers, rows
 
