@@ -25,7 +25,7 @@ import argparse
 import ast
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -42,7 +42,7 @@ class Rung:
     title: str
     learn: str | None  # what the reader learns, one sentence (None: the rung's IDEA stands in)
     look_for: str  # what to look for in the compile report
-    dtype: str = "bf16"  # the inputs the rung takes: "e4m3" for an FP8 rung
+    dtype: str = "bf16"  # the inputs the rung takes (its DTYPES' first): "e4m3" for an FP8 rung
 
     @property
     def rung(self) -> str:
@@ -117,8 +117,7 @@ RUNG_TEXT = (
          "the accumulator into the FP8 A operand by relabelling keys instead of moving registers, "
          "and what E4M3 costs in accuracy against the reference and against the bf16 rung",
          "`QGMMA` (e4m3 x e4m3, k32) in place of `HGMMA`, half as many for the same tiles; "
-         "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung",
-         dtype="e4m3"),
+         "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung"),
 )
 
 
@@ -137,8 +136,17 @@ def rung_source(rung: str) -> tuple[str, str]:
     return idea, doc
 
 
+def rung_dtype(rung: str) -> str:
+    """The first of kernels/<rung>.py's DTYPES (read with ast): the inputs its notebook uses."""
+    path = ROOT / "kernels" / f"{rung}.py"
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
+            return ast.literal_eval(node.value)[0]
+    raise SystemExit(f"kernels/{rung}.py has no DTYPES")
+
+
 def discovered_rungs() -> list[Rung]:
-    """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults."""
+    """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults, in its dtype."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from kernels.registry import rung_names
@@ -147,7 +155,7 @@ def discovered_rungs() -> list[Rung]:
     out = []
     for rung in rung_names():
         if rung in known:
-            out.append(known[rung])
+            out.append(replace(known[rung], dtype=rung_dtype(rung)))
             continue
         idea, _ = rung_source(rung)
         number = int(rung[1:])
@@ -156,7 +164,7 @@ def discovered_rungs() -> list[Rung]:
                        None) if page.is_file() else None
         slug = re.sub(r"[^a-z0-9]+", "_", idea.split(":")[0].lower()).strip("_") or "rung"
         out.append(Rung(number, slug, heading or f"{rung.upper()}: {idea}", None,
-                        f"what changed against K{number - 1}'s instruction mix, and why"))
+                        f"what changed against K{number - 1}'s instruction mix, and why", rung_dtype(rung)))
     return out
 
 
