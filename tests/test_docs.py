@@ -308,6 +308,15 @@ def test_a_rung_not_measured_yet_is_pending_not_an_error(hook, data):
         hook.render_markers("<!-- table: suite=ladder kernels=k1,k2,fa4 where=head_dim:256 -->", "docs/p.md", data)
 
 
+def test_missing_pending_waits_for_a_suite_not_yet_run(hook, data):
+    out = hook.render_markers("<!-- table: suite=fp8_accuracy value=rel_err_source rows=shape missing=pending -->",
+                              "docs/p.md", data)
+    assert "Pending: " in out and "fp8_accuracy.json not recorded yet" in out and "|" not in out
+    (data.results_dir / "h200" / "fp8_accuracy.json").write_text("{}")  # there, but malformed: fails
+    with pytest.raises(hook.MarkerError, match="needs top-level"):
+        hook.render_markers("<!-- table: suite=fp8_accuracy missing=pending -->", "docs/p.md", data)
+
+
 def test_rows_by_shape_put_an_fp8_rung_beside_the_bf16_kernels(hook, data):
     """rows=shape: the e4m3 row of an FP8 rung and the bf16 rows of the others at one shape share
     a table row, and the caption names each kernel's dtype."""

@@ -245,3 +245,61 @@ def test_fp8_run_kernel_refuses_plain_tensors():
     assert k12.can_implement(AttentionProblem(head_dim=128)) is not None          # bf16: not this rung
     assert k12.can_implement(AttentionProblem(head_dim=128, dtype="e4m3")) is None
     assert k12.can_implement(AttentionProblem(head_dim=96, dtype="e4m3")) is not None
+
+
+def test_fp8_accuracy_suite_rows(monkeypatch):
+    """The accuracy suite on the CPU, with stand-ins for the kernels (the FP8 rung's arithmetic
+    model; bf16-rounded exact attention for the bf16 rung): rows in the results schema, each
+    error against its fp64 reference, and the FP8 row's error on the source above its own."""
+    from kernels.registry.runner import Runner
+    from tools import report
+    from tools.suites import fp8_accuracy as suite
+
+    shape = AttentionProblem(batch=1, seqlen_q=64, seqlen_k=200, heads_q=2, heads_kv=1, head_dim=64)
+    monkeypatch.setattr(suite, "shapes", lambda seqlens: [shape])
+
+    def stand_in(name, fp8_rung):
+        def prepare(problem):
+            def launch(q, k, v, out):
+                if fp8_rung:
+                    out.copy_(fp8_attention_model(q, k, v, scale=problem.softmax_scale, block_n=128))
+                else:
+                    out.copy_(reference_attention(q, k, v, scale=problem.softmax_scale)[0])
+            return launch
+        dtypes = ("e4m3",) if fp8_rung else ("bf16",)
+        return Runner(name, "rung", "", lambda p: None if p.dtype in dtypes else "dtype", prepare)
+
+    class Progress:
+        def add_task(self, *a, **k):
+            return 0
+
+        def update(self, *a, **k):
+            pass
+
+        def advance(self, *a, **k):
+            pass
+
+    class Context:
+        kernels, seqlens, progress = None, None, Progress()
+
+        def runner(self, name):
+            return stand_in(name, name in suite.fp8_rungs())
+
+        def time(self, fn, arg_sets):
+            fn(*arg_sets[0])
+            return {"median": 1.0, "p20": 1.0, "p80": 1.0}
+
+    rows = suite.run(Context(), device="cpu")
+    assert {r["kernel"] for r in rows} == set(suite.kernels()) and len(rows) == 2 * len(suite.kernels())
+    meta = {"suite": "fp8_accuracy", "gpu": "test", "driver": "0", "cuda": "0", "torch": "0",
+            "cutlass_dsl": "0", "commit": "0", "date": "2026-01-01", "ceilings": {"copy_tbps": 1.0}}
+    report.validate({"meta": meta, "rows": rows})
+    for r in rows:
+        assert r["status"] == "ok" and r["problem"]["inputs"] in suite.INPUTS
+        if r["problem"]["dtype"] == "e4m3":   # quantization of the inputs adds to the kernel's own error
+            assert 2e-3 < r["rel_err"] < E4M3_TOLERANCE and r["rel_err_source"] > r["rel_err"]
+        else:
+            assert r["rel_err"] == r["rel_err_source"] < 1e-2
+    merged = report.pivot({"rows": rows}, where={"inputs": "outliers"}, value="rel_err_source",
+                          label=report.shape_label)
+    assert len(merged[1]) == 1 and merged[0][1:] == suite.kernels()

@@ -17,10 +17,11 @@ META_KEYS = ("suite", "gpu", "driver", "cuda", "torch", "cutlass_dsl", "commit",
 ROW_KEYS = ("kernel", "problem", "ms", "tflops", "gbps", "rel_err", "status")
 STATUS_PREFIXES = ("ok", "unsupported", "wrong")
 # What a suite's files hold beyond META_KEYS and ROW_KEYS: the multi-GPU context-parallel suite
-# records the GPUs of the run, each row's world size (a problem key) and scaling efficiency.
+# records the GPUs of the run, each row's world size (a problem key) and scaling efficiency; the
+# FP8 accuracy suite each row's input distribution and its error against the bf16 source.
 SUITE_META_KEYS = {"context_parallel": ("gpus",)}
-SUITE_ROW_KEYS = {"context_parallel": ("scaling_efficiency",)}
-SUITE_PROBLEM_KEYS = {"context_parallel": ("world_size",)}
+SUITE_ROW_KEYS = {"context_parallel": ("scaling_efficiency",), "fp8_accuracy": ("rel_err_source",)}
+SUITE_PROBLEM_KEYS = {"context_parallel": ("world_size",), "fp8_accuracy": ("inputs",)}
 
 
 class ResultsError(ValueError):
@@ -239,7 +240,7 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
 
 def value_label(value: str) -> str:
     labels = {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s",
-              "us": "µs per call (median)"}
+              "us": "µs per call (median)", "rel_err_source": "rel. error against fp64 on the bf16 source"}
     return labels.get(value, value)
 
 

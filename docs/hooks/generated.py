@@ -15,6 +15,8 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     ``kernels=`` every kernel in the file. Rows are labelled by ``tools.report.problem_label``;
     with ``rows=shape`` by ``tools.report.shape_label`` (the bf16 and e4m3 versions of a shape
     share a row: an FP8 rung beside the bf16 kernels; the caption names each kernel's dtype).
+    ``missing=pending``: while the results file does not exist yet (a suite not yet run on the
+    GPU), a note says so instead of failing the build; a malformed file still fails.
     ``where=m:1|16|128`` matches any of the values; ``complete=true`` keeps only the problems
     every kernel shown has a row for; ``details="title"`` folds the table into a collapsible
     block with that title (for long tables).
@@ -350,6 +352,12 @@ def render_table(args: list[str], options: dict, data: Data) -> str:
     where = parse_where(options.get("where"))
     value = options.get("value", "tflops")
     by_shape = options.get("rows", "problem") == "shape"
+    if options.get("missing") == "pending" and not (data.results_dir / (options.get("gpu") or data.gpu)
+                                                    / f"{suite}.json").exists():
+        source = data.where(data.results_dir / (options.get("gpu") or data.gpu) / f"{suite}.json")
+        return (f'!!! note "Pending: {source} not recorded yet"\n\n'
+                f"    This table appears once `python -m tools.bench --suite {suite}` has run on the GPU; "
+                f"nothing is typed in by hand.")
     doc, source = data.results(suite, options.get("gpu"))
     pending = pending_rungs(doc, kernels)
     kernels = [k for k in kernels if k not in pending]
