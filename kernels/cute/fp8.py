@@ -73,6 +73,20 @@ def check_fp8_inputs(name: str, **tensors) -> None:
                             f"descale; quantize_e4m3 makes one), got {type(t).__name__}")
 
 
+def check_run_inputs(name: str, head_dim: int, q, k, v, out, lse, require_cuda: bool = True) -> None:
+    """What an FP8 rung's ``run_kernel`` checks before anything runs: ``Fp8Tensor`` q, k, v of
+    contiguous e4m3 BSHD on one device, a bf16 ``out``, the LSE, alignment and grid limits."""
+    import torch
+
+    check_fp8_inputs(name, q=q, k=k, v=v)
+    launch.check_output_buffers(name, out, lse)
+    validate_attention_inputs(q.data, k.data, v.data, out, lse, name=name, head_dims=(head_dim,),
+                              dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16,
+                              require_cuda=require_cuda)
+    launch.check_vector_alignment(name, q=q.data, k=k.data, out=out)
+    launch.check_grid_limits(name, q.data)
+
+
 def run_fp8(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
     """Validate, transpose V (:func:`transpose_v`) and launch on torch's current stream of q's device."""
     import torch
@@ -80,12 +94,7 @@ def run_fp8(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
     if not isinstance(compiled, launch.CompiledFMHA):
         raise TypeError(f"expected the result of compile_kernel(problem), got {type(compiled).__name__}")
     name = compiled.rung
-    check_fp8_inputs(name, q=q, k=k, v=v)
-    launch.check_output_buffers(name, out, lse)
-    validate_attention_inputs(q.data, k.data, v.data, out, lse, name=name, head_dims=(compiled.head_dim,),
-                              dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16)
-    launch.check_vector_alignment(name, q=q.data, k=k.data, out=out)
-    launch.check_grid_limits(name, q.data)
+    check_run_inputs(name, compiled.head_dim, q, k, v, out, lse)
     function = compiled.function(has_lse=lse is not None)
     with torch.cuda.device(q.device):
         vt = transpose_v(v.data)
