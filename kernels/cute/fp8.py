@@ -16,6 +16,8 @@ The JIT host function of an FP8 rung takes
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 from cutlass.cute.runtime import make_fake_stream
 
@@ -39,6 +41,14 @@ def key_of_slot() -> list[int]:
     return inverse
 
 
+@functools.cache
+def _slot_order(device):
+    """key_of_slot() as an index tensor on ``device``, made once (no host copy per launch)."""
+    import torch
+
+    return torch.tensor(key_of_slot(), device=device)
+
+
 def transpose_v(v):
     """``v [B, Sk, Hkv, D]`` float8_e4m3fn -> ``vt [B, Hkv, D, Sk']``, contiguous, with
     ``vt[b, h, d, 16 g + fp8_key_slot(i)] = v[b, 16 g + i, h, d]`` and zeros for keys past ``Sk``."""
@@ -51,8 +61,7 @@ def transpose_v(v):
         src = torch.nn.functional.pad(src, (0, 0, 0, 0, 0, keys - seqlen_k))
     # [B, H, D, groups, 16]: key i of group g, then gathered in slot order (one copy)
     groups = src.view(batch, keys // FP8_KEY_PERIOD, FP8_KEY_PERIOD, heads, head_dim).permute(0, 3, 4, 1, 2)
-    order = torch.tensor(key_of_slot(), device=v.device)
-    return groups[..., order].reshape(batch, heads, head_dim, keys).view(torch.float8_e4m3fn)
+    return groups[..., _slot_order(v.device)].reshape(batch, heads, head_dim, keys).view(torch.float8_e4m3fn)
 
 
 def fake_arguments(has_lse: bool) -> tuple:
