@@ -63,9 +63,13 @@ def test_shape_label_puts_an_fp8_row_beside_the_bf16_rows_of_its_shape():
                                     ["b4 s4096 h16 d128 e4m3", "-", "-", "27.4"]]
     assert report.pivot(doc, label=report.shape_label)[1] == [["b4 s4096 h16 d128", "13.7", "wrong", "27.4"]]
     assert report.kernel_dtypes(doc, ["k1", "k12"]) == {"k1": "bf16", "k12": "e4m3"}
+    refused = copy.deepcopy(fp8)  # a bf16 rung asked to run the e4m3 problem (tools.compare does)
+    refused.update(kernel="k1", ms=None, tflops=None, status="unsupported: k1: dtype e4m3 unsupported")
+    doc["rows"].insert(0, refused)
+    assert report.pivot(doc, label=report.shape_label)[1] == [["b4 s4096 h16 d128", "13.7", "wrong", "27.4"]]
     twice = copy.deepcopy(fp8)
     twice["problem"]["dtype"] = "bf16"
-    doc["rows"].append(twice)  # k12 in two dtypes at one shape: a merged row would hide one
+    doc["rows"].append(twice)  # k12 measured in two dtypes at one shape: a merged row would hide one
     with pytest.raises(report.ResultsError, match="several dtypes"):
         report.pivot(doc, label=report.shape_label)
 

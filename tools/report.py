@@ -145,7 +145,8 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
 
     The first header names what the row labels mean (``problem_header``: e.g. ``M x N x K``).
     ``complete`` keeps only the problems that every kernel shown has a row for. A ``label``
-    that merges problems (``shape_label``) must leave each kernel one row per label.
+    that merges problems (``shape_label``) must leave each kernel one row per label (a row
+    saying the kernel does not take that dtype gives way to one that measured it).
     """
     label = label or problem_label
     rows = select(doc, kernels, where)
@@ -155,8 +156,12 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     for r in rows:
         cells = problems.setdefault(label(r["problem"]), {})
         if label is shape_label and r["kernel"] in cells:
-            raise ResultsError(f"{r['kernel']} has rows of several dtypes at {label(r['problem'])}; "
-                               "narrow where (e.g. dtype:e4m3)")
+            unsupported = [x["status"].startswith("unsupported") for x in (cells[r["kernel"]], r)]
+            if unsupported == [False, True]:
+                continue
+            if unsupported != [True, False]:
+                raise ResultsError(f"{r['kernel']} has rows of several dtypes at {label(r['problem'])}; "
+                                   "narrow where (e.g. dtype:e4m3)")
         cells[r["kernel"]] = r
     if complete:
         problems = {name: by_kernel for name, by_kernel in problems.items() if len(by_kernel) == len(kernel_order)}
