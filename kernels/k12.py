@@ -40,10 +40,11 @@ How it works (consumer warpgroups first, then the producer warpgroup)
 Cost
     The transpose pass reads V once and writes V^T once (``Sk * Hkv * D`` bytes each way per
     batch) in a torch gather before the kernel (strided byte reads: below copy bandwidth), a
-    launch of its own inside the timed run; its share grows as the attention gets shorter. In the kernel nothing is added: the P conversion takes
-    as many ``F2FP`` as bf16's (one per two scores, packed into half a register instead of a
-    whole one). The bf16 O buffer costs ``Br x D x 2`` bytes of shared memory (64 KiB at
-    D = 256, where the e4m3 stages leave room).
+    launch of its own inside the timed run; its share grows as the attention gets shorter.
+    In the kernel nothing is added: the P conversion takes as many ``F2FP`` as bf16's (one
+    per two scores, packed into half a register instead of a whole one). The bf16 O buffer
+    costs ``Br x D x 2`` bytes of shared memory (64 KiB at D = 256, where the e4m3 stages
+    leave room).
 
 Constraints
     head_dim 64, 128 or 256; q, k, v ``Fp8Tensor`` (float8_e4m3fn); out bf16; any Sq, Sk >= 1,
