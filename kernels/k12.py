@@ -57,7 +57,7 @@ Run and inspect
     compiled = compile_kernel(problem)     # problem.dtype == "e4m3"
     q, k, v = make_inputs(problem)         # Fp8Tensor each: quantize_e4m3 of bf16 randoms
     run_kernel(compiled, q, k, v, out, lse)
-    python -m tools.inspect k10 k12   # SASS mix on a CPU-only machine (HGMMA ... E4M3.E4M3)
+    python -m tools.inspect k10 k12   # SASS mix on a CPU-only machine (QGMMA ... E4M3.E4M3)
     pytest -m gpu tests/test_rungs_gpu.py -k k12    # GPU correctness sweep
 """
 
