@@ -25,7 +25,7 @@ import argparse
 import ast
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -42,6 +42,7 @@ class Rung:
     title: str
     learn: str | None  # what the reader learns, one sentence (None: the rung's IDEA stands in)
     look_for: str  # what to look for in the compile report
+    dtype: str = "bf16"  # the inputs the rung takes (its DTYPES' first): "e4m3" for an FP8 rung
 
     @property
     def rung(self) -> str:
@@ -49,7 +50,14 @@ class Rung:
 
     @property
     def previous(self) -> str | None:
-        return f"k{self.number - 1}" if self.number > 1 else None
+        """The rung before this one in the registry's ladder."""
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from kernels.registry import rung_names
+
+        names = rung_names()
+        index = names.index(self.rung) if self.rung in names else self.number - 1
+        return names[index - 1] if index > 0 else None
 
     @property
     def filename(self) -> str:
@@ -111,6 +119,12 @@ RUNG_TEXT = (
          "the two main-loop rows: fewer instructions per KV tile, half as many on the uniform "
          "datapath, and a turn of the GEMMs and their descriptor offsets only (no float work); "
          "`FMUL` drops by the rescale K9 put before the last P V"),
+    Rung(12, "fp8", "K12: FP8",
+         "how attention runs on FP8 tensor cores: why V must be transposed for them, how P gets from "
+         "the accumulator into the FP8 A operand by relabelling keys instead of moving registers, "
+         "and what E4M3 costs in accuracy against the reference and against the bf16 rung",
+         "`QGMMA` (e4m3 x e4m3, k32) in place of `HGMMA`, half as many for the same tiles; "
+         "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung"),
 )
 
 
@@ -129,8 +143,17 @@ def rung_source(rung: str) -> tuple[str, str]:
     return idea, doc
 
 
+def rung_dtype(rung: str) -> str:
+    """The first of kernels/<rung>.py's DTYPES (read with ast): the inputs its notebook uses."""
+    path = ROOT / "kernels" / f"{rung}.py"
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
+            return ast.literal_eval(node.value)[0]
+    raise SystemExit(f"kernels/{rung}.py has no DTYPES")
+
+
 def discovered_rungs() -> list[Rung]:
-    """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults."""
+    """Every rung of kernels/ (the registry's list), with its RUNG_TEXT or defaults, in its dtype."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from kernels.registry import rung_names
@@ -139,7 +162,7 @@ def discovered_rungs() -> list[Rung]:
     out = []
     for rung in rung_names():
         if rung in known:
-            out.append(known[rung])
+            out.append(replace(known[rung], dtype=rung_dtype(rung)))
             continue
         idea, _ = rung_source(rung)
         number = int(rung[1:])
@@ -148,7 +171,7 @@ def discovered_rungs() -> list[Rung]:
                        None) if page.is_file() else None
         slug = re.sub(r"[^a-z0-9]+", "_", idea.split(":")[0].lower()).strip("_") or "rung"
         out.append(Rung(number, slug, heading or f"{rung.upper()}: {idea}", None,
-                        f"what changed against K{number - 1}'s instruction mix, and why"))
+                        f"what changed against K{number - 1}'s instruction mix, and why", rung_dtype(rung)))
     return out
 
 
@@ -226,37 +249,8 @@ made: registers per thread, shared memory, local memory, and the SASS instructio
 
 Look for: {r.look_for}.
 """),
-        code(f"""
-problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
-reports = [compile_report.inspect(name, problem) for name in {compared!r}]
-headers, rows = compile_report.resources_rows(reports)
-display(Markdown(report.markdown_table(headers, rows)))
-"""),
-        md(f"""
-## Run and check against the reference
-
-Fresh random inputs, an output poisoned with NaN (so an element the kernel never writes
-cannot pass), then the relative Frobenius error against an fp32 reference; bf16 must stay at
-or under `1e-2`. The second problem has ragged lengths (neither a multiple of the tile),
-grouped-query heads and the bottom-right causal mask.
-"""),
-        code(f"""
-from kernels.harness import check_output, empty_output, make_inputs, poison, reference_attention
-
-checks = [problem.with_(batch=1, seqlen_q=1024, seqlen_k=1024),
-          AttentionProblem(batch=2, seqlen_q=300, seqlen_k=517, heads_q=8, heads_kv=2, head_dim=128, causal=True)]
-if ON_HOPPER:
-    for p in checks:
-        q, k, v = make_inputs(p, seed=0)
-        out = empty_output(p)
-        poison(out)
-        {r.rung}.run_kernel({r.rung}.compile_kernel(p), q, k, v, out)
-        ref, _ = reference_attention(q, k, v, causal=p.causal, scale=p.softmax_scale)
-        result = check_output(out.float(), ref)
-        print(f"{{p.label():32}} rel err {{result.rel_err:.1e}}  {{'ok' if result.ok else 'WRONG: ' + result.reason}}")
-else:
-    print("No Hopper GPU here: skipped (compile and inspect above ran anyway).")
-"""),
+        code(compile_cell(r, compared)),
+        *run_and_check_cells(r),
         md(f"""
 ## Time against {"the previous rung and " if prev else ""}the peers
 
@@ -272,8 +266,8 @@ kernels = {timed!r}
 if ON_HOPPER:
     from tools.compare import run_gpu
 
-    measured = run_gpu(kernels, fa3_paper_shapes(128, False, (1024, 4096)))
-    headers, rows = report.pivot({{"rows": measured["rows"]}}, kernels)
+    measured = run_gpu(kernels, {shapes_expression(r)})
+    headers, rows = report.pivot({{"rows": measured["rows"]}}, kernels{label_argument(r)})
     display(Markdown(report.markdown_table(headers, rows)
                      + f"\\n\\nTFLOP/s on {{torch.cuda.get_device_name()}}; bf16 GEMM ceiling in this run: "
                      + f"{{measured['bf16_gemm_tflops']:.0f}} TFLOP/s"))
@@ -313,11 +307,120 @@ except report.ResultsError as exc:
     print(exc)
 else:
     for causal in (False, True):
-        headers, rows = report.pivot(recorded, kernels, {{"head_dim": 128, "causal": causal}})
+        headers, rows = report.pivot(recorded, kernels, {{"head_dim": 128, "causal": causal}}{label_argument(r)})
         display(Markdown(report.markdown_table(headers, rows)))
     display(Markdown("TFLOP/s. " + report.provenance(recorded["meta"])))
 """),
     ]
+
+
+# ---- the cells that differ for an FP8 rung (dtype "e4m3"); a bf16 rung's are as they always were
+def compile_cell(r: Rung, compared: list[str]) -> str:
+    if r.dtype == "bf16":
+        return f"""
+problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+reports = [compile_report.inspect(name, problem) for name in {compared!r}]
+headers, rows = compile_report.resources_rows(reports)
+display(Markdown(report.markdown_table(headers, rows)))
+"""
+    return f"""
+problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+# each rung in its own dtype: {r.rung} on the {r.dtype} version of the problem, the one before in bf16
+reports = [compile_report.inspect(name, compile_report.native_problem(name, problem)) for name in {compared!r}]
+headers, rows = compile_report.resources_rows(reports)
+display(Markdown(report.markdown_table(headers, rows)))
+"""
+
+
+def run_and_check_cells(r: Rung) -> list:
+    if r.dtype == "bf16":
+        return [md("""
+## Run and check against the reference
+
+Fresh random inputs, an output poisoned with NaN (so an element the kernel never writes
+cannot pass), then the relative Frobenius error against an fp32 reference; bf16 must stay at
+or under `1e-2`. The second problem has ragged lengths (neither a multiple of the tile),
+grouped-query heads and the bottom-right causal mask.
+"""), code(f"""
+from kernels.harness import check_output, empty_output, make_inputs, poison, reference_attention
+
+checks = [problem.with_(batch=1, seqlen_q=1024, seqlen_k=1024),
+          AttentionProblem(batch=2, seqlen_q=300, seqlen_k=517, heads_q=8, heads_kv=2, head_dim=128, causal=True)]
+if ON_HOPPER:
+    for p in checks:
+        q, k, v = make_inputs(p, seed=0)
+        out = empty_output(p)
+        poison(out)
+        {r.rung}.run_kernel({r.rung}.compile_kernel(p), q, k, v, out)
+        ref, _ = reference_attention(q, k, v, causal=p.causal, scale=p.softmax_scale)
+        result = check_output(out.float(), ref)
+        print(f"{{p.label():32}} rel err {{result.rel_err:.1e}}  {{'ok' if result.ok else 'WRONG: ' + result.reason}}")
+else:
+    print("No Hopper GPU here: skipped (compile and inspect above ran anyway).")
+""")]
+    prev = r.previous
+    return [md(f"""
+## Run and check against the reference, and against the bf16 rung
+
+The inputs of an `{r.dtype}` problem are the bf16 problem's random draws, quantized per tensor
+(`Fp8Tensor`: e4m3 data and one descale each). Two errors, kept apart: the kernel's own,
+against the reference on the same dequantized inputs (what the tolerance bounds), and the
+format's, against an fp64 reference on the bf16 source, side by side with the bf16 rung
+(`{prev}`) on that source; with the FlashAttention-3 paper's outliers (a few large entries) and
+without. The second problem has ragged lengths, grouped-query heads and the causal mask.
+"""), code(f"""
+from kernels import {prev}
+from kernels.harness import (
+    check_output,
+    empty_output,
+    make_inputs,
+    poison,
+    reference_attention,
+    rel_err,
+    tolerance,
+)
+
+checks = [problem.with_(batch=1, seqlen_q=1024, seqlen_k=1024, dtype="{r.dtype}"),
+          AttentionProblem(batch=2, seqlen_q=300, seqlen_k=517, heads_q=8, heads_kv=2, head_dim=128, causal=True,
+                           dtype="{r.dtype}")]
+
+
+def run(module, p, q, k, v):
+    out = empty_output(p)
+    poison(out)
+    module.run_kernel(module.compile_kernel(p), q, k, v, out)
+    return out.float()
+
+
+if ON_HOPPER:
+    for p in checks:
+        for outliers in (False, True):
+            q, k, v = make_inputs(p, seed=0, outliers=outliers)
+            source = make_inputs(p.with_(dtype="bf16"), seed=0, outliers=outliers)
+            out = run({r.rung}, p, q, k, v)
+            ref, _ = reference_attention(q, k, v, causal=p.causal, scale=p.softmax_scale)
+            result = check_output(out, ref, tolerance(p))
+            exact, _ = reference_attention(*source, causal=p.causal, scale=p.softmax_scale, dtype=torch.float64)
+            bf16_out = run({prev}, p.with_(dtype="bf16"), *source)
+            print(f"{{p.label():36}} {{'outliers' if outliers else 'normal':8}} "
+                  f"vs same inputs {{result.rel_err:.1e}} {{'ok' if result.ok else 'WRONG: ' + result.reason}} | "
+                  f"vs fp64 of the bf16 source: {r.rung} {{rel_err(out, exact):.1e}}, {prev} {{rel_err(bf16_out, exact):.1e}}")
+else:
+    print("No Hopper GPU here: skipped (compile and inspect above ran anyway).")
+""")]
+
+
+def shapes_expression(r: Rung) -> str:
+    """The problems the timing cell runs: bf16, and for an FP8 rung the same shapes in its dtype."""
+    if r.dtype == "bf16":
+        return "fa3_paper_shapes(128, False, (1024, 4096))"
+    return (f"[p.with_(dtype=d) for d in ('bf16', '{r.dtype}') "
+            "for p in fa3_paper_shapes(128, False, (1024, 4096))]")
+
+
+def label_argument(r: Rung) -> str:
+    """An FP8 rung's tables put the bf16 and e4m3 rows of one shape side by side."""
+    return "" if r.dtype == "bf16" else ", label=report.shape_label"
 
 
 def notebook(r: Rung):

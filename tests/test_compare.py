@@ -94,6 +94,18 @@ def test_rung_that_runs_none_of_the_shapes_exits_non_zero(capsys):
     assert "k1 can run none of the requested shapes (b16 s1024 h8 d256)" in err and "head_dim 256" in err
 
 
+def test_dtype_option_asks_for_each_shape_in_each_dtype(capsys):
+    """--dtype bf16 e4m3: every shape in both dtypes, so an FP8 rung and a bf16 one each find
+    theirs; an FP8 rung alone on bf16 shapes runs none of them."""
+    args = compare.build_parser().parse_args(["k10", "k12", "--seqlen", "1024", "--causal", "no",
+                                              "--dtype", "bf16", "e4m3"])
+    args.heads = 2048 // args.head_dim
+    problems = compare.problems_from_args(args)
+    assert [p.dtype for p in problems] == ["bf16", "e4m3"] and problems[0] == problems[1].with_(dtype="bf16")
+    assert compare.unrunnable_rungs(["k10", "k12"], problems) == {}
+    assert "k12" in compare.unrunnable_rungs(["k10", "k12"], problems[:1])
+
+
 def test_on_a_gpu_a_kernel_with_no_measured_row_exits_non_zero(monkeypatch, capsys):
     import torch
 

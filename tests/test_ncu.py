@@ -43,4 +43,16 @@ def test_ladder_suite_times_the_scalar_rungs_on_a_subset():
     assert not ladder.is_scalar_rung("k8") and not ladder.is_scalar_rung("fa4")
     k1 = [p for p in problems if ladder.runs("k1", p)]
     assert k1 and all(p.head_dim == 128 and p.seqlen_q in ladder.SCALAR_RUNG_SEQLENS for p in k1)
-    assert all(ladder.runs("k8", p) for p in problems)
+    assert all(ladder.runs("k8", p) == (p.dtype == "bf16") for p in problems)
+
+
+def test_ladder_suite_runs_each_kernel_in_its_dtypes():
+    """Every shape in bf16 and e4m3; the FP8 rung runs exactly the e4m3 ones, the bf16 rungs and
+    the peers exactly the bf16 ones, so each e4m3 row has its bf16 neighbours at the same shape."""
+    problems = ladder.problems()
+    bf16 = [p for p in problems if p.dtype == "bf16"]
+    e4m3 = [p for p in problems if p.dtype == "e4m3"]
+    assert {p.with_(dtype="bf16") for p in e4m3} == set(bf16) and len(e4m3) == len(bf16)
+    assert [p for p in problems if ladder.runs("k12", p)] == e4m3
+    for name in ("k10", "fa4", "sdpa-cudnn"):
+        assert [p for p in problems if ladder.runs(name, p)] == bf16

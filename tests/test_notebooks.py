@@ -101,6 +101,7 @@ def test_a_new_rung_gets_a_notebook_without_hand_written_text(monkeypatch):
     rung = build.discovered_rungs()[-1]
     idea, _ = build.rung_source(rung.rung)
     assert rung.rung == last.rung and rung.learn is None and rung.filename.startswith(f"{rung.number:02d}_{rung.rung}_")
+    assert rung.dtype == last.dtype == build.rung_dtype(rung.rung)  # an FP8 rung's notebook runs e4m3
     text = build.notebook(rung).cells[0].source
     assert text.startswith(f"# {rung.rung.upper()}") and idea in text
 

@@ -53,6 +53,27 @@ def test_pivot_and_markdown():
     assert "NVIDIA H200" in report.provenance(GOOD["meta"]) and "720 TFLOP/s" in report.provenance(GOOD["meta"])
 
 
+def test_shape_label_puts_an_fp8_row_beside_the_bf16_rows_of_its_shape():
+    doc = copy.deepcopy(GOOD)
+    fp8 = copy.deepcopy(doc["rows"][0])
+    fp8.update(kernel="k12", tflops=27.4)
+    fp8["problem"]["dtype"] = "e4m3"
+    doc["rows"].append(fp8)
+    assert report.pivot(doc)[1] == [["b4 s4096 h16 d128", "13.7", "wrong", "-"],
+                                    ["b4 s4096 h16 d128 e4m3", "-", "-", "27.4"]]
+    assert report.pivot(doc, label=report.shape_label)[1] == [["b4 s4096 h16 d128", "13.7", "wrong", "27.4"]]
+    assert report.kernel_dtypes(doc, ["k1", "k12"]) == {"k1": "bf16", "k12": "e4m3"}
+    refused = copy.deepcopy(fp8)  # a bf16 rung asked to run the e4m3 problem (tools.compare does)
+    refused.update(kernel="k1", ms=None, tflops=None, status="unsupported: k1: dtype e4m3 unsupported")
+    doc["rows"].insert(0, refused)
+    assert report.pivot(doc, label=report.shape_label)[1] == [["b4 s4096 h16 d128", "13.7", "wrong", "27.4"]]
+    twice = copy.deepcopy(fp8)
+    twice["problem"]["dtype"] = "bf16"
+    doc["rows"].append(twice)  # k12 measured in two dtypes at one shape: a merged row would hide one
+    with pytest.raises(report.ResultsError, match="several dtypes"):
+        report.pivot(doc, label=report.shape_label)
+
+
 def test_load_reports_missing_and_broken_files(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(report, "ROOT", tmp_path)

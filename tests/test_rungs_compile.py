@@ -4,11 +4,13 @@ These are the claims the worklog makes about each rung ("K2 does its math in FFM
 through SHFL", "K4 runs on HGMMA"), checked against the disassembly.
 """
 
+import re
+
 import pytest
 
 from kernels.harness import AttentionProblem
 from kernels.registry import rung_module, rung_names
-from tools.inspect import inspect
+from tools.inspect import inspect, native_problem
 
 # rung -> (opcodes that must appear, opcodes that must not)
 SPILLS = {"LDL", "STL"}
@@ -29,21 +31,28 @@ EXPECTED = {
     "k9": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
     "k10": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
     "k11": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"}, {"LDG", "STG", "HMMA"} | SPILLS),
+    # FP8: every warpgroup MMA is QGMMA (e4m3 x e4m3 -> fp32, k32), no bf16 HGMMA left.
+    "k12": ({"QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"},
+            {"HGMMA", "LDG", "STG", "HMMA"} | SPILLS),
 }
 # Facts beyond the opcode mix (tools.inspect.sass_facts), from the rung that introduces them on.
-WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11"}  # every TMA load in the producer's region
-PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
-# Rungs whose dot products run on tensor cores (derived: HGMMA is expected): FFMA may remain
-# in the softmax (one per score: the scale folded into the exponent), but a scalar
-# dot-product loop over head_dim would show as thousands of them.
-# From K11 on the turn holds only the GEMM issues (tools.inspect.main_loop_facts, against the
-# rung before at the same shape): no floating-point work between BAR.SYNC and BAR.ARV (the O
-# rescale left it) and fewer instructions there; the loop's bookkeeping (descriptors, loop
-# bound, release lane) is built once, so the loop issues fewer instructions, at least 8 of
-# them fewer on the uniform datapath (D = 256, where Q's descriptors stay in the loop: 8).
-SHORT_TURN = {"k11"}
-TENSOR_CORE_RUNGS = {name for name, (present, _) in EXPECTED.items() if "HGMMA" in present}
-MAX_FFMA_PER_HGMMA = 8
+WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"}  # every TMA load in the producer's region
+PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11", "k12"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
+# Rungs whose dot products run on tensor cores (derived: HGMMA or QGMMA is expected): FFMA may
+# remain in the softmax (one per score: the scale folded into the exponent), but a scalar
+# dot-product loop over head_dim would show as thousands of them. A QGMMA (k32) is two k16 steps.
+TENSOR_CORE_RUNGS = {name for name, (present, _) in EXPECTED.items() if present & {"HGMMA", "QGMMA"}}
+MAX_FFMA_PER_K16_STEP = 8
+FP8_MMA = r"QGMMA\.64x\d+x32\.F32\.E4M3\.E4M3"  # e4m3 x e4m3, fp32 accumulators
+FP8_RUNGS = {"k12"}
+# From K11 on the turn holds only the GEMM issues (tools.inspect.main_loop_facts): no
+# floating-point work between BAR.SYNC and BAR.ARV (the O rescale left it). Against the rung
+# before at the same shape, the rung that introduces it (SHORT_TURN_INTRODUCED) has a shorter
+# turn and fewer instructions in the loop, at least 8 of them fewer on the uniform datapath
+# (its loop's bookkeeping, descriptors, loop bound, release lane, is built once; D = 256,
+# where Q's descriptors stay in the loop: 8).
+SHORT_TURN = {"k11", "k12"}
+SHORT_TURN_INTRODUCED = {"k11"}
 VARIANTS = [(d, c) for d in (64, 128) for c in (False, True)] + [(256, False)]
 
 
@@ -57,8 +66,9 @@ def reports():
 
     def get(name, head_dim, causal):
         key = (name, head_dim, causal)
-        if key not in cache:
-            cache[key] = inspect(name, AttentionProblem(head_dim=head_dim, causal=causal))
+        if key not in cache:  # in the rung's own dtype (e4m3 for an FP8 rung)
+            problem = native_problem(name, AttentionProblem(head_dim=head_dim, causal=causal))
+            cache[key] = inspect(name, problem)
         return cache[key]
 
     return get
@@ -76,23 +86,28 @@ def test_rung_sass(name, head_dim, causal, reports):
     assert not [op for op in present if mix[op] == 0], f"missing from SASS: {present}, mix {mix}"
     assert not [op for op in absent if mix[op] > 0], f"unexpected in SASS: {absent}, mix {mix}"
     if name in TENSOR_CORE_RUNGS:
-        assert mix["FFMA"] <= MAX_FFMA_PER_HGMMA * mix["HGMMA"], \
+        k16_steps = mix["HGMMA"] + 2 * mix["QGMMA"]
+        assert mix["FFMA"] <= MAX_FFMA_PER_K16_STEP * k16_steps, \
             f"{mix['FFMA']} FFMA: a scalar dot-product loop?"
     assert report["local_bytes"] == 0 and report["stack_frame_bytes"] == 0, \
         "registers spilled, or a register array went to local memory"
     assert 0 < report["registers"] <= 255
     facts = report["sass_facts"]
+    if name in FP8_RUNGS:
+        assert facts["warpgroup_mma"] and all(re.fullmatch(FP8_MMA, m) for m in facts["warpgroup_mma"]), facts
     if name in WARP_SPECIALIZED:
         assert facts["tma_loads_in_producer"], "a TMA load outside the producer warpgroup's region"
     if name in PINGPONG:
         assert facts["named_barrier_syncs"] >= 1 and facts["named_barrier_arrives"] >= 2, facts
         assert facts["main_loop"], "no KV loop with one BAR.SYNC and one BAR.ARV found"
+    if name in SHORT_TURN:
+        assert facts["main_loop"]["turn_fp"] == 0, f"floating-point work inside the turn: {facts['main_loop']}"
     else:
         assert facts["named_barrier_arrives"] == 0, f"{name}: named-barrier arrives before K6: {facts}"
 
 
 @pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
-@pytest.mark.parametrize("name", [n for n in rung_names() if n in SHORT_TURN])
+@pytest.mark.parametrize("name", [n for n in rung_names() if n in SHORT_TURN_INTRODUCED])
 def test_turn_holds_only_the_gemm_issues(name, head_dim, causal, reports):
     prev = rung_names()[rung_names().index(name) - 1]
     loop = reports(name, head_dim, causal)["sass_facts"]["main_loop"]
@@ -104,6 +119,12 @@ def test_turn_holds_only_the_gemm_issues(name, head_dim, causal, reports):
     assert loop["uniform"] <= before["uniform"] - 8, f"bookkeeping back in the loop: {loop} vs {before}"
 
 
+@pytest.mark.parametrize("name", [n for n in rung_names() if n in FP8_RUNGS])
+def test_fp8_rung_sass_at_head_dim_256_causal(name, reports):
+    """The FP8 rungs' claims at the one variant the matrix above leaves out."""
+    test_rung_sass(name, 256, True, reports)
+
+
 @pytest.mark.parametrize("name", [n for n in rung_names() if n in WARP_SPECIALIZED])
 def test_warp_specialized_rungs_take_a_tile_plan(name):
     """The tuning knob pages use for ablations: a TilePlan other than the default compiles."""
@@ -111,5 +132,5 @@ def test_warp_specialized_rungs_take_a_tile_plan(name):
 
     module = rung_module(name)
     plan = TilePlan(head_dim=128, consumer_warpgroups=2, block_n=64, num_stages=3, producer_warps=4)
-    compiled = module.compile_for_inspect(AttentionProblem(head_dim=128), plan=plan)
+    compiled = module.compile_for_inspect(native_problem(name, AttentionProblem(head_dim=128)), plan=plan)
     assert compiled.__cubin__

@@ -1,18 +1,36 @@
 """Every rung against the fp32 reference on the GPU: odd sizes, causal with Sq != Sk, GQA,
-batch > 1, large logits, and bit-identical repeated runs (a moving result is a race)."""
+batch > 1, large logits, and bit-identical repeated runs (a moving result is a race). FP8
+rungs (e4m3) against the reference on their dequantized inputs, against a torch model of their
+own arithmetic, and beside the bf16 top rung on the bf16 source."""
 
 import dataclasses
 
 import pytest
+import torch
 
-from kernels.harness import AttentionProblem, attention_sweep, verify_attention
+from kernels.harness import (
+    BF16_TOLERANCE,
+    AttentionProblem,
+    attention_sweep,
+    empty_output,
+    fp8_attention_model,
+    make_inputs,
+    poison,
+    reference_attention,
+    rel_err,
+    verify_attention,
+)
 from kernels.registry import rung_module, rung_names
+from tools.inspect import native_problem
 
 pytestmark = pytest.mark.gpu
 
 # Odd and tile-edge sizes, causal with Sq != Sk, GQA with batch > 1, large logits, an explicit
-# scale, fp16 (kernels/harness/sweep.py); each rung skips the head dims it does not offer.
-CASES = attention_sweep(head_dims=(64, 128, 256), dtypes=("bf16", "fp16"))
+# scale, fp16, e4m3 (the bf16 cases again, and outliers) (kernels/harness/sweep.py); each rung
+# skips the head dims and dtypes it does not offer.
+CASES = attention_sweep(head_dims=(64, 128, 256), dtypes=("bf16", "fp16", "e4m3"))
+FP8_RUNGS = [n for n in rung_names() if "e4m3" in rung_module(n).DTYPES]
+BF16_TOP_RUNG = [n for n in rung_names() if "bf16" in rung_module(n).DTYPES][-1]
 
 
 def runner(module, compiled):
@@ -31,11 +49,12 @@ def test_rung_matches_reference(name, case):
         pytest.skip(reason)
     run = runner(module, module.compile_kernel(case.problem))
     with_lse = getattr(module, "SUPPORTS_LSE", False)
-    result = verify_attention(run, case.problem, seed=case.seed, magnitude=case.magnitude, with_lse=with_lse)
+    result = verify_attention(run, case.problem, seed=case.seed, magnitude=case.magnitude, with_lse=with_lse,
+                              outliers=case.outliers)
     assert result, f"{name} {case.id}: {result.reason}"
     if with_lse:  # the variant without LSE is a compile of its own
         result = verify_attention(run, case.problem, seed=case.seed, magnitude=case.magnitude,
-                                  with_lse=False, repeat=False)
+                                  with_lse=False, repeat=False, outliers=case.outliers)
         assert result, f"{name} {case.id} without lse: {result.reason}"
 
 
@@ -53,8 +72,13 @@ def tile_plan_variants():
         plans = [TilePlan(head_dim=128, consumer_warpgroups=2, block_n=64, num_stages=3),
                  TilePlan(head_dim=256, consumer_warpgroups=1, block_n=64)]
         if producer_warps > 1:  # what the 240-register consumers afford
-            plans += [TilePlan(head_dim=128, consumer_warpgroups=2, block_n=144),
+            # an FP8 rung's key tiles are multiples of 32 (the k32 of P V), and longer ones fit
+            long_tile = 160 if name in FP8_RUNGS else 144
+            plans += [TilePlan(head_dim=128, consumer_warpgroups=2, block_n=long_tile),
                       TilePlan(head_dim=64, consumer_warpgroups=2, block_n=128)]
+            if name in FP8_RUNGS:  # FlashAttention-3's FP8 shapes at D = 64 and 128
+                plans += [TilePlan(head_dim=64, consumer_warpgroups=3, block_n=160),
+                          TilePlan(head_dim=128, consumer_warpgroups=2, block_n=224)]
         variants += [(name, dataclasses.replace(plan, producer_warps=producer_warps)) for plan in plans]
     return variants
 
@@ -64,8 +88,9 @@ def tile_plan_variants():
 def test_rung_tile_plans(name, plan, causal):
     """A tile plan other than the default gives the same answer (Sq != Sk, tails, GQA)."""
     module = rung_module(name)
-    problem = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=1111, heads_q=4, heads_kv=2,
-                               head_dim=plan.head_dim, causal=causal)
+    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=1111, heads_q=4, heads_kv=2,
+                             head_dim=plan.head_dim, causal=causal)
+    problem = native_problem(name, shape)
     result = verify_attention(runner(module, module.compile_kernel(problem, plan=plan)), problem, seed=11)
     assert result, f"{name} {plan} {problem.label()}: {result.reason}"
 
@@ -74,6 +99,47 @@ def test_rung_tile_plans(name, plan, causal):
 def test_rung_without_pingpong(name):
     """The ablation switch of the ping-pong rungs: off, the answer is the same."""
     module = rung_module(name)
-    problem = AttentionProblem(batch=1, seqlen_q=1000, seqlen_k=2000, heads_q=4, heads_kv=4, causal=True)
+    shape = AttentionProblem(batch=1, seqlen_q=1000, seqlen_k=2000, heads_q=4, heads_kv=4, causal=True)
+    problem = native_problem(name, shape)
     result = verify_attention(runner(module, module.compile_kernel(problem, pingpong=False)), problem, seed=5)
     assert result, f"{name} {problem.label()}: {result.reason}"
+
+
+def run_once(module, problem, q, k, v):
+    out = empty_output(problem)
+    poison(out)
+    module.run_kernel(module.compile_kernel(problem), q, k, v, out)
+    torch.cuda.synchronize()
+    return out.float()
+
+
+FP8_ACCURACY = [AttentionProblem(2, 1000, 1000, 4, 2, d, causal=c, dtype="e4m3")
+                for d in (64, 128, 256) for c in (False, True)] + [
+               AttentionProblem(1, 4096, 4096, 8, 8, 128, dtype="e4m3")]
+
+
+@pytest.mark.parametrize("name", FP8_RUNGS)
+@pytest.mark.parametrize("problem", FP8_ACCURACY, ids=lambda p: p.label().replace(" ", "-"))
+@pytest.mark.parametrize("outliers", (False, True), ids=("normal", "outliers"))
+def test_fp8_rung_matches_its_arithmetic_and_stands_beside_the_bf16_rung(name, problem, outliers):
+    """The FP8 rung computes what its arithmetic says (``fp8_attention_model``: e4m3 P with the
+    offset, fp32 accumulation; only the order of sums and exp2's approximation differ), and on
+    the bf16 source its error against fp64 is the format's, not more: within the model's, and
+    above the bf16 top rung's on the same source (the comparison runs on the same data)."""
+    module = rung_module(name)
+    q, k, v = make_inputs(problem, seed=17, outliers=outliers)
+    source = make_inputs(problem.with_(dtype="bf16"), seed=17, outliers=outliers)
+    out = run_once(module, problem, q, k, v)
+    block_n = module.TILE_CONFIGS[problem.head_dim].block_n
+    model = fp8_attention_model(q, k, v, causal=problem.causal, scale=problem.softmax_scale, block_n=block_n)
+    same_inputs, _ = reference_attention(q, k, v, causal=problem.causal, scale=problem.softmax_scale)
+    # Closer to its model than the model is to attention: what remains is the order of sums, the
+    # tensor cores' k32 accumulation and exp2's approximation flipping an e4m3 rounding here and there.
+    deviation, rounding = rel_err(out, model), rel_err(model, same_inputs)
+    assert deviation < max(1e-2, 0.5 * rounding), (deviation, rounding)
+    exact, _ = reference_attention(*source, causal=problem.causal, scale=problem.softmax_scale,
+                                   dtype=torch.float64)
+    fp8_error, model_error = rel_err(out, exact), rel_err(model, exact)
+    assert fp8_error <= 1.1 * model_error + 2e-3, (fp8_error, model_error)
+    bf16_error = rel_err(run_once(rung_module(BF16_TOP_RUNG), problem.with_(dtype="bf16"), *source), exact)
+    assert bf16_error < BF16_TOLERANCE < fp8_error, (BF16_TOP_RUNG, bf16_error, name, fp8_error)

@@ -93,7 +93,7 @@ def test_main_loop_facts_count_the_loop_and_the_turn():
         /*00c0*/                   EXIT ;
     """
     assert inspect.main_loop_facts(sass) == {"instructions": 10, "uniform": 2, "turn": 4,
-                                             "turn_hgmma": 1, "turn_fp": 1}
+                                             "turn_mma": 1, "turn_fp": 1}
     assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
 
 

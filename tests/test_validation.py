@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from kernels.harness import AttentionProblem, make_inputs, validate_attention_inputs
+from kernels.harness import AttentionProblem, Fp8Tensor, make_inputs, quantize_e4m3, validate_attention_inputs
 from kernels.registry import get, rung_module, rung_names
+from tools.inspect import native_problem
 
 P = AttentionProblem(batch=2, seqlen_q=8, seqlen_k=8, heads_q=4, heads_kv=2, head_dim=64)
 
@@ -64,7 +65,7 @@ def test_wrong_output_buffers_are_refused():
 @pytest.mark.parametrize("name", rung_names())
 def test_rungs_say_why_they_cannot_run(name):
     assert get(name).unsupported(P.with_(head_dim=96)).startswith(f"{name}: head_dim 96 unsupported")
-    assert get(name).unsupported(P) is None
+    assert get(name).unsupported(native_problem(name, P)) is None  # in the rung's dtype (FP8: e4m3)
 
 
 # ---- the rungs' run_kernel: every bad input raises before anything is launched -------------------
@@ -120,10 +121,64 @@ def test_rung_input_checks_refuse_bad_tensors(case):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(BAD_RUN_INPUTS))
-@pytest.mark.parametrize("name", rung_names())
+@pytest.mark.parametrize("name", [n for n in rung_names() if "bf16" in rung_module(n).DTYPES])
 def test_rungs_refuse_bad_tensors_before_launch(name, case):
     module = rung_module(name)
     compiled = module.compile_kernel(P)
     error, build, _ = BAD_RUN_INPUTS[case]
+    with pytest.raises(error):
+        module.run_kernel(compiled, *build("cuda"))
+
+
+# ---- the FP8 rungs' run_kernel: Fp8Tensor q, k, v (e4m3 data, a descale), bf16 out ---------------
+def _good8(device, head_dim=64):
+    q, k, v, out, lse = _good(device, head_dim)
+    return quantize_e4m3(q), quantize_e4m3(k), quantize_e4m3(v), out, lse
+
+
+def _replace8(device, **changes):
+    return tuple(changes.get(n, t) for n, t in zip(("q", "k", "v", "out", "lse"), _good8(device)))
+
+
+def _e4m3_bytes(device, *shape):
+    return torch.zeros(*shape, device=device, dtype=torch.uint8).view(torch.float8_e4m3fn)
+
+
+FP8_BAD_RUN_INPUTS = {
+    "bf16 q, not an Fp8Tensor": (TypeError, lambda d: _replace8(d, q=_good(d)[0])),
+    "3-D q": (ValueError, lambda d: _replace8(d, q=Fp8Tensor(_good8(d)[0].data[0], 1.0))),
+    "head_dim 128 vs compiled 64": (ValueError, lambda d: _good8(d, head_dim=128)),
+    "heads_q % heads_kv": (ValueError, lambda d: _replace8(
+        d, q=Fp8Tensor(_e4m3_bytes(d, 1, 8, 3, 64), 1.0), k=Fp8Tensor(_e4m3_bytes(d, 1, 8, 2, 64), 1.0),
+        v=Fp8Tensor(_e4m3_bytes(d, 1, 8, 2, 64), 1.0), out=torch.empty(1, 8, 3, 64, device=d).bfloat16())),
+    "out in e4m3, not bf16": (ValueError, lambda d: _replace8(d, out=_e4m3_bytes(d, 1, 8, 2, 64))),
+    "strided q (contiguous BSHD contract)": (ValueError, lambda d: _replace8(
+        d, q=Fp8Tensor(_e4m3_bytes(d, 1, 8, 4, 64)[:, :, :2], 1.0))),
+    "misaligned q": (ValueError, lambda d: _replace8(
+        d, q=Fp8Tensor(_e4m3_bytes(d, 8 * 2 * 64 + 1)[1:].view(1, 8, 2, 64), 1.0))),
+    "lse shape": (ValueError, lambda d: _replace8(d, lse=torch.empty(1, 8, 2, device=d))),
+    "out not a tensor": (TypeError, lambda d: _replace8(d, out=None)),
+}
+
+
+@pytest.mark.parametrize("case", list(FP8_BAD_RUN_INPUTS))
+def test_fp8_input_checks_refuse_bad_tensors(case):
+    """What an FP8 rung's run_kernel checks before a launch (kernels.cute.fp8.check_run_inputs)."""
+    from kernels.cute.fp8 import check_run_inputs
+
+    error, build = FP8_BAD_RUN_INPUTS[case]
+    with pytest.raises(error):
+        check_run_inputs("k12", 64, *build("cpu"), require_cuda=False)
+    check_run_inputs("k12", 64, *_good8("cpu"), require_cuda=False)  # the good inputs pass
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(FP8_BAD_RUN_INPUTS) + ["cpu k"])
+@pytest.mark.parametrize("name", [n for n in rung_names() if "e4m3" in rung_module(n).DTYPES])
+def test_fp8_rungs_refuse_bad_tensors_before_launch(name, case):
+    module = rung_module(name)
+    compiled = module.compile_kernel(P.with_(dtype="e4m3"))
+    error, build = FP8_BAD_RUN_INPUTS.get(case) or (
+        ValueError, lambda d: _replace8(d, k=Fp8Tensor(_good8(d)[1].data.cpu(), 1.0)))
     with pytest.raises(error):
         module.run_kernel(compiled, *build("cuda"))

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
+from kernels.harness.problem import DTYPES, AttentionProblem, fa3_paper_shapes
 
 DEFAULT_SEQLENS = (1024, 4096, 16384)
 EXIT_WRONG, EXIT_USAGE = 1, 2
@@ -37,13 +37,12 @@ def problems_from_args(args) -> list[AttentionProblem]:
     out = []
     for causal in causals:
         if args.batch is None and args.heads_kv is None and args.heads == 2048 // args.head_dim:
-            out += fa3_paper_shapes(args.head_dim, causal, args.seqlen)
-            continue
-        for s in args.seqlen:
-            batch = args.batch or max(1, 16384 // s)
-            out.append(AttentionProblem(batch=batch, seqlen_q=s, seqlen_k=s, heads_q=args.heads,
-                                        heads_kv=args.heads_kv or args.heads,
-                                        head_dim=args.head_dim, causal=causal))
+            shapes = fa3_paper_shapes(args.head_dim, causal, args.seqlen)
+        else:
+            shapes = [AttentionProblem(batch=args.batch or max(1, 16384 // s), seqlen_q=s, seqlen_k=s,
+                                       heads_q=args.heads, heads_kv=args.heads_kv or args.heads,
+                                       head_dim=args.head_dim, causal=causal) for s in args.seqlen]
+        out += [p.with_(dtype=dtype) for dtype in args.dtype for p in shapes]
     return out
 
 
@@ -158,7 +157,7 @@ def run_cpu(names: list[str], problems: list[AttentionProblem]) -> dict:
 
     base = problems[0]
     rungs = rung_names()
-    reports = [inspect.inspect(n, base) for n in names if n in rungs]
+    reports = [inspect.inspect(n, inspect.native_problem(n, base)) for n in names if n in rungs]
     return {"mode": "cpu", "inspect": reports,
             "not_compiled": {n: not_compiled_reason(n) for n in names if n not in rungs},
             "unrunnable": unrunnable_rungs(names, problems),
@@ -259,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: 16k tokens / seqlen)")
     parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
     parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads, fewer for GQA (default: = --heads)")
+    parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["bf16"],
+                        help="input dtypes, each kernel runs those it takes: e.g. --dtype bf16 e4m3 "
+                             "for an FP8 rung beside bf16 ones at the same shapes (default: bf16)")
     parser.add_argument("--cpu", action="store_true", help="compile report even where a GPU is present")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser

@@ -29,9 +29,9 @@ ARCH = "sm_90a"
 
 # Opcode families shown side by side; the order is the order of the columns.
 FAMILIES = {
-    "HGMMA": "tensor core (warpgroup)", "HMMA": "tensor core (warp)",
+    "HGMMA": "tensor core (warpgroup)", "QGMMA": "tensor core (warpgroup, fp8)", "HMMA": "tensor core (warp)",
     "FFMA": "fp32 fma", "FMUL": "fp32 mul", "FADD": "fp32 add", "FMNMX": "fp32 min/max",
-    "MUFU": "special function (exp2, rcp)", "SHFL": "warp shuffle",
+    "MUFU": "special function (exp2, rcp)", "F2FP": "fp32 -> bf16 / fp8 pack", "SHFL": "warp shuffle",
     "LDG": "global load", "STG": "global store", "LDS": "shared load", "STS": "shared store",
     "LDSM": "ldmatrix", "LDGSTS": "cp.async", "UTMALDG": "TMA load", "UTMASTG": "TMA store",
     "SYNCS": "mbarrier", "BAR": "barrier", "USETMAXREG": "register reallocation (setmaxnreg)",
@@ -78,7 +78,8 @@ def sass_facts(sass: str) -> dict:
     (``BAR.SYNC`` / ``BAR.ARV`` on an id other than 0, the CTA-wide ``__syncthreads``), and
     whether every TMA load sits in the producer's region, between the producer's
     ``USETMAXREG.DEALLOC`` and the consumers' ``USETMAXREG.TRY_ALLOC`` (the order in which the
-    compiler lays out the two branches of the role switch)."""
+    compiler lays out the two branches of the role switch); and the distinct warpgroup MMA
+    instructions with their shapes and types (``QGMMA.64x128x32.F32.E4M3.E4M3``)."""
     lines = sass.splitlines()
     named_sync = sum(1 for ln in lines if re.search(r"\bBAR\.SYNC\S*\s+(?!0x0\b)\w+", ln))
     named_arrive = sum(1 for ln in lines if re.search(r"\bBAR\.ARV\b", ln))
@@ -88,8 +89,10 @@ def sass_facts(sass: str) -> dict:
     in_producer = None
     if len(dealloc) == 1 and len(alloc) == 1 and tma_loads:
         in_producer = all(dealloc[0] < i < alloc[0] for i in tma_loads)
+    mmas = sorted({m.group(1) for ln in lines for m in [re.search(r"\b([HQ]GMMA\.[\w.]+)", ln)] if m})
     return {"named_barrier_syncs": named_sync, "named_barrier_arrives": named_arrive,
-            "tma_loads_in_producer": in_producer, "main_loop": main_loop_facts(sass)}
+            "tma_loads_in_producer": in_producer, "warpgroup_mma": mmas,
+            "main_loop": main_loop_facts(sass)}
 
 
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:(@!?U?P\w+)\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -97,17 +100,18 @@ _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _BRANCH_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 # Floating-point work that would sit inside a turn (the O rescale is FMUL, the softmax FFMA).
 _FP_OPS = {"FFMA", "FMUL", "FADD", "FMNMX", "MUFU", "F2FP"}
+_MMA_OPS = ("HGMMA", "QGMMA")  # bf16/fp16 and FP8 warpgroup MMAs
 
 
 def main_loop_facts(sass: str) -> dict | None:
     """The steady-state KV loop of a ping-pong consumer, counted per KV tile per warp: the
-    smallest loop (a backward branch) with HGMMAs and exactly one named ``BAR.SYNC`` (take the
-    turn) and one ``BAR.ARV`` (pass it on); without the mask that is the only one, under it
+    smallest loop (a backward branch) with warpgroup MMAs (HGMMA; QGMMA in FP8) and exactly
+    one named ``BAR.SYNC`` (take the turn) and one ``BAR.ARV`` (pass it on); without the mask that is the only one, under it
     the unmasked one. Counted on the fast path: an mbarrier wait's branch to its retry code is
     taken not to be taken. ``instructions``: all of them; ``uniform``: on the uniform
     datapath (``U*`` opcodes but the TMA's: descriptors, ring indices, loop bounds);
     ``turn``: those after the ``BAR.SYNC`` up to and including the ``BAR.ARV`` (what the other
-    warpgroups wait for), of which ``turn_hgmma`` are the GEMMs and ``turn_fp``
+    warpgroups wait for), of which ``turn_mma`` are the GEMMs and ``turn_fp``
     floating-point work. None for a kernel without such a loop."""
     ins, labels = [], {}
     for line in sass.splitlines():
@@ -127,7 +131,7 @@ def main_loop_facts(sass: str) -> dict | None:
         body = ins[start:end + 1]
         syncs = sum(1 for y in body if y["op"].startswith("BAR.SYNC"))
         arrives = sum(1 for y in body if y["op"].startswith("BAR.ARV"))
-        if syncs == 1 and arrives == 1 and any(y["op"].startswith("HGMMA") for y in body):
+        if syncs == 1 and arrives == 1 and any(y["op"].startswith(_MMA_OPS) for y in body):
             candidates.append((end - start, start, end))
     if not candidates:
         return None
@@ -145,7 +149,7 @@ def main_loop_facts(sass: str) -> dict | None:
     return {"instructions": len(path),
             "uniform": sum(1 for y in path if y["op"].startswith("U") and not y["op"].startswith("UTMA")),
             "turn": len(turn),
-            "turn_hgmma": sum(1 for y in turn if y["op"].startswith("HGMMA")),
+            "turn_mma": sum(1 for y in turn if y["op"].startswith(_MMA_OPS)),
             "turn_fp": sum(1 for y in turn if y["op"].split(".")[0] in _FP_OPS)}
 
 
@@ -180,6 +184,16 @@ def _artifact(value, binary: bool = False):
     if binary and isinstance(value, str):
         return value.encode("latin1")
     return value
+
+
+def native_problem(name: str, problem: AttentionProblem | None = None) -> AttentionProblem:
+    """``problem`` (default: head_dim 128) in a dtype rung ``name`` runs: its own if the rung
+    takes it, else the rung's first (an FP8 rung's compile report is of an e4m3 problem)."""
+    from kernels.registry import rung_module
+
+    problem = problem or AttentionProblem(head_dim=128)
+    dtypes = rung_module(name).DTYPES
+    return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
 def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False) -> dict:
@@ -230,8 +244,8 @@ def resources_rows(reports: list[dict]) -> tuple[list[str], list[list[str]]]:
     if any(loops):  # ping-pong rungs (K6 on): the steady-state KV loop, per tile and warp
         rows += [["main loop per KV tile: instructions / uniform (U*)",
                   *[f"{m['instructions']} / {m['uniform']}" if m else "-" for m in loops]],
-                 ["its turn (BAR.SYNC to BAR.ARV): instr. / HGMMA / float",
-                  *[f"{m['turn']} / {m['turn_hgmma']} / {m['turn_fp']}" if m else "-" for m in loops]]]
+                 ["its turn (BAR.SYNC to BAR.ARV): instr. / GMMA / float",
+                  *[f"{m['turn']} / {m['turn_mma']} / {m['turn_fp']}" if m else "-" for m in loops]]]
     shown = [op for op in FAMILIES if any(r.get("sass_mix", {}).get(op) for r in reports)]
     for op in shown:
         rows.append([f"{op} ({FAMILIES[op]})", *[str(r.get("sass_mix", {}).get(op, 0)) for r in reports]])
@@ -248,7 +262,7 @@ def record(names: list[str], head_dims=(64, 128, 256), causals=(False, True)) ->
 
     from tools.provenance import git_commit
 
-    reports = [inspect(n, AttentionProblem(head_dim=d, causal=c))
+    reports = [inspect(n, native_problem(n, AttentionProblem(head_dim=d, causal=c)))
                for n in names for d in head_dims for c in causals]
     doc = {"meta": {"arch": ARCH, "cutlass_dsl": getattr(cutlass, "__version__", "?"),
                     "commit": git_commit(), "date": datetime.date.today().isoformat()},
@@ -288,7 +302,7 @@ def main(argv=None) -> int:
         print(f"wrote {RECORD_PATH.relative_to(ROOT)} ({len(doc['reports'])} reports)")
         return 0
     problem = AttentionProblem(head_dim=args.head_dim, causal=args.causal)
-    reports = [inspect(n, problem) for n in names]
+    reports = [inspect(n, native_problem(n, problem)) for n in names]  # FP8 rungs: an e4m3 problem
     if args.json:
         print(json.dumps(reports, indent=1))
     else:

@@ -17,10 +17,11 @@ META_KEYS = ("suite", "gpu", "driver", "cuda", "torch", "cutlass_dsl", "commit",
 ROW_KEYS = ("kernel", "problem", "ms", "tflops", "gbps", "rel_err", "status")
 STATUS_PREFIXES = ("ok", "unsupported", "wrong")
 # What a suite's files hold beyond META_KEYS and ROW_KEYS: the multi-GPU context-parallel suite
-# records the GPUs of the run, each row's world size (a problem key) and scaling efficiency.
+# records the GPUs of the run, each row's world size (a problem key) and scaling efficiency; the
+# FP8 accuracy suite each row's input distribution and its error against the bf16 source.
 SUITE_META_KEYS = {"context_parallel": ("gpus",)}
-SUITE_ROW_KEYS = {"context_parallel": ("scaling_efficiency",)}
-SUITE_PROBLEM_KEYS = {"context_parallel": ("world_size",)}
+SUITE_ROW_KEYS = {"context_parallel": ("scaling_efficiency",), "fp8_accuracy": ("rel_err_source",)}
+SUITE_PROBLEM_KEYS = {"context_parallel": ("world_size",), "fp8_accuracy": ("inputs",)}
 
 
 class ResultsError(ValueError):
@@ -143,7 +144,9 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     """Problem rows x kernel columns of ``value`` (TFLOP/s by default), in file order.
 
     The first header names what the row labels mean (``problem_header``: e.g. ``M x N x K``).
-    ``complete`` keeps only the problems that every kernel shown has a row for.
+    ``complete`` keeps only the problems that every kernel shown has a row for. A ``label``
+    that merges problems (``shape_label``) must leave each kernel one row per label (a row
+    saying the kernel does not take that dtype gives way to one that measured it).
     """
     label = label or problem_label
     rows = select(doc, kernels, where)
@@ -151,13 +154,37 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     kernel_order = [k for k in kernel_order if any(r["kernel"] == k for r in rows)]
     problems: dict[str, dict] = {}
     for r in rows:
-        problems.setdefault(label(r["problem"]), {})[r["kernel"]] = r
+        cells = problems.setdefault(label(r["problem"]), {})
+        if label is shape_label and r["kernel"] in cells:
+            unsupported = [x["status"].startswith("unsupported") for x in (cells[r["kernel"]], r)]
+            if unsupported == [False, True]:
+                continue
+            if unsupported != [True, False]:
+                raise ResultsError(f"{r['kernel']} has rows of several dtypes at {label(r['problem'])}; "
+                                   "narrow where (e.g. dtype:e4m3)")
+        cells[r["kernel"]] = r
     if complete:
         problems = {name: by_kernel for name, by_kernel in problems.items() if len(by_kernel) == len(kernel_order)}
     headers = [problem_header([r["problem"] for r in rows])] + kernel_order
     body = [[name] + [cell(by_kernel.get(k), value) for k in kernel_order]
             for name, by_kernel in problems.items()]
     return headers, body
+
+
+def shape_label(problem: dict) -> str:
+    """``problem_label`` without the dtype: the bf16 and the e4m3 version of a shape share one
+    row, so that an FP8 rung sits beside the bf16 kernels it is measured against."""
+    return problem_label({**problem, "dtype": "bf16"}) if "dtype" in problem else problem_label(problem)
+
+
+def kernel_dtypes(doc: dict, kernels, where=None) -> dict[str, str]:
+    """``{kernel: "e4m3"}`` (or "bf16, fp16", ...): the dtypes of each kernel's rows in ``where``."""
+    out: dict[str, list[str]] = {}
+    for r in select(doc, kernels, where):
+        dtype = r["problem"].get("dtype", "bf16")
+        if dtype not in out.setdefault(r["kernel"], []):
+            out[r["kernel"]].append(dtype)
+    return {k: ", ".join(v) for k, v in out.items()}
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -218,7 +245,7 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
 
 def value_label(value: str) -> str:
     labels = {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s",
-              "us": "µs per call (median)"}
+              "us": "µs per call (median)", "rel_err_source": "rel. error against fp64 on the bf16 source"}
     return labels.get(value, value)
 
 
@@ -411,16 +438,6 @@ HEADLINE = {"seqlen_q": 16384, "head_dim": 128, "causal": False}
 README_MARKERS = ("<!-- ladder-table -->", "<!-- /ladder-table -->")
 
 
-def pending_rungs(doc: dict) -> list[str]:
-    """The newest rung of the registry when ``doc`` has no row for it at all: a rung is
-    written and compiled on a machine without a GPU and measured in a later run on the GPU
-    host, and until then the docs show it as pending. Every other rung must be measured."""
-    from kernels.registry import rung_names
-
-    newest = rung_names()[-1]
-    return [] if any(r["kernel"] == newest for r in doc["rows"]) else [newest]
-
-
 def ladder_overview(doc: dict | None = None) -> tuple[list[str], list[list[str]]]:
     """Rung, idea, TFLOP/s at the headline shape and % of FlashAttention-4 in the same run."""
     from kernels.registry import get, rung_names
@@ -436,7 +453,9 @@ def ladder_overview(doc: dict | None = None) -> tuple[list[str], list[list[str]]
         row = [f"[{name.upper()}](kernels/{name}.py)", get(name).description]
         if doc is not None:
             r = measured.get(name)
-            row += [cell(r), f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
+            dtype = r["problem"].get("dtype", "bf16") if r else "bf16"
+            row += [cell(r) + (f" ({dtype})" if dtype != "bf16" else ""),  # an FP8 rung says so
+                    f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
         rows.append(row)
     return headers, rows
 

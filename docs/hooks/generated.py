@@ -12,7 +12,11 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     unindented line, or up to the line starting with ``until="..."``).
 ``<!-- table: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false value=tflops -->``
     ``tools.report.pivot`` of results/<gpu>/<suite>.json as a markdown table; without
-    ``kernels=`` every kernel in the file. Rows are labelled by ``tools.report.problem_label``.
+    ``kernels=`` every kernel in the file. Rows are labelled by ``tools.report.problem_label``;
+    with ``rows=shape`` by ``tools.report.shape_label`` (the bf16 and e4m3 versions of a shape
+    share a row: an FP8 rung beside the bf16 kernels; the caption names each kernel's dtype).
+    ``missing=pending``: while the results file does not exist yet (a suite not yet run on the
+    GPU), a note says so instead of failing the build; a malformed file still fails.
     ``where=m:1|16|128`` matches any of the values; ``complete=true`` keeps only the problems
     every kernel shown has a row for; ``details="title"`` folds the table into a collapsible
     block with that title (for long tables).
@@ -51,9 +55,10 @@ and ``@prev`` stand for that rung and the one before it (so K4's page compares w
 kernels/k3.py exists).
 
 A missing file, symbol, results file, results row or compile report fails the build with the
-page and the marker in the message, with one exception: the newest rung before its first run
-on the GPU host (``tools.report.pending_rungs``), which summaries show as "pending" and plots
-leave out with a note; its page shows no measured tables until then. The nav's "Worklog" section lists one page per rung that
+page and the marker in the message. One exception: a rung of the registry that the results
+file has no row for at all (a new rung, not yet measured on the GPU) is left out of a table,
+plot, summary or profile with a note that its numbers are pending; a rung with rows, but not
+at the shapes asked for, still fails. The nav's "Worklog" section lists one page per rung that
 the registry finds (kernels/kN.py); pages of rungs that do not exist yet are left out of the
 build. Notebooks in notebooks/ are added to the site and the nav's "Notebooks" section.
 
@@ -323,13 +328,43 @@ def folded(title: str | None, content: str) -> str:
     return f'<details class="measured" markdown>\n<summary>{title}</summary>\n\n{content}\n\n</details>'
 
 
+def pending_rungs(doc: dict, kernels: list[str]) -> list[str]:
+    """The rungs among ``kernels`` that the results file has no row for at all: not measured yet."""
+    measured = {r["kernel"] for r in doc["rows"]}
+    rungs = set(registry.rung_names())
+    return [k for k in kernels if k in rungs and k not in measured]
+
+
+def pending_note(pending: list[str], source: str, suite: str) -> str:
+    names = ", ".join(k.upper() for k in pending)
+    return (f'!!! note "Pending: {names} not measured yet"\n\n'
+            f"    `{source}` has no row for {', '.join(pending)} yet. Its numbers appear here once "
+            f"`python -m tools.bench --suite {suite}` has run it on the GPU; nothing is typed in by hand.")
+
+
+def with_pending(pending: list[str], source: str, suite: str, block: str) -> str:
+    return block if not pending else pending_note(pending, source, suite) + "\n\n" + block
+
+
 def render_table(args: list[str], options: dict, data: Data) -> str:
     suite = options.get("suite", "ladder")
     kernels = split_list(options.get("kernels"), data.page_rung)
     where = parse_where(options.get("where"))
     value = options.get("value", "tflops")
+    by_shape = options.get("rows", "problem") == "shape"
+    if options.get("missing") == "pending" and not (data.results_dir / (options.get("gpu") or data.gpu)
+                                                    / f"{suite}.json").exists():
+        source = data.where(data.results_dir / (options.get("gpu") or data.gpu) / f"{suite}.json")
+        return (f'!!! note "Pending: {source} not recorded yet"\n\n'
+                f"    This table appears once `python -m tools.bench --suite {suite}` has run on the GPU; "
+                f"nothing is typed in by hand.")
     doc, source = data.results(suite, options.get("gpu"))
-    headers, rows = report.pivot(doc, kernels or None, where, value, label=report.problem_label,
+    pending = pending_rungs(doc, kernels)
+    kernels = [k for k in kernels if k not in pending]
+    if pending and not kernels:
+        return pending_note(pending, source, suite)
+    headers, rows = report.pivot(doc, kernels or None, where, value,
+                                 label=report.shape_label if by_shape else report.problem_label,
                                  complete=parse_value(options.get("complete", "false")) is True)
     if not rows:
         raise MarkerError(f"{source}: no rows where {where}")
@@ -339,8 +374,11 @@ def render_table(args: list[str], options: dict, data: Data) -> str:
                           f"(rerun python -m tools.bench --suite {suite})")
     table = folded(options.get("details"), report.markdown_table(breakable(headers), rows))
     what = report.value_label(value) + (f", {len(rows)} shapes" if options.get("details") else "")
-    return measured_block("measured-table", headers[1:],
-                          table + "\n\n" + results_caption(data, what, source, doc))
+    if by_shape:
+        dtypes = report.kernel_dtypes(doc, headers[1:], where)
+        what += "; each kernel in its dtype: " + ", ".join(f"{k} {d}" for k, d in dtypes.items())
+    block = measured_block("measured-table", headers[1:], table + "\n\n" + results_caption(data, what, source, doc))
+    return with_pending(pending, source, suite, block)
 
 
 def render_plot(args: list[str], options: dict, data: Data) -> str:
@@ -352,6 +390,10 @@ def render_plot(args: list[str], options: dict, data: Data) -> str:
     value = options.get("value", "tflops")
     x = options.get("x", "seqlen_q")
     doc, source = data.results(suite, options.get("gpu"))
+    pending = pending_rungs(doc, kernels)
+    kernels = [k for k in kernels if k not in pending]
+    if pending and not kernels:
+        return pending_note(pending, source, suite)
     points = report.series(doc, kernels, where, x, value)
     empty = [k for k, p in points.items() if not p]
     if len(empty) == len(kernels):
@@ -359,13 +401,11 @@ def render_plot(args: list[str], options: dict, data: Data) -> str:
     svg = report.plot_svg(doc, kernels, where, x, value, title=options.get("title"))
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
     what = report.value_label(value)
-    pending = [k for k in empty if k in report.pending_rungs(doc)]
-    if pending:
-        what += f"; {', '.join(pending)} not measured yet"
-    if len(empty) > len(pending):
-        what += f"; no successful run of {', '.join(k for k in empty if k not in pending)} at these shapes"
-    return (f'<figure class="measured-plot" data-kernels="{",".join(kernels)}">\n{svg.strip()}\n</figure>\n\n'
-            + results_caption(data, what, source, doc))
+    if empty:
+        what += f"; no successful run of {', '.join(empty)} at these shapes"
+    return with_pending(pending, source, suite,
+                        f'<figure class="measured-plot" data-kernels="{",".join(kernels)}">\n{svg.strip()}\n</figure>\n\n'
+                        + results_caption(data, what, source, doc))
 
 
 def render_summary(args: list[str], options: dict, data: Data) -> str:
@@ -377,23 +417,29 @@ def render_summary(args: list[str], options: dict, data: Data) -> str:
     rungs = split_list(options.get("kernels"), data.page_rung) or registry.rung_names()
     peers = split_list(options.get("peers"), data.page_rung)
     doc, source = data.results(suite, options.get("gpu"))
-    headers, rows = report.summary(doc, rungs + peers, where, baseline, value)
-    pending = report.pending_rungs(doc)  # the newest rung, before its first run on the GPU
-    rows = [[name, "pending", "-"] if name in pending else [name, measured, share]
-            for name, measured, share in rows]
+    pending = pending_rungs(doc, rungs)
+    headers, rows = report.summary(doc, [r for r in rungs if r not in pending] + peers, where, baseline, value)
     missing = [r[0] for r in rows if r[1] == "-"]
     if missing:
         raise MarkerError(f"{source}: no row for {', '.join(missing)} where {where}")
+    rows += [[name, "pending", "-"] for name in pending]
+    rows.sort(key=lambda r: (rungs + peers).index(r[0]))
+    # A kernel measured in another dtype than the baseline (an FP8 rung against bf16 FA4) says so.
+    dtypes = report.kernel_dtypes(doc, rungs + peers + [baseline], where)
     runners = registry.all_runners()
     link_prefix = options.get("links", "worklog/")
     body = []
     for name, measured, share in rows:
         label = f"[{name.upper()}]({link_prefix}{name}.md)" if name in rungs else name
         idea = runners[name].description if name in runners else ""
+        if name in dtypes and dtypes[name] != dtypes.get(baseline):
+            measured += f" ({dtypes[name]})"
         body.append([label, idea, measured, share])
     problem = report.attention_label(report.select(doc, [baseline] + rungs, where)[0]["problem"])
     table = report.markdown_table(["kernel", "idea", headers[1], headers[2]], body)
     what = f"{report.value_label(value)} at {problem}; % of {baseline} measured in the same run"
+    if pending:
+        what += f"; not measured yet: {', '.join(pending)}"
     return measured_block("measured-summary", rungs + peers, table + "\n\n" + results_caption(data, what, source, doc))
 
 
@@ -439,7 +485,11 @@ def render_profile(args: list[str], options: dict, data: Data) -> str:
     causal = parse_value(options.get("causal", "false"))
     head_dim = int(options.get("head_dim", 128))
     doc, source = data.results("profile", options.get("gpu"))
-    kernels = split_list(options.get("kernels"), data.page_rung) or list(dict.fromkeys(
+    asked = split_list(options.get("kernels"), data.page_rung)
+    pending = pending_rungs(doc, asked)
+    if pending and len(pending) == len(asked):
+        return pending_note(pending, source, "profile")
+    kernels = [k for k in asked if k not in pending] or list(dict.fromkeys(
         r["kernel"] for r in doc["rows"] if r["status"] == "ok" and r["problem"]["head_dim"] == head_dim
         and bool(r["problem"]["causal"]) == causal))
     picked = {}
@@ -465,7 +515,8 @@ def render_profile(args: list[str], options: dict, data: Data) -> str:
     what = (f"Nsight Compute, one launch at {problem}; stalls: warps waiting per issued instruction, "
             f"by reason")
     table = report.markdown_table(["", *breakable(kernels)], rows)
-    return measured_block("measured-table", kernels, table + "\n\n" + results_caption(data, what, source, doc))
+    block = measured_block("measured-table", kernels, table + "\n\n" + results_caption(data, what, source, doc))
+    return with_pending(pending, source, "profile", block)
 
 
 def render_routing(args: list[str], options: dict, data: Data) -> str:

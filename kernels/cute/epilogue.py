@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Float32, Int32
 
 from kernels.cute import tma
 from kernels.cute import wgmma as wg
@@ -23,10 +23,14 @@ from kernels.cute.softmax import rescale_rows
 
 
 @cute.jit
-def normalized_output(acc_O: cute.Tensor, softmax, dtype: cutlass.Constexpr):
+def normalized_output(acc_O: cute.Tensor, softmax, dtype: cutlass.Constexpr, scale: Float32 | None = None):
     """``(rO, lse)``: ``acc_O / row_sum`` as a ``dtype`` fragment (rows that saw no key: zeros)
-    and each of the thread's rows' LSE (``-inf`` for those rows), from the softmax state."""
+    and each of the thread's rows' LSE (``-inf`` for those rows), from the softmax state.
+    ``scale``: one more factor of O, folded into the same multiply (FP8: V's descale)."""
     inv_sum, lse = softmax.finalize()
+    if cutlass.const_expr(scale is not None):
+        for r in cutlass.range_constexpr(cute.size(inv_sum)):
+            inv_sum[r] = inv_sum[r] * scale
     rescale_rows(wg.acc_rows_view(acc_O), inv_sum)
     rO = cute.make_rmem_tensor_like(acc_O, dtype)
     rO.store(acc_O.load().to(dtype))

@@ -9,7 +9,9 @@ stored) stays in ``kernels/kN.py``; this module is everything around it, written
   keys per KV tile, pipeline stages, the producer warps; thread and byte counts derived from it.
 * :func:`host_setup` -- on the host: shared-memory layouts, TMA atoms over the ``(S, D, H, B)``
   views, the two warpgroup MMAs and the shared-storage struct, bundled as kernel arguments
-  (:class:`GmemArgs`, :class:`SmemLayouts`, :class:`Mmas`).
+  (:class:`GmemArgs`, :class:`SmemLayouts`, :class:`Mmas`). FP8 rungs (K12) pass V already
+  transposed (``v_transposed``: keys contiguous, the K-major B operand FP8 WGMMA requires)
+  and write O in another type (``out_dtype``).
 * :func:`enter_kernel` -- on the device, first thing: descriptor prefetch, shared-memory tensors,
   the Q / K / V mbarrier rings (:class:`CtaContext`).
 * :func:`tile_coords` -- which query tile, head and batch this CTA owns.
@@ -30,7 +32,7 @@ from cutlass import Float32, Int32
 from kernels.cute import tma
 from kernels.cute import wgmma as wg
 from kernels.cute.mask import kv_block_count
-from kernels.cute.tensors import bshd_tensor
+from kernels.cute.tensors import bhds_tensor, bshd_tensor
 
 WARP_THREADS = 32
 # Shared memory a Hopper CTA may opt into (227 KiB), less 1 KiB for the mbarriers (1024-aligned).
@@ -77,17 +79,24 @@ class TilePlan:
         """Bytes of one K (or V) tile: the transaction count of a K / V stage."""
         return self.block_n * self.head_dim * dtype_bytes
 
+    def o_bytes(self, out_bytes: int = 2) -> int:
+        """Bytes of the O tile staged for its TMA store (``out_bytes`` per element)."""
+        return self.block_m * self.head_dim * out_bytes
+
     def shared_bytes(self, dtype_bytes: int = 2) -> int:
         """Q, and K and V in ``num_stages`` stages each (before alignment; mbarriers not counted)."""
         return self.q_bytes(dtype_bytes) + 2 * self.num_stages * self.kv_bytes(dtype_bytes)
 
-    def fits_separate_o(self, dtype_bytes: int = 2) -> bool:
+    def fits_separate_o(self, dtype_bytes: int = 2, out_bytes: int | None = None) -> bool:
         """Whether shared memory also holds a buffer of its own for O (``host_setup``'s
-        ``separate_o``): at D <= 128 with the default plans, not at 256."""
-        return self.shared_bytes(dtype_bytes) + self.q_bytes(dtype_bytes) <= MAX_SHARED_BYTES
+        ``separate_o``): at D <= 128 with the default bf16 plans, not at 256. ``out_bytes``:
+        bytes per element of O (default: the inputs')."""
+        return (self.shared_bytes(dtype_bytes) + self.o_bytes(out_bytes or dtype_bytes)
+                <= MAX_SHARED_BYTES)
 
-    def check(self, head_dim: int, producer_warps: int) -> "TilePlan":
-        """The plan, if a rung with this head dimension and producer can run it; else ValueError."""
+    def check(self, head_dim: int, producer_warps: int, dtype_bytes: int = 2) -> "TilePlan":
+        """The plan, if a rung with this head dimension and producer can run it on elements of
+        ``dtype_bytes`` (2: bf16/fp16, 1: fp8); else ValueError."""
         problems = []
         if self.head_dim != head_dim:
             problems.append(f"head_dim {self.head_dim} != the problem's {head_dim}")
@@ -95,12 +104,14 @@ class TilePlan:
             problems.append(f"producer_warps must be {producer_warps} for this rung")
         if self.consumer_warpgroups not in (1, 2, 3):
             problems.append("consumer_warpgroups must be 1, 2 or 3")
-        if self.block_n % 16 or not 16 <= self.block_n <= 256:
-            problems.append("block_n must be a multiple of 16 in [16, 256] (the k16 steps of P V)")
+        k_step = wg.mma_k(dtype_bytes)  # P V consumes block_n keys in steps of k16 (bf16) or k32 (fp8)
+        if self.block_n % k_step or not k_step <= self.block_n <= 256:
+            problems.append(f"block_n must be a multiple of {k_step} in [{k_step}, 256] "
+                            f"(the k{k_step} steps of P V)")
         if self.num_stages < 1:
             problems.append("num_stages must be >= 1")
-        if self.shared_bytes() > MAX_SHARED_BYTES:
-            problems.append(f"{self.shared_bytes() // 1024} KiB of shared memory > "
+        if self.shared_bytes(dtype_bytes) > MAX_SHARED_BYTES:
+            problems.append(f"{self.shared_bytes(dtype_bytes) // 1024} KiB of shared memory > "
                             f"{MAX_SHARED_BYTES // 1024} KiB")
         if problems:
             raise ValueError(f"{self}: " + "; ".join(problems))
@@ -126,15 +137,18 @@ class GmemArgs(NamedTuple):
 
 class SmemLayouts(NamedTuple):
     sQ: cute.ComposedLayout  # (Br, D, 1): the CTA's Q tile, warpgroup w's rows 64 w .. 64 w + 63
-    sKV: cute.ComposedLayout  # (Bc, D, stage): the K ring and, separately, the V ring
+    sKV: cute.ComposedLayout  # (Bc, D, stage): the K ring
+    sV: cute.ComposedLayout  # the V ring: (Bc, D, stage) like K, or (D, Bc, stage) if transposed
+    sO: cute.ComposedLayout  # (Br, D, 1) in the output type: O staged for its TMA store
 
 
 class Mmas(NamedTuple):
     """Both GEMMs as tiled MMAs over the CTA's ``Br`` rows, one ``m64`` atom per consumer
     warpgroup: a warpgroup's slice reads its own 64 rows of the shared Q tile."""
 
-    qk: cute.TiledMma  # S = Q K^T: m64 nBc k16, A and B K-major in smem
-    pv: cute.TiledMma  # O += P V: m64 nD k16, A (P) from registers, B = V^T MN-major in smem
+    qk: cute.TiledMma  # S = Q K^T: m64 nBc k16 (fp8: k32), A and B K-major in smem
+    pv: cute.TiledMma  # O += P V: m64 nD, A (P) from registers, B = V^T: MN-major in smem (bf16),
+    #                    K-major from a transposed V (fp8, which has no MN-major B)
 
 
 class HostSetup(NamedTuple):
@@ -146,28 +160,44 @@ class HostSetup(NamedTuple):
 
 def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor,
                mO: cute.Tensor, mLSE: cute.Tensor | None, *, tma_store_o: bool = False,
-               separate_o: bool = False) -> HostSetup:
+               separate_o: bool = False, v_transposed: bool = False, out_dtype=None) -> HostSetup:
     """Everything the host builds before launching a Hopper rung (called from its ``__call__``).
     ``separate_o``: O is staged for its TMA store in a buffer of its own (``sO``) instead of
-    the Q tile (K10, where the next tile's Q may arrive while O leaves)."""
-    mQ, mK, mV, mO = (tma.seq_major_view(bshd_tensor(t, plan.head_dim)) for t in (mQ, mK, mV, mO))
+    the Q tile (K10, where the next tile's Q may arrive while O leaves).
+    ``v_transposed``: ``mV`` is V^T, ``[B, Hkv, D, Sk']`` with the keys contiguous, loaded as
+    ``(D, Bc)`` tiles that are the K-major B operand of P V (FP8, K12). ``out_dtype``: the type
+    of O (default ``dtype``); O of another type than Q needs ``separate_o``."""
+    out_dtype = out_dtype or dtype
+    if cutlass.const_expr(out_dtype is not dtype and not separate_o):
+        raise ValueError("O of another type than the inputs needs a buffer of its own: separate_o=True")
+    mQ, mK, mO = (tma.seq_major_view(bshd_tensor(t, plan.head_dim)) for t in (mQ, mK, mO))
 
     # Q/K/V tiles: row-major, 128-byte swizzled (what the TMA writes and WGMMA reads).
     sQ_layout = tma.smem_tile_layout(dtype, plan.block_m, plan.head_dim, 1)
     sKV_layout = tma.smem_tile_layout(dtype, plan.block_n, plan.head_dim, plan.num_stages)
+    sO_layout = tma.smem_tile_layout(out_dtype, plan.block_m, plan.head_dim, 1)
 
     # One tensor map per operand over the (S, D, H, B) view; a box is one tile.
     tma_atom_Q, tma_Q = tma.make_tma_load(mQ, sQ_layout, plan.block_m, plan.head_dim)
     tma_atom_K, tma_K = tma.make_tma_load(mK, sKV_layout, plan.block_n, plan.head_dim)
-    tma_atom_V, tma_V = tma.make_tma_load(mV, sKV_layout, plan.block_n, plan.head_dim)
+    if cutlass.const_expr(v_transposed):
+        # V^T over its (D, Sk', H, B) view; a box is (D, Bc), keys contiguous.
+        mV = tma.dim_major_view(bhds_tensor(mV, plan.head_dim))
+        sV_layout = tma.smem_tile_layout(dtype, plan.head_dim, plan.block_n, plan.num_stages)
+        tma_atom_V, tma_V = tma.make_tma_load(mV, sV_layout, plan.head_dim, plan.block_n)
+    else:
+        mV = tma.seq_major_view(bshd_tensor(mV, plan.head_dim))
+        sV_layout = sKV_layout
+        tma_atom_V, tma_V = tma.make_tma_load(mV, sV_layout, plan.block_n, plan.head_dim)
     tma_atom_O, gmem_O = None, mO
     if cutlass.const_expr(tma_store_o):
-        tma_atom_O, gmem_O = tma.make_tma_store(mO, sQ_layout, plan.block_m, plan.head_dim)
+        tma_atom_O, gmem_O = tma.make_tma_store(mO, sO_layout, plan.block_m, plan.head_dim)
 
     wgs = plan.consumer_warpgroups
     mmas = Mmas(
         qk=wg.make_warpgroup_mma(dtype, plan.block_n, warpgroups=wgs),
-        pv=wg.make_warpgroup_mma(dtype, plan.head_dim, warpgroups=wgs, b_mn_major=True, a_in_registers=True),
+        pv=wg.make_warpgroup_mma(dtype, plan.head_dim, warpgroups=wgs, b_mn_major=not v_transposed,
+                                 a_in_registers=True),
     )
 
     @cute.struct
@@ -178,11 +208,12 @@ def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute
         # 1024-byte alignment: the swizzle pattern repeats every 8 rows of 128 bytes.
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
-        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
-        sO: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout) if separate_o else 0], 1024]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
+        sO: cute.struct.Align[cute.struct.MemRange[out_dtype, cute.cosize(sO_layout) if separate_o else 0],
+                              1024]
 
     gmem = GmemArgs(tma_Q, tma_K, tma_V, gmem_O, mLSE, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O)
-    return HostSetup(gmem, SmemLayouts(sQ_layout, sKV_layout), mmas, SharedStorage)
+    return HostSetup(gmem, SmemLayouts(sQ_layout, sKV_layout, sV_layout, sO_layout), mmas, SharedStorage)
 
 
 def grid_shape(plan: TilePlan, gmem: GmemArgs):
@@ -197,7 +228,7 @@ class CtaContext(NamedTuple):
     warp_idx: Int32
     sQ: cute.Tensor  # (Br, D, 1)
     sK: cute.Tensor  # (Bc, D, stage)
-    sV: cute.Tensor  # (Bc, D, stage)
+    sV: cute.Tensor  # (Bc, D, stage), or (D, Bc, stage) for a transposed V (host_setup)
     sO: cute.Tensor  # (Br, D, 1): O's staging for its TMA store, sQ itself unless separate_o
     pipeline_q: pipeline.PipelineTmaAsync
     pipeline_k: pipeline.PipelineTmaAsync
@@ -220,10 +251,10 @@ def enter_kernel(plan: cutlass.Constexpr, dtype: cutlass.Constexpr, gmem: GmemAr
     storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
     sQ = storage.sQ.get_tensor(smem.sQ.outer, swizzle=smem.sQ.inner)
     sK = storage.sK.get_tensor(smem.sKV.outer, swizzle=smem.sKV.inner)
-    sV = storage.sV.get_tensor(smem.sKV.outer, swizzle=smem.sKV.inner)
+    sV = storage.sV.get_tensor(smem.sV.outer, swizzle=smem.sV.inner)
     sO = sQ
     if cutlass.const_expr(separate_o):
-        sO = storage.sO.get_tensor(smem.sQ.outer, swizzle=smem.sQ.inner)
+        sO = storage.sO.get_tensor(smem.sO.outer, swizzle=smem.sO.inner)
     dtype_bytes = dtype.width // 8
     pipeline_q, pipeline_k, pipeline_v = tma.make_qkv_pipelines(
         storage, plan.num_stages, plan.num_consumer_threads // WARP_THREADS,
@@ -266,7 +297,8 @@ def kv_tile_count(plan: cutlass.Constexpr, gmem: GmemArgs, coords: TileCoords,
 @cute.jit
 def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords: TileCoords,
                causal: cutlass.Constexpr[bool], v_after_next_k: cutlass.Constexpr[bool] = False,
-               q_state=None, kv_state=None, q_after_first_k: cutlass.Constexpr[bool] = False):
+               q_state=None, kv_state=None, q_after_first_k: cutlass.Constexpr[bool] = False,
+               v_transposed: cutlass.Constexpr[bool] = False):
     """The producer (one warp; one elected lane issues): Q once, then for every visible KV tile
     ``n`` its K into ``sK[stage]`` and its V into ``sV[stage]``, each copy on the stage's *full*
     mbarrier, each stage first acquired on its *empty* mbarrier (released by the consumers).
@@ -276,14 +308,19 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
     A persistent CTA (K10) passes the ring states of its previous query tile (``q_state``,
     ``kv_state``; fresh ones when None) and gets them back past this tile's loads; with
     ``q_after_first_k`` the first K tile is requested before Q, whose stage the consumers free
-    only at the end of their previous tile."""
+    only at the end of their previous tile. ``v_transposed``: V arrives as V^T (``host_setup``),
+    tile ``n`` is the ``(D, Bc)`` box at key ``n * Bc``."""
     # gQ: (Br, D, Sq/Br) this head's query tiles; gK, gV: (Bc, D, Sk/Bc) its KV tiles
     gQ = cute.local_tile(gmem.mQ[None, None, coords.head_idx, coords.batch_idx],
                          (plan.block_m, plan.head_dim), (None, 0))
     gK = cute.local_tile(gmem.mK[None, None, coords.kv_head_idx, coords.batch_idx],
                          (plan.block_n, plan.head_dim), (None, 0))
-    gV = cute.local_tile(gmem.mV[None, None, coords.kv_head_idx, coords.batch_idx],
-                         (plan.block_n, plan.head_dim), (None, 0))
+    if cutlass.const_expr(v_transposed):  # gV: (D, Bc, Sk'/Bc) tiles of V^T
+        gV = cute.local_tile(gmem.mV[None, None, coords.kv_head_idx, coords.batch_idx],
+                             (plan.head_dim, plan.block_n), (0, None))
+    else:
+        gV = cute.local_tile(gmem.mV[None, None, coords.kv_head_idx, coords.batch_idx],
+                             (plan.block_n, plan.head_dim), (None, 0))
     # (TMA, tile) in global memory, (TMA, stage) in shared memory
     tQsQ, tQgQ = tma.partition(gmem.tma_atom_Q, ctx.sQ, gQ)
     tKsK, tKgK = tma.partition(gmem.tma_atom_K, ctx.sK, gK)
@@ -336,7 +373,8 @@ class ConsumerOperands:
     come from its warpgroup's slice (they are the same for the 128 threads, and the compiler
     keeps them out of the mainloop); fragments and coordinates from the thread's own slice."""
 
-    def __init__(self, plan: TilePlan, mmas: Mmas, ctx: CtaContext, wg_idx: Int32):
+    def __init__(self, plan: TilePlan, mmas: Mmas, ctx: CtaContext, wg_idx: Int32,
+                 v_transposed: bool = False):
         self.tile_s = (plan.block_m, plan.block_n)  # S: the CTA's rows x one KV tile
         self.tile_o = (plan.block_m, plan.head_dim)  # O: the CTA's rows x D
         self.thr_mma_qk = mmas.qk.get_slice(ctx.tidx)
@@ -348,7 +386,9 @@ class ConsumerOperands:
         # tSrK: (MMA, 1, D/16, stage) descriptors of the K stages
         self.tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(ctx.sK))
         # tOrVt: (MMA, D/N, Bc/16, stage) descriptors of V^T, the (D, Bc) view of each V stage
-        self.tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(wg.transposed_view(ctx.sV)))
+        # (a transposed V's stages are (D, Bc) already: Bc/32 k-steps of fp8)
+        sVt = ctx.sV if v_transposed else wg.transposed_view(ctx.sV)
+        self.tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
 
     def scores_fragment(self) -> cute.Tensor:
         """A fresh ``acc_S``: ((2, 2, Bc/8), 1, 1) fp32, this thread's share of S."""

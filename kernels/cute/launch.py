@@ -38,7 +38,7 @@ ALIGN_BYTES = 16
 
 MAX_GRID_YZ = 65535
 
-CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
 
 INSPECT_ARCH = "sm_90a"
 # --gpu-arch pins the target without a GPU (same effect as CUTE_DSL_ARCH=sm_90a).
@@ -129,15 +129,19 @@ def compile_fmha(kernel_cls: Callable, key: CompileKey, options: str | None = No
     """Trace and compile ``kernel_cls(head_dim, causal, dtype, **knobs)`` once per key.
 
     The JIT host function signature shared by all rungs is
-    ``(mQ, mK, mV, mO, mLSE | None, softmax_scale: Float32, stream)``.
+    ``(mQ, mK, mV, mO, mLSE | None, softmax_scale: Float32, stream)``; a kernel class with
+    other arguments (FP8's descales, K12) says which with ``fake_arguments(has_lse)``.
     """
     if key in _COMPILED:
         return _COMPILED[key]
     fmha = kernel_cls(head_dim=key.head_dim, causal=key.causal, dtype=CUTE_DTYPES[key.dtype],
                       **dict(key.knobs))
     dtype = CUTE_DTYPES[key.dtype]
-    args = (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
-            fake_lse() if key.has_lse else None, cutlass.Float32(1.0), make_fake_stream())
+    if hasattr(kernel_cls, "fake_arguments"):
+        args = kernel_cls.fake_arguments(key.has_lse)
+    else:
+        args = (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
+                fake_lse() if key.has_lse else None, cutlass.Float32(1.0), make_fake_stream())
     start = time.perf_counter()
     compiled = cute.compile(fmha, *args) if options is None else cute.compile(fmha, *args, options=options)
     COMPILE_SECONDS[key] = time.perf_counter() - start
@@ -211,7 +215,8 @@ def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProbl
 
 class RungAPI:
     """The interface every rung module exports (``can_implement``, ``compile_kernel``,
-    ``run_kernel``, ``compile_for_inspect``), written once for all of them."""
+    ``run_kernel``, ``compile_for_inspect``), written once for all of them (the FP8 rungs'
+    launch differs: ``kernels.cute.fp8.Fp8RungAPI``)."""
 
     def __init__(self, rung: str, kernel_cls: Callable, head_dims: tuple, dtypes: tuple,
                  tile_configs: dict | None = None):

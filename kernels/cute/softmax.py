@@ -108,12 +108,18 @@ class OnlineSoftmax:
 
     State lives in register tensors (``row_max``, ``row_sum``: one entry per row of the thread),
     updated in place, so the object can be used across runtime loops.
+
+    ``max_offset`` (FP8, K12): ``P = exp2(s - max + max_offset)``, in ``[0, 2^max_offset]``
+    instead of ``[0, 1]``, so that P, converted to e4m3 for the P V GEMM, uses the format's
+    range (up to 448) and keeps small probabilities out of its subnormals. ``row_sum`` carries
+    the same factor, which cancels in ``O / row_sum``; the LSE takes it out.
     """
 
-    def __init__(self, scale_log2: Float32, num_rows: int, threads_per_row: int = 4):
+    def __init__(self, scale_log2: Float32, num_rows: int, threads_per_row: int = 4, max_offset: int = 0):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
         self.threads_per_row = threads_per_row
+        self.max_offset = max_offset
         self.row_max = cute.make_rmem_tensor((num_rows,), Float32)
         self.row_sum = cute.make_rmem_tensor((num_rows,), Float32)
 
@@ -134,8 +140,11 @@ class OnlineSoftmax:
             tile_max = max_of(row, -Float32.inf if const_expr(is_first) else prev_max)
             new_max = row_group_max(tile_max, self.threads_per_row)
             max_scaled = safe_max(new_max) * self.scale_log2
+            exponent_base = max_scaled
+            if const_expr(self.max_offset):
+                exponent_base = max_scaled - Float32(self.max_offset)
             for c in cutlass.range_constexpr(cute.size(row)):
-                row[c] = exp2f(row[c] * self.scale_log2 - max_scaled)
+                row[c] = exp2f(row[c] * self.scale_log2 - exponent_base)
             if const_expr(is_first):
                 row_scale[r] = Float32(1.0)
                 self.row_sum[r] = sum_of(row, Float32(0.0))
@@ -153,7 +162,10 @@ class OnlineSoftmax:
         lse = cute.make_rmem_tensor((self.num_rows,), Float32)
         for r in cutlass.range_constexpr(self.num_rows):
             row_sum = row_group_sum(self.row_sum[r], self.threads_per_row)
-            inv_sum[r], lse[r] = finalize_row(self.row_max[r] * self.scale_log2, row_sum)
+            max_scaled = self.row_max[r] * self.scale_log2
+            if const_expr(self.max_offset):  # row_sum is 2^max_offset times the true sum
+                max_scaled = max_scaled - Float32(self.max_offset)
+            inv_sum[r], lse[r] = finalize_row(max_scaled, row_sum)
         return inv_sum, lse
 
 

@@ -41,6 +41,12 @@ def seq_major_view(mX: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(mX.iterator, cute.select(mX.layout, mode=[1, 3, 2, 0]))
 
 
+def dim_major_view(mX: cute.Tensor) -> cute.Tensor:
+    """``[B, H, D, S]`` (a transposed V: keys contiguous) -> ``(D, S, H, B)``: boxes of
+    ``(D, keys)`` in the first two modes, as :func:`seq_major_view` does for ``[B, S, H, D]``."""
+    return cute.make_tensor(mX.iterator, cute.select(mX.layout, mode=[2, 3, 1, 0]))
+
+
 def make_tma_load(mX: cute.Tensor, s_layout, rows: int, head_dim: int):
     """TMA load atom for ``(rows, head_dim)`` boxes of the ``(S, D, H, B)`` view ``mX``.
 

@@ -2,9 +2,10 @@
 
 Trace-time helpers (plain Python building layouts) and small ``@cute.jit`` device helpers:
 
-* :func:`make_warpgroup_mma`: one warpgroup's ``m64nNk16`` tiled MMA.
+* :func:`make_warpgroup_mma`: one warpgroup's ``m64nNk16`` tiled MMA (``k32`` for fp8).
 * :func:`acc_rows_view` / :func:`acc_as_a_operand`: two views of a WGMMA accumulator
-  fragment, by rows and columns (for the softmax) and as the A operand of the next MMA.
+  fragment, by rows and columns (for the softmax) and as the A operand of the next MMA
+  (for an fp8 A, with the keys permuted: :func:`fp8_key_slot`).
 * :func:`gemm`: issue the k-blocks of one warpgroup GEMM, commit, optionally wait.
 * :func:`uniform_descriptors` / :func:`k_block_descriptors` / :func:`gemm_k_blocks` (K11 on):
   the shared-memory descriptors built once, before a loop, and a GEMM that takes them.
@@ -32,17 +33,25 @@ from cutlass.cute.nvgpu.tcgen05 import int_to_smem_descriptor, smem_descriptor_t
 # One warpgroup MMA instruction covers 64 rows; a warpgroup is 4 warps.
 WGMMA_M = 64
 WARPGROUP_THREADS = 128
+# ... and 32 bytes of K per row: k16 of bf16/fp16, k32 of fp8.
+WGMMA_K_BYTES = 32
+
+
+def mma_k(dtype_bytes: int) -> int:
+    """K extent of one warpgroup MMA for elements of ``dtype_bytes`` (16 for bf16, 32 for fp8)."""
+    return WGMMA_K_BYTES // dtype_bytes
 
 
 # ---- trace time: layouts and MMA atoms ------------------------------------------------------
 def make_warpgroup_mma(dtype, n: int, *, warpgroups: int = 1, b_mn_major: bool = False,
                        a_in_registers: bool = False):
     """``m64 n{n} k16`` MMAs of ``warpgroups`` warpgroups stacked along M (warpgroup ``w`` owns
-    rows ``64 w .. 64 w + 63`` of a ``64 * warpgroups``-row tile): bf16/fp16 in, fp32
-    accumulators in registers.
+    rows ``64 w .. 64 w + 63`` of a ``64 * warpgroups``-row tile): bf16/fp16 in (``k32`` for
+    fp8 e4m3), fp32 accumulators in registers.
 
     A is K-major (rows of Q, or P from registers); B is K-major (rows of K) or, for
-    ``b_mn_major``, MN-major (V read through its transposed view).
+    ``b_mn_major``, MN-major (V read through its transposed view; FP8 WGMMA has no MN-major
+    operands, so an fp8 V must arrive transposed).
     """
     return sm90_utils.make_trivial_tiled_mma(
         dtype, dtype,
@@ -97,6 +106,48 @@ def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(acc.iterator, cute.make_layout(shape, stride=stride))
 
 
+# ---- fp8: the accumulator as a k32 A operand -------------------------------------------------
+# Per 32 columns, thread t (quad lane q = t % 4) holds accumulator columns 2q + {0, 1} + 8 j,
+# j = 0..3 (the layout above), but the k32 fp8 A fragment wants k-columns 4q + {0..3} and
+# 16 + 4q + {0..3}. No register exchange between lanes is needed if P V relabels its keys: the
+# A fragment's k-slot 4q + 2a + c + 16h takes the score of key 2q + c + 8 (2h + a), and V^T
+# holds each key in that slot (the host's transpose of V writes it there). The sum over keys is
+# the same sum in another order. Within every 16 keys the permutation swaps the bit fields
+# (c, q, a) of the key's low 4 bits to (c, a, q):
+def fp8_key_slot(key: int) -> int:
+    """The k-slot of the fp8 P V MMA that holds ``key`` (a permutation of each 16 keys)."""
+    c, q, a = key & 1, (key >> 1) & 3, (key >> 3) & 1
+    return (key & ~15) | (q << 2) | (a << 1) | c
+
+
+FP8_KEY_PERIOD = 16  # fp8_key_slot permutes within aligned groups of 16 keys
+
+
+def acc_as_fp8_a_operand(acc: cute.Tensor) -> cute.Tensor:
+    """View an ``m64nN`` fp32 accumulator as the A operand of ``m64 k32`` fp8 MMAs, keys
+    relabelled by :func:`fp8_key_slot`: ``((2, 2, N/8), M, N)`` -> ``(((2, 2), 2, 2), M, (N/32, N))``.
+
+    Value ``((c, a), r, h)`` of k-step ``kb`` is the A fragment's value ``i = c + 2 a`` of row
+    half ``r`` and 16-column half ``h`` (k-slot ``4 q + i + 16 h``); it reads the accumulator's
+    column pair ``c``, row half ``r``, column group ``j = 4 kb + 2 h + a``."""
+    (_, _, groups), rows, cols = acc.layout.shape
+    flat = 4 * groups  # accumulator values per (row, column) mode instance
+    shape = (((2, 2), 2, 2), rows, (groups // 4, cols))
+    stride = (((1, 4), 2, 8), flat, (16, flat * rows))
+    view = cute.composition(acc.layout, cute.make_layout(shape, stride=stride))
+    return cute.make_tensor(acc.iterator, view)
+
+
+def fp8_a_fragment_by_pairs(frag: cute.Tensor) -> cute.Tensor:
+    """An fp8 A fragment ``((4, 2, 2), M, K/32)`` with its 4 consecutive k-values split as
+    ``(2, 2)`` (pair, which pair): the shape :func:`acc_as_fp8_a_operand` gives."""
+    (four, halves, khalves), rows, ksteps = frag.layout.shape
+    shape = (((2, 2), halves, khalves), rows, ksteps)
+    stride = (((1, 2), 4, 8), 16, 16 * rows)
+    view = cute.composition(frag.layout, cute.make_layout(shape, stride=stride))
+    return cute.make_tensor(frag.iterator, view)
+
+
 @cute.jit
 def scores_to_a_operand(acc_S: cute.Tensor, dtype: cutlass.Constexpr) -> cute.Tensor:
     """``P`` (the fp32 score fragment, exponentiated in place) as the ``dtype`` A operand of
@@ -109,8 +160,13 @@ def scores_to_a_operand(acc_S: cute.Tensor, dtype: cutlass.Constexpr) -> cute.Te
 
 @cute.jit
 def convert_scores_into(acc_S: cute.Tensor, tOrP: cute.Tensor):
-    """:func:`scores_to_a_operand` into an existing A fragment (one that outlives a loop)."""
-    tOrP.store(acc_as_a_operand(acc_S).load().to(tOrP.element_type))
+    """:func:`scores_to_a_operand` into an existing A fragment (one that outlives a loop).
+    An fp8 fragment (``tOrP`` from the P V MMA's ``partition_shape_A``) gets the scores with
+    the keys relabelled (:func:`acc_as_fp8_a_operand`): a choice of registers, no shuffle."""
+    if cutlass.const_expr(tOrP.element_type.width == 8):
+        fp8_a_fragment_by_pairs(tOrP).store(acc_as_fp8_a_operand(acc_S).load().to(tOrP.element_type))
+    else:
+        tOrP.store(acc_as_a_operand(acc_S).load().to(tOrP.element_type))
 
 
 # ---- device: one warpgroup GEMM ---------------------------------------------------------------

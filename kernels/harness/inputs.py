@@ -6,28 +6,47 @@ import torch
 
 from .problem import AttentionProblem
 
+# FlashAttention-3's accuracy test (paper, section 4.3): N(0, 1) entries, and for 0.1% of them an
+# added N(0, 10^2) term: a few large entries, as activations have.
+OUTLIER_FRACTION = 1e-3
+OUTLIER_STD = 10.0
+
 
 def make_inputs(problem: AttentionProblem, seed: int = 0, device: str | torch.device = "cuda",
-                magnitude: float = 1.0):
+                magnitude: float = 1.0, outliers: bool = False):
     """Fresh ``q, k, v`` in BSHD with standard-normal entries times ``magnitude``.
 
     ``magnitude`` > 1 (e.g. 20) stresses the online softmax: large logits make a missing
-    max-subtraction or a late rescale overflow to inf/NaN.
+    max-subtraction or a late rescale overflow to inf/NaN. ``outliers``: FlashAttention-3's
+    distribution, a few large entries (``OUTLIER_FRACTION`` of them get ``OUTLIER_STD`` more).
+
+    An ``e4m3`` problem gets the same draws as its bf16 version (``problem.with_(dtype="bf16")``),
+    each quantized with its own per-tensor scale (:class:`~kernels.harness.quantize.Fp8Tensor`),
+    so that an FP8 kernel and a bf16 one can be compared on the same data.
     """
+    if problem.dtype == "e4m3":
+        from .quantize import quantize_e4m3
+
+        source = make_inputs(problem.with_(dtype="bf16"), seed, device, magnitude, outliers)
+        return tuple(quantize_e4m3(t) for t in source)
     gen = torch.Generator(device=device).manual_seed(seed)
     p = problem
 
     def draw(seqlen, heads):
-        x = torch.randn(p.batch, seqlen, heads, p.head_dim, generator=gen, device=device,
-                        dtype=torch.float32)
+        shape = (p.batch, seqlen, heads, p.head_dim)
+        x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+        if outliers:
+            big = torch.rand(shape, generator=gen, device=device) < OUTLIER_FRACTION
+            x = x + big * OUTLIER_STD * torch.randn(shape, generator=gen, device=device)
         return (x * magnitude).to(p.torch_dtype)
 
     return draw(p.seqlen_q, p.heads_q), draw(p.seqlen_k, p.heads_kv), draw(p.seqlen_k, p.heads_kv)
 
 
 def empty_output(problem: AttentionProblem, device: str | torch.device = "cuda") -> torch.Tensor:
+    """An uninitialised output in the problem's output dtype (bf16 for e4m3 inputs)."""
     p = problem
-    return torch.empty(p.batch, p.seqlen_q, p.heads_q, p.head_dim, dtype=p.torch_dtype, device=device)
+    return torch.empty(p.batch, p.seqlen_q, p.heads_q, p.head_dim, dtype=p.out_torch_dtype, device=device)
 
 
 def paged_kv_cache(k: torch.Tensor, v: torch.Tensor, page_size: int,

@@ -3,6 +3,9 @@
 Conventions (docs/design.md): tensors are BSHD, ``q [B, Sq, Hq, D]``, ``k, v [B, Sk, Hkv, D]``;
 scale defaults to 1/sqrt(D); q head ``h`` reads kv head ``h // (Hq // Hkv)``; causal masking
 is bottom-right aligned (query ``i`` sees keys ``j <= i + Sk - Sq``).
+
+dtype ``e4m3``: q, k, v are FP8 E4M3 tensors with a per-tensor descale each
+(``kernels.harness.quantize.Fp8Tensor``), the output is bf16 (``out_dtype``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 # name -> (torch dtype attribute, bytes per element)
-DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
+DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "e4m3": ("float8_e4m3fn", 1)}
+# The output's dtype where it is not the inputs': FP8 attention writes bf16.
+OUT_DTYPES = {"e4m3": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,17 @@ class AttentionProblem:
 
         return getattr(torch, DTYPES[self.dtype][0])
 
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the inputs' one, except bf16 for e4m3 inputs."""
+        return OUT_DTYPES.get(self.dtype, self.dtype)
+
+    @property
+    def out_torch_dtype(self):
+        import torch
+
+        return getattr(torch, DTYPES[self.out_dtype][0])
+
     def keys_seen_per_row(self) -> np.ndarray:
         """Number of keys each query row attends to (int64, length seqlen_q)."""
         rows = np.arange(self.seqlen_q, dtype=np.int64)
@@ -85,9 +101,9 @@ class AttentionProblem:
 
     def bytes(self) -> int:
         """Each input read once, the output written once (no LSE)."""
-        q_and_o = 2 * self.batch * self.seqlen_q * self.heads_q * self.head_dim
+        q_or_o = self.batch * self.seqlen_q * self.heads_q * self.head_dim
         k_and_v = 2 * self.batch * self.seqlen_k * self.heads_kv * self.head_dim
-        return (q_and_o + k_and_v) * self.element_size
+        return (q_or_o + k_and_v) * self.element_size + q_or_o * DTYPES[self.out_dtype][1]
 
     # ---- naming / serialisation ----------------------------------------------------------
     def label(self) -> str:

@@ -14,6 +14,8 @@ import math
 import numpy as np
 import torch
 
+from .quantize import dequantize
+
 
 def causal_keep_mask(seqlen_q: int, seqlen_k: int, device=None, *, key_len: int | None = None,
                      rows: range | None = None) -> torch.Tensor:
@@ -52,8 +54,9 @@ def _mask_rows(mask, b: int, r0: int, r1: int, seqlen_k: int):
 
 
 def reference_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
-                        mask=None, key_lens=None, max_chunk_elems: int = 1 << 28):
-    """fp32 attention on the inputs' device: returns ``(out [B,Sq,Hq,D] fp32, lse [B,Hq,Sq])``.
+                        mask=None, key_lens=None, max_chunk_elems: int = 1 << 28, dtype=torch.float32):
+    """fp32 attention on the inputs' device: returns ``(out [B,Sq,Hq,D] fp32, lse [B,Hq,Sq])``
+    (``dtype=torch.float64``: the same in fp64, e.g. to measure an FP8 kernel's total error).
 
     ``key_lens`` ([B] ints, e.g. the ``seqlens_k`` of a paged cache) hides keys ``j >= key_lens[b]``
     and aligns the causal diagonal to that length (query ``i`` sees ``j <= i + key_lens[b] - Sq``).
@@ -62,7 +65,9 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
 
     Works one (batch, kv head group) at a time, and splits the query rows so that the score
     matrix stays under ``max_chunk_elems`` elements (16k x 16k problems fit on one GPU).
+    FP8 inputs (``Fp8Tensor``) are dequantized first: the reference sees the kernel's numbers.
     """
+    q, k, v = (dequantize(t) for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
@@ -70,8 +75,8 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     lens = _visible_lengths(key_lens, batch, seqlen_k)
     if mask is not None:
         mask = mask.to(q.device)
-    out = torch.empty(batch, seqlen_q, heads_q, head_dim, dtype=torch.float32, device=q.device)
-    lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device)
+    out = torch.empty(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device=q.device)
+    lse = torch.empty(batch, heads_q, seqlen_q, dtype=dtype, device=q.device)
     rows_per_chunk = max(1, max_chunk_elems // max(1, group * seqlen_k))
     keys = torch.arange(seqlen_k, device=q.device).unsqueeze(0)        # [1, Sk]
     for b in range(batch):
@@ -87,10 +92,10 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
                 rows_mask = _mask_rows(mask, b, r0, r1, seqlen_k)
                 keep = rows_mask if keep is None else keep & rows_mask
             for hk in range(heads_kv):
-                kf = k[b, :, hk].float()                                 # [Sk, D]
-                vf = v[b, :, hk].float()
+                kf = k[b, :, hk].to(dtype)                               # [Sk, D]
+                vf = v[b, :, hk].to(dtype)
                 heads = slice(hk * group, (hk + 1) * group)
-                qf = q[b, r0:r1, heads].float().transpose(0, 1)          # [G, rows, D]
+                qf = q[b, r0:r1, heads].to(dtype).transpose(0, 1)        # [G, rows, D]
                 s = torch.matmul(qf, kf.t()) * scale                     # [G, rows, Sk]
                 if keep is not None:
                     s = s.masked_fill(~keep, float("-inf"))
@@ -105,8 +110,8 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
 def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None = None, *,
                               mask=None, key_lens=None):
     """Plain fp64 loops over (batch, head, row) in numpy: the independent check of the torch
-    one (same ``mask`` and ``key_lens`` conventions)."""
-    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    one (same ``mask`` and ``key_lens`` conventions; FP8 inputs dequantized)."""
+    q, k, v = (np.asarray(dequantize(t), dtype=np.float64) for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
@@ -129,3 +134,43 @@ def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None
                 out[b, i, h] = w @ v[b, seen, hk] / w.sum()
                 lse[b, h, i] = m + np.log(w.sum())
     return out, lse
+
+
+def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = None, *, block_n: int = 128,
+                        max_offset: int = 8, round_p: bool = True):
+    """The arithmetic of the FP8 rungs (K12) in torch, rounding included: what their output
+    should be, not what attention is. ``q, k, v``: ``Fp8Tensor`` (or float) BSHD.
+
+    Scores of the dequantized inputs in fp32; an online softmax over ``block_n``-key tiles in
+    the log2 domain; ``P = exp2(s - max + max_offset)`` rounded to e4m3 (``round_p``) for
+    P V with fp32 accumulation; the row sum from the fp32 P; ``O / sum`` at the end. The mask
+    and GQA as :func:`reference_attention` (rows that see no key: zeros). Returns fp32 BSHD.
+    """
+    q, k, v = (dequantize(t).float() for t in (q, k, v))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    scale_log2 = scale * math.log2(math.e)
+    keep = causal_keep_mask(seqlen_q, seqlen_k, q.device) if causal else None
+    out = torch.zeros(batch, seqlen_q, heads_q, head_dim, device=q.device)
+    for b in range(batch):
+        for h in range(heads_q):
+            hk = kv_head_for(h, heads_q, heads_kv)
+            row_max = torch.full((seqlen_q,), -math.inf, device=q.device)
+            row_sum = torch.zeros(seqlen_q, device=q.device)
+            acc = torch.zeros(seqlen_q, head_dim, device=q.device)
+            for start in range(0, seqlen_k, block_n):
+                keys = slice(start, min(start + block_n, seqlen_k))
+                s = (q[b, :, h] @ k[b, keys, hk].T) * scale_log2
+                if keep is not None:
+                    s = s.masked_fill(~keep[:, keys], -math.inf)
+                new_max = torch.maximum(row_max, s.max(dim=1).values)
+                base = torch.where(torch.isinf(new_max), 0.0, new_max)   # rows without a key yet
+                p = torch.exp2(s - base[:, None] + max_offset)
+                factor = torch.exp2(row_max - base)
+                row_sum = row_sum * factor + p.sum(dim=1)
+                p_used = p.to(torch.float8_e4m3fn).float() if round_p else p
+                acc = acc * factor[:, None] + p_used @ v[b, keys, hk]
+                row_max = new_max
+            out[b, :, h] = torch.where(row_sum[:, None] > 0, acc / row_sum.clamp_min(1e-30)[:, None], 0.0)
+    return out

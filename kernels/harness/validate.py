@@ -8,15 +8,17 @@ import torch
 
 from .problem import AttentionProblem
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "e4m3"}
 
 
 def validate_attention_inputs(q, k, v, out=None, lse=None, *, name: str = "attention",
                               head_dims: Iterable[int] = (64, 128),
                               dtypes: Iterable[torch.dtype] = (torch.bfloat16,),
                               require_cuda: bool = True, causal: bool = False,
-                              scale: float | None = None) -> AttentionProblem:
+                              scale: float | None = None,
+                              out_dtype: torch.dtype | None = None) -> AttentionProblem:
     """Check BSHD inputs (and optional outputs); return the problem they describe.
+    ``out`` must have ``out_dtype`` (default: q's dtype; FP8 inputs write bf16).
 
     Raises TypeError for wrong types / dtypes, ValueError for shapes, layouts and devices.
     """
@@ -61,9 +63,10 @@ def validate_attention_inputs(q, k, v, out=None, lse=None, *, name: str = "atten
             raise ValueError(f"{name}: {label} must be contiguous (BSHD, strides {tuple(t.stride())})")
 
     expected_out = (batch, seqlen_q, heads_q, head_dim)
+    out_dtype = out_dtype or q.dtype
     if out is not None:
-        if out.shape != expected_out or out.dtype != q.dtype or out.device != q.device:
-            raise ValueError(f"{name}: out must be {expected_out} {q.dtype} on {q.device}, got "
+        if out.shape != expected_out or out.dtype != out_dtype or out.device != q.device:
+            raise ValueError(f"{name}: out must be {expected_out} {out_dtype} on {q.device}, got "
                              f"{tuple(out.shape)} {out.dtype} on {out.device}")
         if not out.is_contiguous():
             raise ValueError(f"{name}: out must be contiguous")

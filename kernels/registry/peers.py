@@ -1,4 +1,10 @@
-"""Peers: torch SDPA backends and FlashAttention-4, run on the same inputs as our kernels."""
+"""Peers: torch SDPA backends and FlashAttention-4, run on the same inputs as our kernels.
+
+They take bf16 / fp16 inputs. No peer takes the FP8 (e4m3) problems: FA4 has no FP8 path on
+Hopper, and torch's FP8 attention (``_scaled_dot_product_attention_quantized``) runs only on an
+external FlashAttention-3 build, not on a backend torch ships; FP8 rungs are compared with the
+bf16 version of each problem (``tools/suites/ladder.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,14 @@ from kernels.harness.problem import AttentionProblem
 
 from .runner import Launch, Runner
 
+PEER_DTYPES = ("bf16", "fp16")
+
+
+def dtype_reason(name: str, problem: AttentionProblem) -> str | None:
+    if problem.dtype not in PEER_DTYPES:
+        return f"{name}: dtype {problem.dtype} unsupported (supported: {list(PEER_DTYPES)})"
+    return None
+
 
 def sdpa_runner(name: str, backend_name: str, description: str) -> Runner:
     def unsupported(problem: AttentionProblem) -> str | None:
@@ -15,7 +29,7 @@ def sdpa_runner(name: str, backend_name: str, description: str) -> Runner:
 
         if not torch.cuda.is_available():
             return f"{name}: needs a CUDA device"
-        return None
+        return dtype_reason(name, problem)
 
     def prepare(problem: AttentionProblem) -> Launch:
         import torch
@@ -49,7 +63,7 @@ def fa4_runner() -> Runner:
             import flash_attn.cute.interface  # noqa: F401
         except Exception as exc:  # ImportError, or a CUDA-less import failure
             return f"fa4: flash_attn.cute not importable ({type(exc).__name__})"
-        return None
+        return dtype_reason("fa4", problem)
 
     def prepare(problem: AttentionProblem) -> Launch:
         from flash_attn.cute.interface import flash_attn_func

@@ -3,7 +3,15 @@
 Shapes: batch * seqlen = 16k tokens, 2048 / head_dim heads (d64: 32, d128: 16, d256: 8),
 seqlen 1k / 2k / 4k / 8k / 16k, causal and not. The FP32 rungs (K1-K3, 5-40 TFLOP/s) run at
 head_dim 128 and seqlen 1k, 4k and 16k only: timing them everywhere would take most of the run
-for numbers that say nothing new. Every tensor-core rung and every peer runs every shape.
+for numbers that say nothing new. Every tensor-core rung and every peer runs every shape in its
+dtype.
+
+Each shape is measured in bf16 and in e4m3 (FP8 q, k, v with per-tensor descales, bf16 out;
+the problem's ``dtype`` says which). A kernel runs the dtypes it takes: the bf16 rungs and the
+peers the bf16 problems, an FP8 rung (K12) the e4m3 ones, on the same draws quantized
+(``make_inputs``), and each row's ``rel_err`` is against the reference on its own inputs. So
+an FP8 row's neighbour at the same shape is the bf16 top rung's and the peers' row: the docs
+put them side by side (``tools.report.shape_label``), which is the comparison FP8 is for.
 """
 
 from __future__ import annotations
@@ -13,13 +21,16 @@ from kernels.registry import names, rung_module
 
 SEQLENS = (1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (128, 64, 256)
+DTYPES = ("bf16", "e4m3")
 PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
+PEER_DTYPES = ("bf16",)  # kernels/registry/peers.py: no peer takes e4m3
 SCALAR_RUNG_HEAD_DIMS = (128,)
 SCALAR_RUNG_SEQLENS = (1024, 4096, 16384)
 
 
-def problems(head_dims=HEAD_DIMS, seqlens=SEQLENS):
-    return [p for d in head_dims for causal in (False, True) for p in fa3_paper_shapes(d, causal, seqlens)]
+def problems(head_dims=HEAD_DIMS, seqlens=SEQLENS, dtypes=DTYPES):
+    return [p.with_(dtype=dtype) for d in head_dims for causal in (False, True) for dtype in dtypes
+            for p in fa3_paper_shapes(d, causal, seqlens)]
 
 
 def kernels() -> list[str]:
@@ -31,8 +42,16 @@ def is_scalar_rung(name: str) -> bool:
     return name in names("rung") and "plan" not in getattr(rung_module(name), "KNOBS", ())
 
 
+def takes_dtype(name: str, problem) -> bool:
+    """Whether kernel ``name`` takes ``problem``'s dtype: a rung its ``DTYPES``, the others bf16."""
+    dtypes = rung_module(name).DTYPES if name in names("rung") else PEER_DTYPES
+    return problem.dtype in dtypes
+
+
 def runs(name: str, problem) -> bool:
     """Whether the suite times ``name`` on ``problem`` (see the module docstring)."""
+    if not takes_dtype(name, problem):
+        return False
     if is_scalar_rung(name):
         return problem.head_dim in SCALAR_RUNG_HEAD_DIMS and problem.seqlen_q in SCALAR_RUNG_SEQLENS
     return True

@@ -1,7 +1,8 @@
 """The profile suite: Nsight Compute counters of each rung, of the production tensor-core
 prefill and of FA4, one launch each.
 
-Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask. Each row
+Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask, in bf16 and,
+for the FP8 rungs, in e4m3 (each kernel in the dtypes it takes). Each row
 carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA and ALU pipes,
 instructions, and the warp stall reasons (``tools/ncu.py``). The K1 rung
 (5 TFLOP/s) is left out: one launch replayed for every counter pass would take minutes.
@@ -24,14 +25,18 @@ def kernels() -> list[str]:
 def run(ctx) -> list[dict]:
     from tools.measure import Case, measure
     from tools.ncu import default_problem, profile
+    from tools.suites.ladder import takes_dtype
 
     selected = ctx.kernels or kernels()
-    todo = [default_problem(128, causal=False)]
+    shape = default_problem(128, causal=False)
+    todo = [(p, [n for n in selected if takes_dtype(n, p)]) for p in (shape, shape.with_(dtype="e4m3"))]
     rows = []
-    task = ctx.progress.add_task("profile", total=len(todo) * len(selected))
-    for problem in todo:
+    task = ctx.progress.add_task("profile", total=sum(len(chosen) for _, chosen in todo))
+    for problem, chosen in todo:
+        if not chosen:
+            continue
         case = Case.build(problem)
-        for name in selected:
+        for name in chosen:
             ctx.progress.update(task, description=f"ncu {name:>6} {problem.label()}")
             # Checked against the reference first (not timed: the profiler gives the time).
             row = measure(ctx.runner(name), case, timed=False)

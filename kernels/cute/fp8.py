@@ -1,0 +1,131 @@
+"""Host side of the FP8 rungs (K12 on): e4m3 q, k, v with per-tensor descales, V transposed
+before the launch, O in bf16.
+
+FP8 WGMMA reads both operands K-major: for ``O += P V`` the B operand is V^T with the *keys*
+contiguous, while V arrives ``[B, Sk, Hkv, D]`` with D contiguous (bf16 rungs read it through
+an MN-major descriptor, which FP8 does not have). :func:`transpose_v` writes V^T
+``[B, Hkv, D, Sk']`` in one pass over V before the kernel, on the same stream, inside the timed
+launch; ``Sk'`` is ``Sk`` rounded up to 16 (zeros past ``Sk``), which also keeps the tensor
+map's row stride a multiple of 16 bytes. The same pass puts each key in the k-slot where the
+kernel's P fragment has it (``kernels.cute.wgmma.fp8_key_slot``): P goes from the accumulator
+to the fp8 A operand without exchanging registers between lanes.
+
+The JIT host function of an FP8 rung takes
+``(mQ, mK, mVt, mO, mLSE | None, softmax_scale, q_descale, k_descale, v_descale, stream)``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cutlass
+from cutlass.cute.runtime import make_fake_stream
+
+from kernels.cute import launch
+from kernels.cute.wgmma import FP8_KEY_PERIOD, fp8_key_slot
+from kernels.harness.validate import validate_attention_inputs
+
+OUT_DTYPE = cutlass.BFloat16  # what an FP8 rung writes
+
+
+def padded_keys(seqlen_k: int) -> int:
+    """Keys of the transposed V: ``seqlen_k`` rounded up to a whole group of 16."""
+    return -(-seqlen_k // FP8_KEY_PERIOD) * FP8_KEY_PERIOD
+
+
+def key_of_slot() -> list[int]:
+    """``key_of_slot()[s]``: which key of a group of 16 the fp8 P V MMA reads at k-slot ``s``."""
+    inverse = [0] * FP8_KEY_PERIOD
+    for key in range(FP8_KEY_PERIOD):
+        inverse[fp8_key_slot(key)] = key
+    return inverse
+
+
+@functools.cache
+def _slot_order(device):
+    """key_of_slot() as an index tensor on ``device``, made once (no host copy per launch)."""
+    import torch
+
+    return torch.tensor(key_of_slot(), device=device)
+
+
+def transpose_v(v):
+    """``v [B, Sk, Hkv, D]`` float8_e4m3fn -> ``vt [B, Hkv, D, Sk']``, contiguous, with
+    ``vt[b, h, d, 16 g + fp8_key_slot(i)] = v[b, 16 g + i, h, d]`` and zeros for keys past ``Sk``."""
+    import torch
+
+    batch, seqlen_k, heads, head_dim = v.shape
+    keys = padded_keys(seqlen_k)
+    src = v.view(torch.uint8)  # byte moves: no fp8 arithmetic needed, every op supports uint8
+    if keys != seqlen_k:
+        src = torch.nn.functional.pad(src, (0, 0, 0, 0, 0, keys - seqlen_k))
+    # [B, H, D, groups, 16]: key i of group g, then gathered in slot order (one copy)
+    groups = src.view(batch, keys // FP8_KEY_PERIOD, FP8_KEY_PERIOD, heads, head_dim).permute(0, 3, 4, 1, 2)
+    return groups[..., _slot_order(v.device)].reshape(batch, heads, head_dim, keys).view(torch.float8_e4m3fn)
+
+
+def fake_arguments(has_lse: bool) -> tuple:
+    """Compile-time stand-ins for an FP8 rung's JIT host function (see the module docstring)."""
+    fp8 = cutlass.Float8E4M3FN
+    scalars = tuple(cutlass.Float32(1.0) for _ in range(4))  # softmax_scale, q/k/v descales
+    return (launch.fake_bshd(fp8), launch.fake_bshd(fp8), launch.fake_bshd(fp8), launch.fake_bshd(OUT_DTYPE),
+            launch.fake_lse() if has_lse else None, *scalars, make_fake_stream())
+
+
+def check_fp8_inputs(name: str, **tensors) -> None:
+    """q, k, v of an FP8 rung are ``Fp8Tensor`` (e4m3 data and a descale)."""
+    from kernels.harness.quantize import Fp8Tensor
+
+    for label, t in tensors.items():
+        if not isinstance(t, Fp8Tensor):
+            raise TypeError(f"{name}: {label} must be a kernels.harness.Fp8Tensor (e4m3 data and its "
+                            f"descale; quantize_e4m3 makes one), got {type(t).__name__}")
+
+
+def check_run_inputs(name: str, head_dim: int, q, k, v, out, lse, require_cuda: bool = True) -> None:
+    """What an FP8 rung's ``run_kernel`` checks before anything runs: ``Fp8Tensor`` q, k, v of
+    contiguous e4m3 BSHD on one device, a bf16 ``out``, the LSE, alignment and grid limits."""
+    import torch
+
+    check_fp8_inputs(name, q=q, k=k, v=v)
+    launch.check_output_buffers(name, out, lse)
+    validate_attention_inputs(q.data, k.data, v.data, out, lse, name=name, head_dims=(head_dim,),
+                              dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16,
+                              require_cuda=require_cuda)
+    launch.check_vector_alignment(name, q=q.data, k=k.data, out=out)
+    launch.check_grid_limits(name, q.data)
+
+
+def run_fp8(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
+    """Validate, transpose V (:func:`transpose_v`) and launch on torch's current stream of q's device."""
+    import torch
+
+    if not isinstance(compiled, launch.CompiledFMHA):
+        raise TypeError(f"expected the result of compile_kernel(problem), got {type(compiled).__name__}")
+    name = compiled.rung
+    check_run_inputs(name, compiled.head_dim, q, k, v, out, lse)
+    function = compiled.function(has_lse=lse is not None)
+    with torch.cuda.device(q.device):
+        vt = transpose_v(v.data)
+        function(launch.to_cute_bshd(q.data), launch.to_cute_bshd(k.data), launch.to_cute_bshd(vt),
+                 launch.to_cute_bshd(out), launch.to_cute_lse(lse) if lse is not None else None,
+                 cutlass.Float32(compiled.softmax_scale), cutlass.Float32(q.descale),
+                 cutlass.Float32(k.descale), cutlass.Float32(v.descale), launch.current_stream(q.device))
+
+
+class Fp8RungAPI(launch.RungAPI):
+    """``RungAPI`` for an FP8 rung: ``run_kernel`` takes ``Fp8Tensor`` q, k, v (``make_inputs``
+    of an ``e4m3`` problem) and a bf16 ``out``; the kernel class compiles with
+    :func:`fake_arguments`."""
+
+    def shared_bytes(self, head_dim: int, dtype_bytes: int = 1) -> int | None:
+        """Q, K and V^T stages in e4m3, and O's bf16 staging buffer."""
+        plan = (self.tile_configs or {}).get(head_dim)
+        if plan is None:
+            return None
+        return plan.shared_bytes(dtype_bytes) + plan.o_bytes(OUT_DTYPE.width // 8)
+
+    @staticmethod
+    def run_kernel(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
+        """out[...] = attention(q, k, v) (bf16) on torch's current stream; lse (fp32 [B, Hq, Sq]) if given."""
+        run_fp8(compiled, q, k, v, out, lse)

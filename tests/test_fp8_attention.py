@@ -1,0 +1,305 @@
+"""The FP8 rung's two tricks and its numerics, on the CPU.
+
+* P goes from the fp32 accumulator to the k32 fp8 A operand without a register exchange, by
+  relabelling the keys (``wgmma.fp8_key_slot``); the pass that transposes V puts every key's
+  row in its slot (``fp8.transpose_v``). Checked against the DSL's own fragment layouts, and in
+  a pure-torch model that P V is unchanged.
+* P in e4m3 (offset 2^8) is what bounds the kernel's error: a torch model of the kernel's
+  arithmetic against the fp64 reference justifies ``E4M3_TOLERANCE``.
+* The harness side: Fp8Tensor, quantize_e4m3, e4m3 problems, inputs, reference and checks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from kernels.cute import fp8
+from kernels.cute.wgmma import FP8_KEY_PERIOD, fp8_key_slot
+from kernels.harness import (
+    E4M3_TOLERANCE,
+    AttentionProblem,
+    Fp8Tensor,
+    empty_output,
+    fp8_attention_model,
+    make_inputs,
+    quantize_e4m3,
+    reference_attention,
+    reference_attention_numpy,
+    rel_err,
+    tolerance,
+    validate_attention_inputs,
+    verify_attention,
+)
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+
+# ---- the key relabelling ------------------------------------------------------------------------
+def test_key_slot_permutes_each_group_of_16_keys():
+    for group in range(4):
+        keys = range(group * FP8_KEY_PERIOD, (group + 1) * FP8_KEY_PERIOD)
+        assert sorted(fp8_key_slot(k) for k in keys) == list(keys)
+    # a thread (quad lane q) holds keys 2q, 2q + 1, 2q + 8, 2q + 9: they take k-slots 4q .. 4q + 3
+    for q in range(4):
+        held = (2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9)
+        assert [fp8_key_slot(k) for k in held] == [4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3]
+    assert fp8.key_of_slot()[fp8_key_slot(11)] == 11
+
+
+def fragment_coordinates(block_n: int, head_dim: int = 64):
+    """For every thread of a warpgroup and every value the fp8 conversion writes: the (row, key)
+    of the accumulator value it reads (QK^T's C layout) and the (row, k-slot) where the P V MMA
+    takes it (its A layout), through the very views ``wg.convert_scores_into`` uses; evaluated
+    while tracing (static layouts), nothing runs."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from kernels.cute import wgmma as wg
+
+    pairs = []
+
+    @cute.jit
+    def trace():
+        qk = wg.make_warpgroup_mma(cutlass.Float8E4M3FN, block_n)
+        pv = wg.make_warpgroup_mma(cutlass.Float8E4M3FN, head_dim, a_in_registers=True)
+        scores = cute.make_identity_tensor((wg.WGMMA_M, block_n))
+        for tidx in cutlass.range_constexpr(wg.WARPGROUP_THREADS):
+            read = wg.acc_as_fp8_a_operand(qk.get_slice(tidx).partition_C(scores))
+            written = wg.fp8_a_fragment_by_pairs(pv.get_slice(tidx).partition_A(scores))
+            assert cute.size(read) == cute.size(written) == wg.WGMMA_M * block_n // wg.WARPGROUP_THREADS
+            for i in cutlass.range_constexpr(cute.size(read)):
+                pairs.append((tidx, read[i], written[i]))
+
+    trace()
+    return pairs
+
+
+@pytest.mark.filterwarnings("ignore:This static loop")  # unrolled on purpose: it only traces layouts
+@pytest.mark.parametrize("block_n", [64, 160])
+def test_register_view_takes_each_score_to_its_key_slot(block_n):
+    """The fp8 A operand built from the accumulator by a choice of registers holds, in k-slot
+    ``fp8_key_slot(key)`` of each row, that row's score of ``key``: every score exactly once."""
+    pairs = fragment_coordinates(block_n)
+    assert len(pairs) == 64 * block_n
+    for tidx, (row, key), (a_row, slot) in pairs:
+        assert a_row == row and slot == fp8_key_slot(key), (tidx, (row, key), (a_row, slot))
+    assert len({(row, key) for _, (row, key), _ in pairs}) == 64 * block_n
+
+
+@pytest.mark.parametrize("seqlen_k", [1, 15, 16, 37, 128])
+def test_transpose_v_puts_each_key_in_its_slot(seqlen_k):
+    gen = torch.Generator().manual_seed(seqlen_k)
+    v = quantize_e4m3(torch.randn(2, seqlen_k, 3, 64, generator=gen)).data
+    vt = fp8.transpose_v(v)
+    keys = fp8.padded_keys(seqlen_k)
+    assert vt.dtype == torch.float8_e4m3fn and vt.shape == (2, 3, 64, keys) and vt.is_contiguous()
+    assert keys % FP8_KEY_PERIOD == 0 and keys - seqlen_k < FP8_KEY_PERIOD
+    slots = torch.tensor([fp8_key_slot(s) for s in range(seqlen_k)])
+    assert torch.equal(vt.view(torch.uint8)[..., slots], v.view(torch.uint8).permute(0, 2, 3, 1))
+    padding = sorted(set(range(keys)) - set(slots.tolist()))
+    assert (vt.view(torch.uint8)[..., padding] == 0).all()  # zeros: P is 0 there, and 0 * 0 is 0
+
+
+def test_relabelled_keys_leave_p_v_unchanged():
+    """P's columns in slot order times V^T's keys in slot order is P V: the same sum over keys,
+    reordered (equal to fp64 rounding)."""
+    gen = torch.Generator().manual_seed(0)
+    seqlen_k = 75
+    p = torch.rand(2, 5, seqlen_k, generator=gen, dtype=torch.float64)   # [heads, rows, keys]
+    v = quantize_e4m3(torch.randn(1, seqlen_k, 2, 64, generator=gen))
+    vt = fp8.transpose_v(v.data).double()[0]                                # [heads, D, keys']
+    p_slots = torch.zeros(2, 5, fp8.padded_keys(seqlen_k), dtype=torch.float64)
+    p_slots[..., [fp8_key_slot(s) for s in range(seqlen_k)]] = p
+    direct = p @ v.data.double()[0].transpose(0, 1)                        # [heads, rows, D]
+    relabelled = p_slots @ vt.transpose(1, 2)
+    torch.testing.assert_close(relabelled, direct, rtol=1e-12, atol=1e-12)
+    identity = torch.zeros_like(p_slots)
+    identity[..., :seqlen_k] = p                                            # keys not relabelled
+    assert (identity @ vt.transpose(1, 2) - direct).abs().max() > 1e-3, "the relabelling must matter"
+
+
+# ---- the numerics: P in e4m3 -----------------------------------------------------------------------
+def to_e4m3(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float8_e4m3fn).float()
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("outliers", [False, True], ids=["normal", "outliers"])
+def test_p_in_e4m3_stays_within_the_tolerance(head_dim, outliers):
+    """The model's error against the fp64 reference on the same (dequantized) inputs is the
+    kernel's error budget: well under E4M3_TOLERANCE, and far above bf16's (P's 3 mantissa bits
+    are the whole story: without the rounding the model is exact to fp32)."""
+    problem = AttentionProblem(batch=1, seqlen_q=128, seqlen_k=1000, heads_q=1, heads_kv=1, head_dim=head_dim,
+                               dtype="e4m3")
+    q, k, v = make_inputs(problem, seed=head_dim, device="cpu", outliers=outliers)
+    ref, _ = reference_attention_numpy(q, k, v, scale=problem.softmax_scale)
+    ref = torch.from_numpy(ref)
+    err = rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale), ref)
+    assert 2e-3 < err < E4M3_TOLERANCE / 1.5, err
+    assert rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale, round_p=False), ref) < 1e-5
+
+
+def test_fp8_model_masks_like_the_reference():
+    """The model's mask, GQA and empty rows follow reference_attention (without rounding: equal)."""
+    problem = AttentionProblem(batch=2, seqlen_q=70, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=32,
+                               causal=True, dtype="e4m3")
+    q, k, v = make_inputs(problem, seed=5, device="cpu")
+    ref, _ = reference_attention(q, k, v, causal=True)
+    model = fp8_attention_model(q, k, v, causal=True, block_n=32, round_p=False)
+    torch.testing.assert_close(model, ref, rtol=1e-5, atol=1e-5)
+    assert (model[:, :30] == 0).all() and (model[:, 30:].abs().sum(-1) > 0).all()   # rows 0..29 see no key
+
+
+def test_p_offset_keeps_small_probabilities():
+    """exp2(s - max) below 2^-9 is 0 in e4m3; with the offset 2^8 it survives down to 2^-17."""
+    p = torch.tensor([2.0 ** -12, 2.0 ** -10, 0.3])
+    assert to_e4m3(p)[:2].eq(0).all()
+    kept = to_e4m3(p * 2.0 ** 8) / 2.0 ** 8
+    assert (kept > 0).all() and ((kept - p).abs() / p).max() <= 2.0 ** -4
+
+
+# ---- the harness: e4m3 problems -------------------------------------------------------------------
+def test_quantize_e4m3_uses_the_whole_range():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(1)) * 3
+    t = quantize_e4m3(x)
+    assert t.data.dtype == torch.float8_e4m3fn and t.descale == pytest.approx(float(x.abs().max()) / 448)
+    assert float(t.data.float().abs().max()) == 448
+    normal = t.dequantize().abs() >= 2.0 ** -6 * t.descale
+    relative = ((t.dequantize() - x).abs() / x.abs())[normal]
+    assert relative.max() <= 2.0 ** -4 + 1e-6  # round to nearest: half an ulp of 3 mantissa bits
+    assert quantize_e4m3(torch.zeros(3)).descale == 1.0
+
+
+def test_fp8_tensor_rejects_what_it_cannot_hold():
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        Fp8Tensor(torch.zeros(2), 1.0)
+    with pytest.raises(ValueError, match="descale"):
+        Fp8Tensor(torch.zeros(2).to(torch.float8_e4m3fn), 0.0)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        quantize_e4m3(torch.tensor([1.0, math.inf]))
+
+
+def test_e4m3_problem_inputs_outputs_and_counts():
+    p = AttentionProblem(batch=2, seqlen_q=10, seqlen_k=30, heads_q=8, heads_kv=2, head_dim=64, dtype="e4m3")
+    assert p.out_dtype == "bf16" and p.out_torch_dtype == torch.bfloat16 and p.element_size == 1
+    assert p.label().endswith(" e4m3") and AttentionProblem.from_dict(p.to_dict()) == p
+    assert p.bytes() == (2 * 10 * 8 * 64 + 2 * 2 * 30 * 2 * 64) * 1 + 2 * 10 * 8 * 64 * 2  # O in bf16
+    assert tolerance(p) == E4M3_TOLERANCE and tolerance(p.with_(dtype="bf16")) < E4M3_TOLERANCE
+    assert empty_output(p, device="cpu").dtype == torch.bfloat16
+    q, k, v = make_inputs(p, seed=3, device="cpu")
+    source = make_inputs(p.with_(dtype="bf16"), seed=3, device="cpu")
+    for quantized, original in zip((q, k, v), source):
+        assert isinstance(quantized, Fp8Tensor) and quantized.shape == original.shape
+        assert rel_err(quantized.dequantize(), original.float()) < 0.05    # the same draws, quantized
+    ref, _ = reference_attention(q, k, v)
+    ref_deq, _ = reference_attention(*(t.dequantize() for t in (q, k, v)))
+    assert torch.equal(ref, ref_deq)
+
+
+def test_outliers_are_a_few_large_entries():
+    p = AttentionProblem(batch=1, seqlen_q=4096, seqlen_k=16, heads_q=8, heads_kv=1, head_dim=128)
+    plain = make_inputs(p, seed=0, device="cpu")[0].float()
+    noisy = make_inputs(p, seed=0, device="cpu", outliers=True)[0].float()
+    large = (noisy.abs() > 6).float().mean().item()
+    assert (plain.abs() > 6).sum() == 0 and 3e-4 < large < 2e-3
+
+
+def test_validation_takes_the_output_dtype():
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.float8_e4m3fn)
+    out = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
+    problem = validate_attention_inputs(q, q, q, out, name="k12", require_cuda=False, head_dims=(64,),
+                                        dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16)
+    assert problem.dtype == "e4m3"
+    with pytest.raises(ValueError, match="out must be"):
+        validate_attention_inputs(q, q, q, out.float(), name="k12", require_cuda=False, head_dims=(64,),
+                                  dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16)
+
+
+def test_verify_attention_holds_fp8_inputs_in_guards():
+    """verify_attention on an e4m3 problem: guarded e4m3 data, the dequantized reference, the
+    e4m3 tolerance; a kernel that forgets v's descale fails it."""
+    problem = AttentionProblem(batch=2, seqlen_q=9, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=16,
+                               causal=True, dtype="e4m3")
+
+    def model(q, k, v, out, lse, v_scale=None):
+        assert isinstance(q, Fp8Tensor)
+        vd = v.dequantize() if v_scale is None else v.data.float() * v_scale
+        ref, ref_lse = reference_attention(q, k, vd, causal=True)
+        out.copy_(ref)
+        lse.copy_(ref_lse)
+
+    assert verify_attention(model, problem, device="cpu", outliers=True)
+    result = verify_attention(lambda *a: model(*a, v_scale=1.0), problem, device="cpu")
+    assert not result and "rel_err" in result.reason
+
+
+def test_fp8_run_kernel_refuses_plain_tensors():
+    from kernels import k12
+
+    with pytest.raises(TypeError, match="Fp8Tensor"):
+        fp8.check_fp8_inputs("k12", q=torch.zeros(1, 4, 2, 64, dtype=torch.float8_e4m3fn))
+    assert k12.can_implement(AttentionProblem(head_dim=128)) is not None          # bf16: not this rung
+    assert k12.can_implement(AttentionProblem(head_dim=128, dtype="e4m3")) is None
+    assert k12.can_implement(AttentionProblem(head_dim=96, dtype="e4m3")) is not None
+
+
+def test_fp8_accuracy_suite_rows(monkeypatch):
+    """The accuracy suite on the CPU, with stand-ins for the kernels (the FP8 rung's arithmetic
+    model; bf16-rounded exact attention for the bf16 rung): rows in the results schema, each
+    error against its fp64 reference, and the FP8 row's error on the source above its own."""
+    from kernels.registry.runner import Runner
+    from tools import report
+    from tools.suites import fp8_accuracy as suite
+
+    shape = AttentionProblem(batch=1, seqlen_q=64, seqlen_k=200, heads_q=2, heads_kv=1, head_dim=64)
+    monkeypatch.setattr(suite, "shapes", lambda seqlens: [shape])
+
+    def stand_in(name, fp8_rung):
+        def prepare(problem):
+            def launch(q, k, v, out):
+                if fp8_rung:
+                    out.copy_(fp8_attention_model(q, k, v, scale=problem.softmax_scale, block_n=128))
+                else:
+                    out.copy_(reference_attention(q, k, v, scale=problem.softmax_scale)[0])
+            return launch
+        dtypes = ("e4m3",) if fp8_rung else ("bf16",)
+        return Runner(name, "rung", "", lambda p: None if p.dtype in dtypes else "dtype", prepare)
+
+    class Progress:
+        def add_task(self, *a, **k):
+            return 0
+
+        def update(self, *a, **k):
+            pass
+
+        def advance(self, *a, **k):
+            pass
+
+    class Context:
+        kernels, seqlens, progress = None, None, Progress()
+
+        def runner(self, name):
+            return stand_in(name, name in suite.fp8_rungs())
+
+        def time(self, fn, arg_sets):
+            fn(*arg_sets[0])
+            return {"median": 1.0, "p20": 1.0, "p80": 1.0}
+
+    rows = suite.run(Context(), device="cpu")
+    assert {r["kernel"] for r in rows} == set(suite.kernels()) and len(rows) == 2 * len(suite.kernels())
+    meta = {"suite": "fp8_accuracy", "gpu": "test", "driver": "0", "cuda": "0", "torch": "0",
+            "cutlass_dsl": "0", "commit": "0", "date": "2026-01-01", "ceilings": {"copy_tbps": 1.0}}
+    report.validate({"meta": meta, "rows": rows})
+    for r in rows:
+        assert r["status"] == "ok" and r["problem"]["inputs"] in suite.INPUTS
+        if r["problem"]["dtype"] == "e4m3":   # quantization of the inputs adds to the kernel's own error
+            assert 2e-3 < r["rel_err"] < E4M3_TOLERANCE and r["rel_err_source"] > r["rel_err"]
+        else:
+            assert r["rel_err"] == r["rel_err_source"] < 1e-2
+    merged = report.pivot({"rows": rows}, where={"inputs": "outliers"}, value="rel_err_source",
+                          label=report.shape_label)
+    assert len(merged[1]) == 1 and merged[0][1:] == suite.kernels()
