@@ -1,4 +1,4 @@
-"""K12 — K10 in FP8: Q, K and V in E4M3 with per-tensor descales, both GEMMs on FP8 WGMMA
+"""K12 — K11 in FP8: Q, K and V in E4M3 with per-tensor descales, both GEMMs on FP8 WGMMA
 (fp32 accumulators), P converted to e4m3 in registers, O in bf16.
 
 What it computes
@@ -9,7 +9,7 @@ What it computes
     aligned bottom-right (query ``i`` sees keys ``j <= i + Sk - Sq``), optional
     ``lse [B, Hq, Sq]`` fp32 (natural log, of the descaled scores).
 
-Delta from K10
+Delta from K11
     The inputs are half the bytes and the tensor cores run FP8 at twice the bf16 rate
     (``wgmma ... .e4m3.e4m3``, k32 per instruction). Three things change:
     * V^T must be K-major. FP8 WGMMA has no transposed (MN-major) operands, and in
@@ -28,14 +28,17 @@ Delta from K10
       in ``[0, 256]``, so that e4m3 (largest value 448) keeps small probabilities out of its
       subnormals (the factor cancels in ``O / row_sum``, the LSE takes it out); ``v_descale``
       joins the final ``1 / row_sum``. O (bf16) is staged in a buffer of its own at every D.
+    K11's loop carries over unchanged: its descriptors are built once for the FP8 operands
+    too (Q's k32 k-blocks, D / 32 of them, all held in uniform registers, D = 256 included;
+    K's and the transposed V's bases), and the turn holds only the QGMMA issues.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     Host: ``vt = transpose_v(v.data)`` (``kernels/cute/fp8.py``), then the launch.
-    0-3. K10's walk, prologue, mainloop and epilogue, with FP8 operands: ``S = Q K^T`` on
+    0-3. K11's walk, prologue, mainloop and epilogue, with FP8 operands: ``S = Q K^T`` on
        e4m3 from shared memory; the softmax (offset 8) on the fp32 scores; ``P -> tOrP``
        (e4m3, keys in slot order); ``O += P V^T`` with V^T K-major; ``O * v_descale / sum``
        -> bf16 -> ``sO`` -> TMA store.
-    Producer, per tile: K10's order; the V tiles are ``(D, Bc)`` boxes of V^T.
+    Producer, per tile: K11's order; the V tiles are ``(D, Bc)`` boxes of V^T.
 
 Cost
     The transpose pass reads V once and writes V^T once (``Sk * Hkv * D`` bytes each way per
@@ -51,17 +54,19 @@ Constraints
     batch, heads (Hq % Hkv == 0); contiguous BSHD (V's copy is the kernel's own). softmax
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv``, ``ctas`` (default: the GPU's SM count).
+    ``rescale_before_pv`` (default: False, K11's), ``ctas`` (default: the GPU's SM count).
 
 Run and inspect
     compiled = compile_kernel(problem)     # problem.dtype == "e4m3"
     q, k, v = make_inputs(problem)         # Fp8Tensor each: quantize_e4m3 of bf16 randoms
     run_kernel(compiled, q, k, v, out, lse)
-    python -m tools.inspect k10 k12   # SASS mix on a CPU-only machine (QGMMA ... E4M3.E4M3)
+    python -m tools.inspect k11 k12   # SASS mix on a CPU-only machine (QGMMA ... E4M3.E4M3)
     pytest -m gpu tests/test_rungs_gpu.py -k k12    # GPU correctness sweep
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -84,7 +89,7 @@ SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas")
 
-# K10's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
+# K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
 TILE_CONFIGS = {
     64: fmha.TilePlan(head_dim=64, consumer_warpgroups=3, block_n=128, producer_warps=4),
@@ -105,6 +110,32 @@ def sm_count() -> int:
     return 132
 
 
+# Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
+MAX_HELD_K_BLOCKS = 8
+
+
+class LoopOperands(fmha.ConsumerOperands):
+    """The consumer's operands with their shared-memory descriptors built once, here, before
+    the tile loop: Q's one per k-block (the A operand of every S GEMM, never rebuilt), K's and
+    V^T's bases, to which each GEMM adds its stage's and k-blocks' offsets
+    (``wgmma.uniform_descriptors``). K11's, on the e4m3 operands: V^T is the transposed
+    copy's (D, Bc) stages."""
+
+    def __init__(self, plan: fmha.TilePlan, mmas: fmha.Mmas, ctx: fmha.CtaContext, wg_idx: Int32):
+        super().__init__(plan, mmas, ctx, wg_idx, v_transposed=True)
+        # A list, one view per k-block, for wgmma.gemm_k_blocks. Held only where they fit:
+        # each S QGMMA reads A's and B's descriptors from four consecutive uniform registers,
+        # so Q's k-blocks hold 4 of the 63 each; e4m3 k-blocks are k32, D/32 of them, so all
+        # three head dims fit (8 at D = 256, as bf16's at D = 128). Past MAX_HELD_K_BLOCKS Q
+        # would keep the descriptors the DSL builds in the loop.
+        if const_expr(cute.size(self.tSrQ.shape[2]) <= MAX_HELD_K_BLOCKS):
+            self.q_blocks = wg.k_block_descriptors(self.tSrQ)
+        else:
+            self.q_blocks = [self.tSrQ[None, None, k] for k in range(cute.size(self.tSrQ.shape[2]))]
+        self.tSrK = wg.uniform_descriptors(self.tSrK)
+        self.tOrVt = wg.uniform_descriptors(self.tOrVt)
+
+
 class K12FMHA:
     threads_per_row = 4  # the 4 lanes of a quad share an accumulator row
     fake_arguments = staticmethod(fp8.fake_arguments)  # the descales join the host function's arguments
@@ -121,8 +152,9 @@ class K12FMHA:
         self.plan = (plan or default).check(head_dim, default.producer_warps, dtype_bytes)
         self.registers = fmha.REGISTER_SPLITS[self.plan.consumer_warpgroups]
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
-        # Under the S GEMM, inside the turn: pays at D >= 128, not at D = 64 (see the Delta).
-        self.rescale_before_pv = head_dim >= 128 if rescale_before_pv is None else rescale_before_pv
+        # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
+        # dim; K11's default keeps the turn to the GEMM issues (see the Delta).
+        self.rescale_before_pv = False if rescale_before_pv is None else rescale_before_pv
         self.ctas = ctas or sm_count()
         # O (bf16) cannot be staged in the e4m3 Q tile: it always has a buffer of its own.
         if not self.plan.fits_separate_o(dtype_bytes, out_bytes):
@@ -201,7 +233,12 @@ class K12FMHA:
         """Consumer warpgroups: the CTA's query tiles one after the other."""
         # This thread's warpgroup: it owns rows 64 wg_idx .. 64 wg_idx + 63 of the CTA's tile.
         wg_idx = cute.arch.make_warp_uniform(ctx.tidx // wg.WARPGROUP_THREADS)
-        ops = fmha.ConsumerOperands(self.plan, mmas, ctx, wg_idx, v_transposed=True)
+        ops = LoopOperands(self.plan, mmas, ctx, wg_idx)
+        # The lane that releases a K or V stage for its warp, decided here once (the rings
+        # built in enter_kernel test the thread index again at every release).
+        release_lane = cute.arch.lane_idx() == 0
+        ctx = ctx._replace(pipeline_k=dataclasses.replace(ctx.pipeline_k, is_signaling_thread=release_lane),
+                           pipeline_v=dataclasses.replace(ctx.pipeline_v, is_signaling_thread=release_lane))
         # tOrP: ((4, 2, 2), 1, Bc/32) e4m3 P of the previous tile as the k32 A fragment, kept
         # across iterations (keys in slot order: wg.convert_scores_into)
         tOrP = cute.make_rmem_tensor(ops.thr_mma_pv.partition_shape_A(ops.tile_s), self.dtype)
@@ -222,7 +259,7 @@ class K12FMHA:
     def compute_tile(self, gmem: fmha.GmemArgs, mmas: fmha.Mmas, ctx: fmha.CtaContext,
                      ops: fmha.ConsumerOperands, coords: fmha.TileCoords, wg_idx: Int32, tOrP: cute.Tensor,
                      q_state, kv_state, scale_log2: Float32, v_descale: Float32):
-        """One query tile: K10's, on e4m3 operands, with P offset for e4m3 and O descaled."""
+        """One query tile: K11's, on e4m3 operands, with P offset for e4m3 and O descaled."""
         n_block_max = fmha.kv_tile_count(self.plan, gmem, coords, self.causal)
 
         # ============ Phase 1: Q tile -> sQ; softmax state, O accumulator, mask ============
@@ -244,6 +281,8 @@ class K12FMHA:
             # Tiles before n_block_masked are fully visible to every row: no mask code at all.
             n_block_masked = first_masked_block(coords.m_block, self.plan.block_m, self.plan.block_n,
                                                 gmem.mQ.shape[0], gmem.mK.shape[0], n_block_max, self.causal)
+            # Opaque and warp-uniform: kept in a register, not recomputed at every loop test.
+            n_block_masked = cute.arch.make_warp_uniform(n_block_masked)
             for n_block in cutlass.range(1, n_block_masked, unroll=1):
                 kv_state = self.mma_one_n_block(kv_state, n_block, wg_idx, mmas, ops, ctx, acc_O, tOrP,
                                                 softmax, pending_scale, mask, False)
@@ -275,8 +314,8 @@ class K12FMHA:
         """Step 1, tile 0: S_0, masked softmax (the first tile: no rescale), P_0 -> ``tOrP`` (e4m3)."""
         ctx.pipeline_k.consumer_wait(kv_state)
         acc_S = ops.scores_fragment()
-        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
-                zero_init=True, wait=True)
+        wg.gemm_k_blocks(mmas.qk, acc_S, ops.q_blocks, ops.tSrK[None, None, None, kv_state.index],
+                         zero_init=True, wait=True)
         ctx.pipeline_k.consumer_release(kv_state)
         acc_S_mn = wg.acc_rows_view(acc_S)
         mask.apply(acc_S_mn, 0)
@@ -299,8 +338,8 @@ class K12FMHA:
         self.wait_turn(wg_idx)
         # acc_S: ((2, 2, Bc/8), 1, 1) fp32, same row ownership as acc_O
         acc_S = ops.scores_fragment()
-        wg.gemm(mmas.qk, acc_S, ops.tSrQ, ops.tSrK[None, None, None, kv_state.index],
-                zero_init=True, wait=False)
+        wg.gemm_k_blocks(mmas.qk, acc_S, ops.q_blocks, ops.tSrK[None, None, None, kv_state.index],
+                         zero_init=True, wait=False)
         if const_expr(self.rescale_before_pv):  # O by tile n-1's factor, under the S GEMM
             rescale_rows(wg.acc_rows_view(acc_O), pending_scale)
         ctx.pipeline_v.consumer_wait(v_state)
