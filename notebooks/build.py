@@ -124,7 +124,8 @@ RUNG_TEXT = (
          "the accumulator into the FP8 A operand by relabelling keys instead of moving registers, "
          "and what E4M3 costs in accuracy against the reference and against the bf16 rung",
          "`QGMMA` (e4m3 x e4m3, k32) in place of `HGMMA`, half as many for the same tiles; "
-         "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung"),
+         "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung; "
+         "the main-loop rows as K11's: a turn of the `QGMMA` issues only, no float work"),
 )
 
 

@@ -36,8 +36,10 @@ EXPECTED = {
             {"HGMMA", "LDG", "STG", "HMMA"} | SPILLS),
 }
 # Facts beyond the opcode mix (tools.inspect.sass_facts), from the rung that introduces them on.
-WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"}  # every TMA load in the producer's region
-PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11", "k12"}  # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
+# every TMA load in the producer's region
+WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"}
+# named barriers: BAR.SYNC / BAR.ARV on ids other than 0
+PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11", "k12"}
 # Rungs whose dot products run on tensor cores (derived: HGMMA or QGMMA is expected): FFMA may
 # remain in the softmax (one per score: the scale folded into the exponent), but a scalar
 # dot-product loop over head_dim would show as thousands of them. A QGMMA (k32) is two k16 steps.
@@ -101,7 +103,8 @@ def test_rung_sass(name, head_dim, causal, reports):
         assert facts["named_barrier_syncs"] >= 1 and facts["named_barrier_arrives"] >= 2, facts
         assert facts["main_loop"], "no KV loop with one BAR.SYNC and one BAR.ARV found"
     if name in SHORT_TURN:
-        assert facts["main_loop"]["turn_fp"] == 0, f"floating-point work inside the turn: {facts['main_loop']}"
+        loop = facts["main_loop"]
+        assert loop["turn_fp"] == 0, f"floating-point work inside the turn: {loop}"
     else:
         assert facts["named_barrier_arrives"] == 0, f"{name}: named-barrier arrives before K6: {facts}"
 

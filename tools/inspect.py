@@ -106,13 +106,13 @@ _MMA_OPS = ("HGMMA", "QGMMA")  # bf16/fp16 and FP8 warpgroup MMAs
 def main_loop_facts(sass: str) -> dict | None:
     """The steady-state KV loop of a ping-pong consumer, counted per KV tile per warp: the
     smallest loop (a backward branch) with warpgroup MMAs (HGMMA; QGMMA in FP8) and exactly
-    one named ``BAR.SYNC`` (take the turn) and one ``BAR.ARV`` (pass it on); without the mask that is the only one, under it
-    the unmasked one. Counted on the fast path: an mbarrier wait's branch to its retry code is
-    taken not to be taken. ``instructions``: all of them; ``uniform``: on the uniform
-    datapath (``U*`` opcodes but the TMA's: descriptors, ring indices, loop bounds);
-    ``turn``: those after the ``BAR.SYNC`` up to and including the ``BAR.ARV`` (what the other
-    warpgroups wait for), of which ``turn_mma`` are the GEMMs and ``turn_fp``
-    floating-point work. None for a kernel without such a loop."""
+    one named ``BAR.SYNC`` (take the turn) and one ``BAR.ARV`` (pass it on); without the
+    mask that is the only one, under it the unmasked one. Counted on the fast path: an
+    mbarrier wait's branch to its retry code is taken not to be taken. ``instructions``: all
+    of them; ``uniform``: on the uniform datapath (``U*`` opcodes but the TMA's: descriptors,
+    ring indices, loop bounds); ``turn``: those after the ``BAR.SYNC`` up to and including
+    the ``BAR.ARV`` (what the other warpgroups wait for), of which ``turn_mma`` are the GEMMs
+    and ``turn_fp`` floating-point work. None for a kernel without such a loop."""
     ins, labels = [], {}
     for line in sass.splitlines():
         label = _LABEL.match(line)
