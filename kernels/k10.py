@@ -82,16 +82,6 @@ TILE_CONFIGS = {
 }
 
 
-def sm_count() -> int:
-    """SMs of the current GPU: the persistent grid (132 on an H200 or H100 SXM when no GPU is
-    visible, as when compiling for inspection)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return 132
-
-
 class K10FMHA:
     threads_per_row = 4  # the 4 lanes of a quad share an accumulator row
 
@@ -108,7 +98,7 @@ class K10FMHA:
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
         # Under the S GEMM, inside the turn: pays at D >= 128, not at D = 64 (see the Delta).
         self.rescale_before_pv = head_dim >= 128 if rescale_before_pv is None else rescale_before_pv
-        self.ctas = ctas or sm_count()
+        self.ctas = ctas or launch.sm_count()
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
         self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o

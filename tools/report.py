@@ -286,7 +286,7 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
         ax.set_xscale("log", base=2)
         xs_all = sorted({p[0] for pts in data.values() for p in pts})
         if xs_all:
-            ax.set_xticks(xs_all, [f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v) for v in xs_all])
+            ax.set_xticks(xs_all, [seqlen_label(v) for v in xs_all])
             ax.minorticks_off()
         if log_y:
             ax.set_yscale("log")

@@ -41,59 +41,30 @@ struct Sw128Tile {
 // written once, as a macro over its PTX input type ("bf16" or "f16"); wgmma_ss / wgmma_rs
 // pick the macro by N and its type by Element (KERNELS_PICK_ELEMENT_TYPE, primitives.cuh).
 
-// m64n64k16 SS: 32 f32 accumulators; %32, %33 descriptors, %34 scale-d.
-#define KERNELS_WGMMA_SS_N64(TYPE)                                                              \
-  KERNELS_SM90A_ASM(                                                                            \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC32_REGS \
-      "}, "                                                                                     \
-      "%32, %33, p, 1, 1, 0, 0;\n}\n" : KERNELS_WGMMA_ACC32(d) : "l"(desc_a),                   \
-      "l"(desc_b), "r"(scale_d))
+// One macro per form, over the instruction's shape, its accumulator count ACC (N / 2) and the
+// operand numbers that follow the ACC accumulators (%0 .. %ACC-1): SS takes A's and B's
+// descriptors, then scale-d; RS takes A's four registers, B's descriptor, then scale-d.
+#define KERNELS_WGMMA_SS(SHAPE, ACC, DESC_A, DESC_B, SCALE_D, TYPE)                                                 \
+  KERNELS_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SCALE_D                                                   \
+                    ", 0;\n"                                                                                        \
+                    "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC##ACC##_REGS  \
+                    "}, %" #DESC_A ", %" #DESC_B ", p, 1, 1, 0, 0;\n}\n" : KERNELS_WGMMA_ACC##ACC(d) : "l"(desc_a), \
+                    "l"(desc_b), "r"(scale_d))
+#define KERNELS_WGMMA_RS(SHAPE, ACC, A0, A1, A2, A3, DESC_B, SCALE_D, TYPE)                                        \
+  KERNELS_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SCALE_D                                                  \
+                    ", 0;\n"                                                                                       \
+                    "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC##ACC##_REGS \
+                    "}, {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DESC_B                                       \
+                    ", p, 1, 1, 1;\n}\n" : KERNELS_WGMMA_ACC##ACC(d) : "r"(a[0]),                                  \
+                    "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
 
-// m64n64k16 RS, B N-major: 32 f32 accumulators; %32-%35 A, %36 descriptor, %37 scale-d.
-#define KERNELS_WGMMA_RS_N64(TYPE)                                                              \
-  KERNELS_SM90A_ASM(                                                                            \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC32_REGS \
-      "}, "                                                                                     \
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" : KERNELS_WGMMA_ACC32(d) : "r"(a[0]),       \
-      "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
-
-// m64n128k16 SS: 64 f32 accumulators; %64, %65 descriptors, %66 scale-d.
-#define KERNELS_WGMMA_SS_N128(TYPE)                                                              \
-  KERNELS_SM90A_ASM(                                                                             \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                               \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC64_REGS \
-      "}, "                                                                                      \
-      "%64, %65, p, 1, 1, 0, 0;\n}\n" : KERNELS_WGMMA_ACC64(d) : "l"(desc_a),                    \
-      "l"(desc_b), "r"(scale_d))
-
-// m64n128k16 RS, B N-major: 64 f32 accumulators; %64-%67 A, %68 descriptor, %69 scale-d.
-#define KERNELS_WGMMA_RS_N128(TYPE)                                                              \
-  KERNELS_SM90A_ASM(                                                                             \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                               \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC64_REGS \
-      "}, "                                                                                      \
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" : KERNELS_WGMMA_ACC64(d) : "r"(a[0]),        \
-      "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
-
-// m64n256k16 SS: 128 f32 accumulators; %128, %129 descriptors, %130 scale-d.
-#define KERNELS_WGMMA_SS_N256(TYPE)                                                               \
-  KERNELS_SM90A_ASM(                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                               \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC128_REGS \
-      "}, "                                                                                       \
-      "%128, %129, p, 1, 1, 0, 0;\n}\n" : KERNELS_WGMMA_ACC128(d) : "l"(desc_a),                  \
-      "l"(desc_b), "r"(scale_d))
-
-// m64n256k16 RS, B N-major: 128 f32 accumulators; %128-%131 A, %132 descriptor, %133 scale-d.
-#define KERNELS_WGMMA_RS_N256(TYPE)                                                               \
-  KERNELS_SM90A_ASM(                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                               \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" KERNELS_WGMMA_ACC128_REGS \
-      "}, "                                                                                       \
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" : KERNELS_WGMMA_ACC128(d) : "r"(a[0]),   \
-      "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+// The instructions wrapped, as macros of the input type alone (for KERNELS_PICK_ELEMENT_TYPE).
+#define KERNELS_WGMMA_SS_N64(TYPE) KERNELS_WGMMA_SS("m64n64k16", 32, 32, 33, 34, TYPE)
+#define KERNELS_WGMMA_RS_N64(TYPE) KERNELS_WGMMA_RS("m64n64k16", 32, 32, 33, 34, 35, 36, 37, TYPE)
+#define KERNELS_WGMMA_SS_N128(TYPE) KERNELS_WGMMA_SS("m64n128k16", 64, 64, 65, 66, TYPE)
+#define KERNELS_WGMMA_RS_N128(TYPE) KERNELS_WGMMA_RS("m64n128k16", 64, 64, 65, 66, 67, 68, 69, TYPE)
+#define KERNELS_WGMMA_SS_N256(TYPE) KERNELS_WGMMA_SS("m64n256k16", 128, 128, 129, 130, TYPE)
+#define KERNELS_WGMMA_RS_N256(TYPE) KERNELS_WGMMA_RS("m64n256k16", 128, 128, 129, 130, 131, 132, 133, TYPE)
 
 // The wrappers: N (64, 128 or 256) picks the instruction, Element its input type.
 template <class Element, int N>
@@ -126,6 +97,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef KERNELS_WGMMA_RS_N128
 #undef KERNELS_WGMMA_SS_N256
 #undef KERNELS_WGMMA_RS_N256
+#undef KERNELS_WGMMA_SS
+#undef KERNELS_WGMMA_RS
 
 // ---- the math policy ---------------------------------------------------------------------
 // qk: acc_s = Q[the warpgroup's 64 rows] @ K[kBlockN keys]^T; pv: acc_o += P @ V. Both are

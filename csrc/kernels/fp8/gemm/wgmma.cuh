@@ -11,56 +11,20 @@
 #include "../common.h"
 
 namespace kernels::fp8::gemm {
-// m64n64k32: 32 f32 accumulators per thread; %32, %33 descriptors, %34 scale-d.
-#define FP8_WGMMA_M64N64K32(TA, TB)                                     \
-  KERNELS_SM90A_ASM(                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                      \
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32." TA "." TB           \
-      " "                                                               \
-      "{" KERNELS_WGMMA_ACC32_REGS                                      \
-      "}, "                                                             \
-      "%32, %33, p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC32(d) : "l"(desc_a), \
-      "l"(desc_b), "r"(scale_d))
-// m64n128k32: 64 f32 accumulators per thread; %64, %65 descriptors, %66 scale-d.
-#define FP8_WGMMA_M64N128K32(TA, TB)                                    \
-  KERNELS_SM90A_ASM(                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                      \
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32." TA "." TB          \
-      " "                                                               \
-      "{" KERNELS_WGMMA_ACC64_REGS                                      \
-      "}, "                                                             \
-      "%64, %65, p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC64(d) : "l"(desc_a), \
-      "l"(desc_b), "r"(scale_d))
-// m64n176k32: 88 f32 accumulators per thread; %88, %89 descriptors, %90 scale-d.
-#define FP8_WGMMA_M64N176K32(TA, TB)                                    \
-  KERNELS_SM90A_ASM(                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                      \
-      "wgmma.mma_async.sync.aligned.m64n176k32.f32." TA "." TB          \
-      " "                                                               \
-      "{" KERNELS_WGMMA_ACC88_REGS                                      \
-      "}, "                                                             \
-      "%88, %89, p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC88(d) : "l"(desc_a), \
-      "l"(desc_b), "r"(scale_d))
-// m64n192k32: 96 f32 accumulators per thread; %96, %97 descriptors, %98 scale-d.
-#define FP8_WGMMA_M64N192K32(TA, TB)                                    \
-  KERNELS_SM90A_ASM(                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                      \
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32." TA "." TB          \
-      " "                                                               \
-      "{" KERNELS_WGMMA_ACC96_REGS                                      \
-      "}, "                                                             \
-      "%96, %97, p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC96(d) : "l"(desc_a), \
-      "l"(desc_b), "r"(scale_d))
-// m64n256k32: 128 f32 accumulators per thread; %128, %129 descriptors, %130 scale-d.
-#define FP8_WGMMA_M64N256K32(TA, TB)                                       \
-  KERNELS_SM90A_ASM(                                                       \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                        \
-      "wgmma.mma_async.sync.aligned.m64n256k32.f32." TA "." TB             \
-      " "                                                                  \
-      "{" KERNELS_WGMMA_ACC128_REGS                                        \
-      "}, "                                                                \
-      "%128, %129, p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC128(d) : "l"(desc_a), \
-      "l"(desc_b), "r"(scale_d))
+// One macro over the instruction's N, its accumulator count ACC (N / 2) and the operand
+// numbers after the ACC accumulators (%0 .. %ACC-1): A's and B's descriptors, then scale-d.
+#define FP8_WGMMA(N, ACC, DESC_A, DESC_B, SCALE_D, TA, TB)                                                         \
+  KERNELS_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SCALE_D                                                  \
+                    ", 0;\n"                                                                                       \
+                    "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." TA "." TB " {" KERNELS_WGMMA_ACC##ACC##_REGS \
+                    "}, %" #DESC_A ", %" #DESC_B ", p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC##ACC(d) : "l"(desc_a),      \
+                    "l"(desc_b), "r"(scale_d))
+// The instructions wrapped, as macros of the two input types (for FP8_WGMMA_PICK_TYPES).
+#define FP8_WGMMA_M64N64K32(TA, TB) FP8_WGMMA(64, 32, 32, 33, 34, TA, TB)
+#define FP8_WGMMA_M64N128K32(TA, TB) FP8_WGMMA(128, 64, 64, 65, 66, TA, TB)
+#define FP8_WGMMA_M64N176K32(TA, TB) FP8_WGMMA(176, 88, 88, 89, 90, TA, TB)
+#define FP8_WGMMA_M64N192K32(TA, TB) FP8_WGMMA(192, 96, 96, 97, 98, TA, TB)
+#define FP8_WGMMA_M64N256K32(TA, TB) FP8_WGMMA(256, 128, 128, 129, 130, TA, TB)
 
 template <int N, Format FA, Format FB>
 __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -89,5 +53,6 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 #undef FP8_WGMMA_M64N176K32
 #undef FP8_WGMMA_M64N192K32
 #undef FP8_WGMMA_M64N256K32
+#undef FP8_WGMMA
 
 }  // namespace kernels::fp8::gemm
