@@ -99,16 +99,6 @@ TILE_CONFIGS = {
 }
 
 
-def sm_count() -> int:
-    """SMs of the current GPU: the persistent grid (132 on an H200 or H100 SXM when no GPU is
-    visible, as when compiling for inspection)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return 132
-
-
 # Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
 MAX_HELD_K_BLOCKS = 8
 
@@ -150,7 +140,7 @@ class K11FMHA:
         # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
         # dim; K11's default keeps the turn to the GEMM issues (see the Delta).
         self.rescale_before_pv = False if rescale_before_pv is None else rescale_before_pv
-        self.ctas = ctas or sm_count()
+        self.ctas = ctas or launch.sm_count()
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
         self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o

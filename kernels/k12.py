@@ -75,7 +75,7 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from kernels.cute import epilogue, fmha, fp8
+from kernels.cute import epilogue, fmha, fp8, launch
 from kernels.cute import wgmma as wg
 from kernels.cute.barriers import NamedBarrier
 from kernels.cute.mask import FragmentMask, first_masked_block
@@ -98,16 +98,6 @@ TILE_CONFIGS = {
 }
 # P = exp2(s - max + P_MAX_OFFSET) in [0, 256]: e4m3's range (up to 448) instead of [0, 1].
 P_MAX_OFFSET = 8
-
-
-def sm_count() -> int:
-    """SMs of the current GPU: the persistent grid (132 on an H200 or H100 SXM when no GPU is
-    visible, as when compiling for inspection)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return 132
 
 
 # Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
@@ -155,7 +145,7 @@ class K12FMHA:
         # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
         # dim; K11's default keeps the turn to the GEMM issues (see the Delta).
         self.rescale_before_pv = False if rescale_before_pv is None else rescale_before_pv
-        self.ctas = ctas or sm_count()
+        self.ctas = ctas or launch.sm_count()
         # O (bf16) cannot be staged in the e4m3 Q tile: it always has a buffer of its own.
         if not self.plan.fits_separate_o(dtype_bytes, out_bytes):
             raise ValueError(f"{self.plan}: no room for the bf16 O buffer beside the e4m3 stages")
