@@ -154,6 +154,16 @@ def test_ws_prefill_no_wgmma_serialization(ws_kernels):
 
 
 @needs_nvcc
+def test_ws_prefill_watchdog_build_compiles(tmp_path):
+    """The debug build for a hang on the GPU (-DKERNELS_PREFILL_WS_WATCHDOG, prefill_ws_sm90.cuh)
+    stays buildable: it is what one reaches for first when the kernel hangs."""
+    cmd = nvcc.command([WS_UNIT], tmp_path / "watchdog.o", nvcc=NVCC, compile_only=True,
+                       extra=("-DKERNELS_PREFILL_WS_WATCHDOG=100000000",))
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@needs_nvcc
 @pytest.mark.parametrize("head_dim", sorted(WS_PLANS))
 def test_ws_prefill_sass(head_dim, ws_kernels):
     """The structure the kernel claims, in its SASS (bf16; fp16 differs only in the MMA type):
@@ -200,8 +210,9 @@ def test_ws_prefill_sass(head_dim, ws_kernels):
 @needs_nvcc
 def test_attention_host_math():
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which
-    checks that the decode split heuristic picks the split counts measured best on the H200 and
-    that FastDivmod divides exactly (no GPU needed)."""
+    checks that the decode split heuristic picks the split counts measured best on the H200,
+    that FastDivmod divides exactly and which calls the warp-specialized prefill takes (no GPU
+    needed)."""
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "attn_host_test"
         sources = [CSRC / "tests" / "attn_host_test.cu", CSRC / "kernels" / "attention" / "attn_decode.cu"]

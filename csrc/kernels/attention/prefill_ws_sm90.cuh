@@ -6,10 +6,10 @@
 // from kv head = head / group (GQA). Threads: the consumer warpgroups first, then one producer
 // warpgroup (PrefillWsTraits, configs.cuh).
 //   Producer   setmaxnreg down to 24 (32 with three consumers); one thread of its first warp
-//              issues every load: Q once (one box per consumer warpgroup, all on q_full), then
-//              K_0, and for n >= 1 K_n before V_{n-1} (the order the consumers need them in),
-//              each into stage n % kStages of its ring after waiting for that stage's `empty`
-//              mbarrier; TMA zero-fills rows past Sq / Sk and completes the stage's `full`.
+//              issues every load: Q once (one box per consumer warpgroup with rows below Sq, all
+//              on q_full), then K_0, and for n >= 1 K_n before V_{n-1} (the order the consumers
+//              need them in), each into stage n % kStages of its ring after waiting for that
+//              stage's `empty` mbarrier; TMA zero-fills rows past Sq / Sk and completes `full`.
 //   Consumers  setmaxnreg up to 240 (160); warpgroup w owns rows 64 w .. 64 w + 63.
 //              Tile 0: S_0 = Q K_0^T, mask, softmax, P_0 (no turn).
 //              Tile n >= 1 (the pipelined step, K7): wait for this warpgroup's turn (a named
@@ -31,7 +31,7 @@
 // -DKERNELS_PREFILL_WS_WATCHDOG=<spins> (e.g. 100000000): every mbarrier wait then gives up
 // after that many failed polls, prints the block, thread, barrier and parity, and traps, so
 // the launch fails with an error instead of hanging. Not for production: printf is a call,
-// and a call in the kernel makes ptxas serialize the WGMMAs.
+// and with a call in the kernel ptxas serializes the WGMMAs (C7510) and spills.
 #pragma once
 
 #include <cuda.h>
