@@ -35,6 +35,15 @@ TOL = 1e-2
 LSE_ATOL, LSE_RTOL = 2e-2, 1e-3
 DEV = "cuda"
 IMPLS = ("tc", "scalar")
+# Prefill also names its two tensor-core kernels: "tc" is the warp-specialized one on Hopper
+# (dense q, contiguous k / v, no mask), "tc-cpasync" the one it replaced there.
+PREFILL_IMPLS = ops.PREFILL_IMPLS
+HOPPER = torch.cuda.get_device_capability() == (9, 0)
+
+
+def skip_unless_runnable(impl):
+    if impl == "tc-ws" and not HOPPER:
+        pytest.skip("the warp-specialized prefill needs a Hopper GPU")
 
 
 def rand(*shape, seed=0, dtype=torch.bfloat16):
@@ -81,12 +90,13 @@ def test_decode_split_counts(num_splits):
     assert result, f"decode num_splits={num_splits}: {result.reason}"
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", PREFILL_IMPLS)
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk,hq,hkv", [(128, 128, 8, 8), (70, 333, 16, 2), (300, 200, 8, 1),
                                          (1, 50, 4, 1)])
 def test_prefill(impl, d, causal, sq, sk, hq, hkv):
+    skip_unless_runnable(impl)
     problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal)
 
     def run(q, k, v, out, lse):
@@ -94,6 +104,86 @@ def test_prefill(impl, d, causal, sq, sk, hq, hkv):
 
     result = verify_attention(run, problem, seed=5, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
     assert result, f"prefill {impl} {problem.label()}: {result.reason}"
+
+
+# The warp-specialized prefill on the shapes its tiles make hard: one query and one key, a
+# partial tile of each, Sq > Sk under the causal mask (rows that see no key), GQA groups of 2-4,
+# exactly one tile of three warpgroups at D = 64 (192 rows), 80-key tiles at D = 256 (Sk = 80,
+# 1000), several full tiles, and large logits (magnitude 20: the lazy rescale moves rows' maxima).
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("d", ops.HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,sq,sk,hq,hkv,magnitude", [
+    (1, 1, 1, 1, 1, 1.0), (2, 130, 257, 8, 2, 1.0), (1, 300, 80, 4, 4, 1.0), (3, 77, 1000, 6, 3, 20.0),
+    (1, 192, 192, 2, 2, 1.0), (1, 2048, 2048, 4, 1, 20.0),
+])
+def test_prefill_warp_specialized(dtype, d, causal, b, sq, sk, hq, hkv, magnitude):
+    skip_unless_runnable("tc-ws")
+    problem = AttentionProblem(b, sq, sk, hq, hkv, d, causal=causal, dtype=dtype)
+
+    def run(q, k, v, out, lse):
+        ops.prefill(q, k, v, causal=causal, impl="tc-ws", out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=17, magnitude=magnitude, lse_atol=LSE_ATOL,
+                              lse_rtol=LSE_RTOL)
+    assert result, f"prefill tc-ws {problem.label()} magnitude {magnitude}: {result.reason}"
+
+
+def launched_kernels(fn) -> str:
+    """The names of the CUDA kernels ``fn()`` launches, one per line (torch's profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return "\n".join(event.key for event in prof.key_averages())
+
+
+def test_prefill_default_kernel_on_hopper():
+    """impl="tc" runs the warp-specialized kernel for dense q without a mask on Hopper, the
+    cp.async one for a mask or a paged cache, and "tc-cpasync" always runs the cp.async one."""
+    skip_unless_runnable("tc-ws")
+    q, k, v = qkv(2, 200, 300, 8, 2, 128, seed=3)
+    mask = torch.ones(2, 300, dtype=torch.bool, device=DEV)
+    ws, cpasync = "attn_prefill_ws_kernel", "attn_prefill_kernel"
+    names = launched_kernels(lambda: ops.prefill(q, k, v, causal=True))
+    assert ws in names and cpasync not in names, names
+    names = launched_kernels(lambda: ops.prefill(q, k, v, causal=True, impl="tc-cpasync"))
+    assert cpasync in names and ws not in names, names
+    names = launched_kernels(lambda: ops.prefill(q, k, v, causal=True, mask=mask))
+    assert cpasync in names and ws not in names, names
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(0))
+    lens = torch.full((2,), 300, dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0, 200, 400], dtype=torch.int32, device=DEV)
+    packed = q.reshape(400, 8, 128)
+    names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens))
+    assert cpasync in names and ws not in names, names
+
+
+def test_prefill_warp_specialized_refuses_what_it_does_not_take():
+    skip_unless_runnable("tc-ws")
+    q, k, v = qkv(2, 64, 128, 8, 2, 128, seed=4)
+    with pytest.raises(ValueError, match="warp-specialized kernel.*no boolean mask"):
+        ops.prefill(q, k, v, mask=torch.ones(2, 128, dtype=torch.bool, device=DEV), impl="tc-ws")
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(0))
+    lens = torch.full((2,), 128, dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0, 64, 128], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="warp-specialized kernel.*dense Q on contiguous KV"):
+        ops.paged_prefill(q.reshape(128, 8, 128), k_cache, v_cache, table, cu, lens, impl="tc-ws")
+
+
+@pytest.mark.parametrize("impl", PREFILL_IMPLS)
+def test_prefill_debug_mode(impl):
+    """debug=True synchronizes and holds the warp-specialized kernel to the cp.async one (rows
+    with no key included: Sq > Sk under the causal mask); it changes no result."""
+    skip_unless_runnable(impl)
+    problem = AttentionProblem(2, 300, 200, 8, 2, 128, causal=True)
+
+    def run(q, k, v, out, lse):
+        ops.prefill(q, k, v, causal=True, impl=impl, out=out, lse=lse, debug=True)
+
+    result = verify_attention(run, problem, seed=19, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"prefill {impl} debug: {result.reason}"
 
 
 @pytest.mark.parametrize("fn", ["decode", "prefill"])
@@ -267,11 +357,12 @@ def test_decode_fp16(impl, d, causal):
     assert result, f"decode fp16 {impl} 7 splits: {result.reason}"
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", PREFILL_IMPLS)
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk,hq,hkv", [(300, 333, 16, 2), (128, 128, 8, 8)])
 def test_prefill_fp16(impl, d, causal, sq, sk, hq, hkv):
+    skip_unless_runnable(impl)
     problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal, dtype="fp16")
 
     def run(q, k, v, out, lse):

@@ -50,17 +50,20 @@ def parse_ptxas(report: str) -> dict[str, dict]:
     return kernels
 
 
-def compile_unit(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
-    cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=("-Xptxas", "-v"))
-    return path, subprocess.run(cmd, capture_output=True, text=True)
+def compile_unit(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess, Path]:
+    """(source, the nvcc run with the ptxas report, the object file)."""
+    obj = out_dir / (path.stem + ".o")
+    cmd = nvcc.command([path], obj, nvcc=NVCC, compile_only=True, extra=("-Xptxas", "-v"))
+    return path, subprocess.run(cmd, capture_output=True, text=True), obj
 
 
 @pytest.fixture(scope="module")
-def compiled():
+def compiled(tmp_path_factory):
     units = torch_free_units()
     assert units, "no torch-free translation units found under csrc/"
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda p: compile_unit(p, Path(tmp)), units))
+    out_dir = tmp_path_factory.mktemp("csrc-objects")  # pytest's temporary folder, outside the repo
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda p: compile_unit(p, out_dir), units))
 
 
 def test_parse_ptxas_report():
@@ -76,7 +79,7 @@ def test_parse_ptxas_report():
 @needs_nvcc
 def test_torch_free_units_compile_without_spills(compiled):
     failures, table = [], []
-    for path, result in compiled:
+    for path, result, _ in compiled:
         rel = path.relative_to(ROOT)
         if result.returncode != 0:
             failures.append(f"{rel} failed to compile:\n{result.stderr[-3000:]}")
@@ -92,16 +95,124 @@ def test_torch_free_units_compile_without_spills(compiled):
 
 @needs_nvcc
 def test_attention_kernels_are_in_the_report(compiled):
-    names = "".join(r.stdout + r.stderr for _, r in compiled)
-    for kernel in ("attn_decode_kernel", "attn_decode_combine_kernel", "attn_prefill_kernel"):
+    names = "".join(r.stdout + r.stderr for _, r, _ in compiled)
+    for kernel in ("attn_decode_kernel", "attn_decode_combine_kernel", "attn_prefill_kernel",
+                   "attn_prefill_ws_kernel"):
         assert kernel in names, f"{kernel} was not compiled by any torch-free unit"
+
+
+# ---- the warp-specialized Hopper prefill (csrc/kernels/attention/prefill_ws_sm90.cuh) -------------
+
+WS_UNIT = CSRC / "kernels" / "attention" / "attn_prefill_ws.cu"
+# head_dim -> (consumer warpgroups, consumer registers, producer registers): PrefillWsConfig and
+# PrefillWsTraits (configs.cuh), the splits of kernels/cute/fmha.py REGISTER_SPLITS.
+WS_PLANS = {64: (3, 160, 32), 128: (2, 240, 24), 256: (2, 240, 24)}
+
+
+def sass_functions(sass: str) -> dict[str, list[str]]:
+    """``cuobjdump -sass`` output -> {mangled kernel name: its instruction lines}."""
+    functions, current = {}, None
+    for line in sass.splitlines():
+        if m := re.search(r"Function : (\S+)", line):
+            current = functions.setdefault(m.group(1), [])
+        elif current is not None and re.match(r"\s*/\*[0-9a-f]+\*/\s+\S", line):
+            current.append(line)
+    return functions
+
+
+@pytest.fixture(scope="module")
+def ws_kernels(compiled):
+    """The warp-specialized kernels of attn_prefill_ws.cu: {(head_dim, dtype): (ptxas info, SASS lines)}."""
+    from tools.inspect import _tool
+
+    [(_, result, obj)] = [entry for entry in compiled if entry[0] == WS_UNIT]
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = parse_ptxas(result.stdout + result.stderr)
+    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+    kernels = {}
+    for name, lines in sass_functions(sass).items():
+        m = re.search(r"attn_prefill_ws_kernelINS0_15PrefillWsConfigILi(\d+)EEE(\w+?)EEv", name)
+        if m:
+            kernels[(int(m.group(1)), "fp16" if "half" in m.group(2) else "bf16")] = (report[name], lines)
+    return kernels, result.stdout + result.stderr
+
+
+@needs_nvcc
+def test_ws_prefill_instantiations(ws_kernels):
+    kernels, _ = ws_kernels
+    assert set(kernels) == {(d, t) for d in WS_PLANS for t in ("bf16", "fp16")}
+
+
+@needs_nvcc
+def test_ws_prefill_no_wgmma_serialization(ws_kernels):
+    """ptxas serializes every WGMMA of a kernel it cannot prove safe to pipeline (a call in the
+    kernel, accumulators touched while in flight, a wait it cannot match) and says so in a
+    warning: the schedule would then run, slowly, with nothing overlapped."""
+    _, report = ws_kernels
+    warnings = [line for line in report.splitlines() if "wgmma" in line.lower() or "Performance Loss" in line]
+    assert not warnings, "\n".join(warnings)
+
+
+@needs_nvcc
+def test_ws_prefill_watchdog_build_compiles(tmp_path):
+    """The debug build for a hang on the GPU (-DKERNELS_PREFILL_WS_WATCHDOG, prefill_ws_sm90.cuh)
+    stays buildable: it is what one reaches for first when the kernel hangs."""
+    cmd = nvcc.command([WS_UNIT], tmp_path / "watchdog.o", nvcc=NVCC, compile_only=True,
+                       extra=("-DKERNELS_PREFILL_WS_WATCHDOG=100000000",))
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("head_dim", sorted(WS_PLANS))
+def test_ws_prefill_sass(head_dim, ws_kernels):
+    """The structure the kernel claims, in its SASS (bf16; fp16 differs only in the MMA type):
+    setmaxnreg on both sides of the role switch with the planned budgets, every TMA load outside
+    the consumers' region and every HGMMA inside it, two WGMMA groups in flight (the softmax under
+    P V), named barriers taking turns, O through a TMA store, no global loads, no calls, no spills."""
+    from tools.inspect import opcode_mix
+
+    warpgroups, consumer_regs, producer_regs = WS_PLANS[head_dim]
+    info, lines = ws_kernels[0][(head_dim, "bf16")]
+    threads = 128 * (warpgroups + 1)
+    assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, info
+    # ptxas reports the budget at entry (65536 / threads, a multiple of 8); the consumers'
+    # branch is allocated for the setmaxnreg budget checked below.
+    assert 0 < info["registers"] <= 65536 // threads // 8 * 8, info
+
+    mix = opcode_mix("\n".join(lines))
+    for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "MUFU"):
+        assert mix[op] > 0, f"no {op} in the SASS: {mix}"
+    for op in ("LDG", "LDGSTS", "LDL", "STL", "CALL"):
+        assert mix[op] == 0, f"{op} in the SASS: {mix}"
+
+    text = [ln.split(";")[0] for ln in lines]
+    alloc = [i for i, ln in enumerate(text) if "USETMAXREG.TRY_ALLOC" in ln]
+    dealloc = [i for i, ln in enumerate(text) if "USETMAXREG.DEALLOC" in ln]
+    assert len(alloc) == 1 and len(dealloc) == 1, "one setmaxnreg per role"
+    assert text[alloc[0]].rstrip().endswith(hex(consumer_regs)), text[alloc[0]]
+    assert text[dealloc[0]].rstrip().endswith(hex(producer_regs)), text[dealloc[0]]
+    # The consumers' region: from their setmaxnreg to the producer's (or the end, if the
+    # compiler lays the producer out first).
+    start, end = alloc[0], dealloc[0] if dealloc[0] > alloc[0] else len(text)
+    in_consumers = lambda i: start < i < end  # noqa: E731
+    tma_loads = [i for i, ln in enumerate(text) if re.search(r"\bUTMALDG\b", ln)]
+    hgmma = [i for i, ln in enumerate(text) if re.search(r"\bHGMMA\b", ln)]
+    assert tma_loads and not any(in_consumers(i) for i in tma_loads), "a TMA load in the consumers' region"
+    assert hgmma and all(in_consumers(i) for i in hgmma), "an HGMMA outside the consumers' region"
+    assert any(".tnspB" in text[i] for i in hgmma), "no P V (V read transposed)"
+    assert any(re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", ln) for ln in text), \
+        "no wgmma.wait_group 1: S is never back while P V still runs"
+    assert any(re.search(r"\bBAR\.SYNC\S*\s+R\d+, 0x100\b", ln) for ln in text), "no turn (named barrier, 256)"
+    assert any(re.search(r"\bBAR\.ARV\s+R\d+, 0x100\b", ln) for ln in text), "no turn passed (bar.arrive, 256)"
 
 
 @needs_nvcc
 def test_attention_host_math():
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which
-    checks that the decode split heuristic picks the split counts measured best on the H200 and
-    that FastDivmod divides exactly (no GPU needed)."""
+    checks that the decode split heuristic picks the split counts measured best on the H200,
+    that FastDivmod divides exactly and which calls the warp-specialized prefill takes (no GPU
+    needed)."""
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "attn_host_test"
         sources = [CSRC / "tests" / "attn_host_test.cu", CSRC / "kernels" / "attention" / "attn_decode.cu"]

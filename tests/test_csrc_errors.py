@@ -32,8 +32,10 @@ def test_attention_binding_errors():
         attention.prefill(q.half(), q, q.half())
     with pytest.raises(ValueError, match="k must be a CUDA tensor, got device cpu"):
         attention.prefill(q, q.cpu(), q)
-    with pytest.raises(ValueError, match="impl must be 'tc' or 'scalar', got 'fast'"):
+    with pytest.raises(ValueError, match="impl must be 'tc', 'tc-ws', 'tc-cpasync' or 'scalar', got 'fast'"):
         attention.prefill(q, q, q, impl="fast")
+    with pytest.raises(ValueError, match="impl must be 'tc' or 'scalar', got 'tc-ws'"):
+        attention.decode(q, q, q, impl="tc-ws")
     # the launcher's check, behind the binding's: the decode grid's y dimension
     long_q = torch.zeros(1, 16 * 65536, 1, 64, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="decode: heads_kv .* must be <= 65535, got 65536; use prefill"):

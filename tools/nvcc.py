@@ -2,7 +2,7 @@
 
     python -m tools.nvcc csrc/tests/rotary_test.cu            # -> build/csrc-tests/rotary_test
     python -m tools.nvcc csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \\
-        csrc/kernels/attention/attn_prefill.cu -o build/attn_test
+        csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu -o build/attn_test
     python -m tools.nvcc --print                              # the flags, one line
 
 Builds a standalone test (or any torch-free translation units) for Hopper,

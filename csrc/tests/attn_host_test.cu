@@ -4,16 +4,19 @@
 //     sweeps its cost model was fitted to (attn_decode.cu), on 132 SMs;
 //   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
 //     and dividends across [0, 2^31);
-//   - the error model: host rejections throw the types of common/errors.h.
+//   - the error model: host rejections throw the types of common/errors.h;
+//   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported).
 //   python -m tools.nvcc csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu \
 //       && build/csrc-tests/attn_host_test
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include <type_traits>
 
 #include "../kernels/attention/attn_api.h"
+#include "../kernels/attention/prefill_ws_sm90.cuh"
 #include "../kernels/common/launch.cuh"
 #include "test_utils.h"
 
@@ -48,6 +51,54 @@ static int check_errors() {
       "launch error", [] { kernels::check_launch("k", cudaErrorInvalidValue); }, "k launch failed: ");
   failures += !rejects<kernels::CudaError>(
       "CUDA call error", [] { KERNELS_CUDA_CHECK(cudaErrorInvalidValue); }, "cudaErrorInvalidValue at ");
+  return failures;
+}
+
+// The warp-specialized prefill takes dense Q on contiguous KV without a mask, with strides and
+// pointers TMA can address; anything else goes to the cp.async kernel (or, asked for by name,
+// raises with the reason checked here).
+static int check_prefill_ws_applicability() {
+  namespace attn = kernels::attention;
+  alignas(16) static char buffer[64];
+  attn::AttnParams base;
+  base.q = base.k = base.v = base.o = buffer;
+  base.batch = 2, base.seqlen_q = 300, base.seqlen_k = 200, base.heads_q = 8, base.heads_kv = 2, base.group = 4;
+  base.head_dim = 128;
+  base.q_batch_stride = base.o_batch_stride = 300 * 8 * 128;
+  base.q_token_stride = base.o_token_stride = 8 * 128;
+  base.q_head_stride = base.o_head_stride = 128;
+  base.k_block_stride = base.v_block_stride = 200 * 2 * 128;
+  base.k_token_stride = base.v_token_stride = 2 * 128;
+  base.k_head_stride = base.v_head_stride = 128;
+  struct Case {
+    const char* what;
+    void (*edit)(attn::AttnParams&);
+    const char* reason;  // nullptr: taken
+  };
+  static int page_table[1], cu[2];
+  static bool mask[1];
+  const Case cases[] = {
+      {"dense", [](attn::AttnParams&) {}, nullptr},
+      {"batch 1, any batch stride", [](attn::AttnParams& p) { p.batch = 1, p.q_batch_stride = 3; }, nullptr},
+      {"one kv head, any head stride", [](attn::AttnParams& p) { p.heads_kv = 1, p.k_head_stride = 5; }, nullptr},
+      {"paged", [](attn::AttnParams& p) { p.page_table = page_table, p.cu_seqlens_q = cu; },
+       "dense Q on contiguous KV"},
+      {"mask", [](attn::AttnParams& p) { p.mask = mask; }, "no boolean mask"},
+      {"head_dim 96", [](attn::AttnParams& p) { p.head_dim = 96; }, "head_dim must be 64, 128 or 256"},
+      {"q at 8 bytes", [](attn::AttnParams& p) { p.q = buffer + 8; }, "16-byte aligned"},
+      {"out at 2 bytes", [](attn::AttnParams& p) { p.o = buffer + 2; }, "16-byte aligned"},
+      {"k token stride 100", [](attn::AttnParams& p) { p.k_token_stride = 100; }, "multiples of 8 elements"},
+      {"out head stride 4", [](attn::AttnParams& p) { p.o_head_stride = 4; }, "multiples of 8 elements"},
+  };
+  int failures = 0;
+  for (const Case& c : cases) {
+    attn::AttnParams p = base;
+    c.edit(p);
+    const char* why = attn::prefill_ws_unsupported(p);
+    const bool ok = c.reason == nullptr ? why == nullptr : why != nullptr && std::strstr(why, c.reason) != nullptr;
+    failures += !ok;
+    std::printf("%s prefill_ws_unsupported(%s) -> %s\n", ok ? "PASS" : "FAIL", c.what, why ? why : "takes it");
+  }
   return failures;
 }
 
@@ -102,6 +153,7 @@ int main() {
   }
   failures += check_fast_divmod();
   failures += check_errors();
+  failures += check_prefill_ws_applicability();
   std::printf("attn_host_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -4,7 +4,8 @@
 // over split counts on the benchmark shapes (each output checked against the default's).
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
-//       csrc/kernels/attention/attn_prefill.cu && build/csrc-tests/attn_paged_test
+//       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
+//       && build/csrc-tests/attn_paged_test
 #include <algorithm>
 #include <cstdio>
 #include <numeric>

@@ -1,13 +1,21 @@
 // Standalone test of contiguous-KV decode and prefill (tensor-core and scalar) against a CPU
-// reference; prints a correctness table with timings, exits 1 on any mismatch.
+// reference; prints a correctness table with timings, exits 1 on any mismatch. Then both
+// tensor-core prefill kernels, warp-specialized ("tc-ws", prefill_ws_sm90.cuh) and cp.async
+// ("tc-cpasync"), on odd shapes in bf16 and fp16 (prefill_kernels_sweep).
 // `attn_test bench [64|128|256]` instead checks every prefill tile configuration of
-// PrefillVariants<D> (dense and paged ragged, tails, GQA, causal, masks) and prints TFLOP/s
-// per configuration on the benchmark shapes (D=128: all variants; 64 and 256: the mma.sync
-// default and sm90). "default" is the mma.sync configuration (PrefillConfig); on
-// Hopper run_prefill takes "sm90" (PrefillConfigSm90, WGMMA), which needs an sm_90a build.
+// PrefillVariants<D> and PrefillWsVariants<D> (dense and paged ragged, tails, GQA, causal,
+// masks; the warp-specialized ones take no paged KV and no masks) and prints TFLOP/s per
+// configuration on the benchmark shapes (D=128: all variants; 64 and 256: the mma.sync
+// default, sm90 and the warp-specialized ones). "default" is the mma.sync configuration
+// (PrefillConfig); "sm90" the cp.async WGMMA one (PrefillConfigSm90); "ws" the warp-specialized
+// one (PrefillWsConfig) that run_prefill takes on Hopper for dense Q without masks. Needs an
+// sm_90a build.
 //
 //   python -m tools.nvcc csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \
-//       csrc/kernels/attention/attn_prefill.cu && build/csrc-tests/attn_test
+//       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
+//       && build/csrc-tests/attn_test
+// A hang in the warp-specialized kernel: add -DKERNELS_PREFILL_WS_WATCHDOG=100000000 to that
+// command (prefill_ws_sm90.cuh) and the waiting thread reports itself and traps.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +23,11 @@
 #include <numeric>
 #include <string>
 
+#include <type_traits>
+
 #include "../kernels/attention/attn_api.h"
 #include "../kernels/attention/prefill_kernel.cuh"
+#include "../kernels/attention/prefill_ws_sm90.cuh"
 #include "attn_test_common.h"
 
 using namespace kernels::attention;
@@ -107,6 +118,180 @@ static bool run_case(const Case& c, AttnImpl impl) {
   return ok;
 }
 
+// ---- the two tensor-core prefill kernels on odd shapes, bf16 and fp16 --------------------------
+// Every case runs the warp-specialized kernel (PrefillKernel::kWarpSpecialized: an error where it
+// cannot run) and the cp.async kernel against the CPU reference: out and LSE, rows that see no
+// key exactly zero with LSE -inf, nothing written outside out's rows (padding head slots and a
+// tail poisoned with NaN must stay NaN), and a second run bit-identical to the first.
+
+struct WsCase {
+  int b, sq, sk, hq, hkv, d;
+  bool causal;
+  bool fp16;
+  bool padded;  // q, k, v and out rows padded by one head slot (token stride (heads + 1) * d)
+};
+
+template <class Element>
+static float element_to_float(Element x) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    return __half2float(x);
+  } else {
+    return __bfloat162float(x);
+  }
+}
+
+template <class Element>
+static bool run_ws_case(const WsCase& c, PrefillKernel kernel) {
+  const long q_row = long(c.hq + c.padded) * c.d, kv_row = long(c.hkv + c.padded) * c.d;
+  const long q_elems = long(c.b) * c.sq * q_row, kv_elems = long(c.b) * std::max(c.sk, 1) * kv_row;
+  // Inputs are bf16 values (exact in fp16 at these magnitudes): one CPU reference for both types.
+  const auto q = kernels::test::random_bf16(q_elems, 11), k = kernels::test::random_bf16(kv_elems, 12),
+             v = kernels::test::random_bf16(kv_elems, 13);
+  const auto convert = [](const std::vector<__nv_bfloat16>& x) {
+    std::vector<Element> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = Element(__bfloat162float(x[i]));
+    return y;
+  };
+  const double scale = 1.0 / std::sqrt(double(c.d));
+  std::vector<float> ref(q_elems, NAN), ref_lse(long(c.b) * c.hq * c.sq);
+  for (int bi = 0; bi < c.b; ++bi) {
+    kernels::test::reference_one_batch(q.data() + bi * c.sq * q_row, k.data() + bi * std::max(c.sk, 1) * kv_row,
+                                       v.data() + bi * std::max(c.sk, 1) * kv_row, ref.data() + bi * c.sq * q_row, c.sq,
+                                       c.sk, c.hq, c.hkv, c.d, c.causal, scale, q_row, kv_row, q_row,
+                                       ref_lse.data() + long(bi) * c.hq * c.sq, c.sq);
+  }
+  const long guard = 4096;  // elements of NaN poison past out's last row
+  std::vector<void*> device;
+  const auto upload = [&](const auto& host) {
+    auto* ptr = kernels::test::to_device(host);
+    device.push_back(ptr);
+    return ptr;
+  };
+  Element* dout = nullptr;
+  float* dlse = nullptr;
+  KERNELS_CUDA_CHECK(cudaMalloc(&dout, (q_elems + guard) * sizeof(Element)));
+  KERNELS_CUDA_CHECK(cudaMalloc(&dlse, (ref_lse.size() + guard) * sizeof(float)));
+  device.push_back(dout);
+  device.push_back(dlse);
+
+  AttnParams p;
+  p.q = upload(convert(q));
+  p.k = upload(convert(k));
+  p.v = upload(convert(v));
+  p.o = dout;
+  p.lse = dlse;
+  p.q_batch_stride = p.o_batch_stride = long(c.sq) * q_row;
+  p.q_token_stride = p.o_token_stride = q_row;
+  p.q_head_stride = p.o_head_stride = c.d;
+  p.k_block_stride = p.v_block_stride = long(std::max(c.sk, 1)) * kv_row;
+  p.k_token_stride = p.v_token_stride = kv_row;
+  p.k_head_stride = p.v_head_stride = c.d;
+  p.lse_batch_stride = long(c.hq) * c.sq;
+  p.lse_head_stride = c.sq;
+  p.lse_token_stride = 1;
+  p.batch = c.b;
+  p.seqlen_q = c.sq;
+  p.seqlen_k = c.sk;
+  p.heads_q = c.hq;
+  p.heads_kv = c.hkv;
+  p.head_dim = c.d;
+  p.group = c.hq / c.hkv;
+  p.scale = float(scale);
+  p.scale_log2 = float(scale * 1.4426950408889634);
+  p.causal = c.causal;
+  p.dtype = std::is_same_v<Element, __half> ? AttnDtype::kFP16 : AttnDtype::kBF16;
+
+  std::vector<Element> out(q_elems + guard), first;
+  std::vector<float> lse(ref_lse.size() + guard);
+  bool ok = true;
+  std::string why;
+  for (int run = 0; run < 2; ++run) {
+    KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, (q_elems + guard) * sizeof(Element)));  // NaN poison
+    KERNELS_CUDA_CHECK(cudaMemset(dlse, 0xff, (ref_lse.size() + guard) * sizeof(float)));
+    run_prefill(p, AttnImpl::kTensorCore, nullptr, kernel);
+    KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+    KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, out.size() * sizeof(Element), cudaMemcpyDeviceToHost));
+    KERNELS_CUDA_CHECK(cudaMemcpy(lse.data(), dlse, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    if (run == 0) {
+      first = out;
+    } else if (std::memcmp(first.data(), out.data(), out.size() * sizeof(Element)) != 0) {
+      ok = false;
+      why += " second run differs;";
+    }
+  }
+  double num = 0, den = 0, worst = 0, worst_lse = 0;
+  long outside = 0, nonzero_empty = 0;
+  for (long i = 0; i < q_elems + guard; ++i) {
+    const float o = element_to_float(out[i]);
+    const bool in_tensor = i < q_elems && (i % q_row) < long(c.hq) * c.d;
+    if (!in_tensor) {
+      outside += !std::isnan(o);
+      continue;
+    }
+    const double diff = std::fabs(double(o) - ref[i]);
+    if (std::isnan(diff)) {
+      worst = NAN;
+      break;
+    }
+    worst = std::max(worst, diff);
+    num += diff * diff;
+    den += double(ref[i]) * ref[i];
+    const long token = (i / q_row) % c.sq;
+    const bool sees_no_key = c.sk == 0 || (c.causal && token + c.sk - c.sq < 0);
+    nonzero_empty += sees_no_key && o != 0.f;
+  }
+  const double err = std::sqrt(num / std::max(den, 1e-30));
+  long lse_bad = 0;
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (i >= ref_lse.size()) {
+      lse_bad += !std::isnan(lse[i]);  // the tail stays poisoned
+    } else if (std::isinf(ref_lse[i]) || std::isinf(lse[i])) {
+      lse_bad += lse[i] != ref_lse[i];
+    } else {
+      const double diff = std::fabs(double(lse[i]) - ref_lse[i]);
+      worst_lse = std::max(worst_lse, diff);
+      lse_bad += !(diff <= 1e-2 + 1e-3 * std::fabs(ref_lse[i]));
+    }
+  }
+  if (!(err <= 1e-2 && worst <= 5e-2)) ok = false, why += " out differs from the reference;";
+  if (outside) ok = false, why += " " + std::to_string(outside) + " writes outside out;";
+  if (nonzero_empty) ok = false, why += " " + std::to_string(nonzero_empty) + " non-zero values in rows with no key;";
+  if (lse_bad) ok = false, why += " " + std::to_string(lse_bad) + " bad LSE values;";
+  std::printf("prefill %-10s %s b%d sq%-4d sk%-4d h%d/%d d%-3d %-6s %-6s rel_err %.2e max_abs %.2e lse %.1e  %s%s\n",
+              kernel == PrefillKernel::kWarpSpecialized ? "tc-ws" : "tc-cpasync", c.fp16 ? "fp16" : "bf16", c.b, c.sq,
+              c.sk, c.hq, c.hkv, c.d, c.causal ? "causal" : "", c.padded ? "padded" : "", err, worst, worst_lse,
+              ok ? "PASS" : "FAIL:", why.c_str());
+  for (void* ptr : device) cudaFree(ptr);
+  return ok;
+}
+
+static int prefill_kernels_sweep() {
+  // clang-format off
+  const WsCase cases[] = {
+      // tails (Sq, Sk not tile multiples), Sq != Sk under the causal mask (Sq > Sk: rows with no key),
+      // GQA, batch > 1, one query, one key, no keys, a single partial tile, several full ones
+      {1, 1, 1, 1, 1, 128, false, false, false},   {2, 130, 257, 8, 2, 64, true, false, false},
+      {1, 300, 200, 4, 4, 128, true, false, false}, {3, 77, 1000, 6, 3, 128, false, true, false},
+      {1, 517, 517, 2, 2, 256, true, false, false}, {2, 200, 128, 4, 1, 64, true, true, true},
+      {1, 1000, 1024, 2, 2, 128, false, false, true}, {2, 1, 100, 8, 2, 256, true, true, false},
+      {1, 64, 0, 2, 1, 128, false, false, false},   {2, 193, 300, 3, 1, 256, false, false, false},
+      {1, 250, 250, 4, 2, 64, false, true, false},  {1, 129, 700, 2, 1, 256, true, true, true},
+      {1, 400, 80, 2, 2, 256, true, false, false},  {2, 192, 192, 2, 2, 64, true, false, false},
+  };
+  // clang-format on
+  int failures = 0;
+  for (const WsCase& c : cases)
+    for (PrefillKernel kernel : {PrefillKernel::kWarpSpecialized, PrefillKernel::kCpAsync}) {
+      const std::string label = std::string("prefill ") +
+                                (kernel == PrefillKernel::kWarpSpecialized ? "tc-ws" : "tc-cpasync") + " d" +
+                                std::to_string(c.d) + " sq" + std::to_string(c.sq) + " sk" + std::to_string(c.sk);
+      failures += !kernels::test::run_guarded(label.c_str(), [&] {
+        return c.fp16 ? run_ws_case<__half>(c, kernel) : run_ws_case<__nv_bfloat16>(c, kernel);
+      });
+    }
+  return failures;
+}
+
 // ---- prefill tile configurations (bench mode) --------------------------------------------
 
 struct Variant {
@@ -118,6 +303,7 @@ struct Variant {
   const void* dense_kernel;  // for the register / local-memory / occupancy report
   int smem_bytes;
   int threads;
+  bool masks = true;  // takes boolean masks (the warp-specialized kernel does not)
 };
 
 // kPaged = false leaves the paged instantiation out of this test: ptxas spills a few bytes
@@ -155,12 +341,36 @@ Variant make_variant(const char* name) {
           T::kThreads};
 }
 
+// The warp-specialized kernel (prefill_ws_sm90.cuh): dense Q, contiguous KV, no masks.
+template <class Cfg>
+Variant make_ws_variant(const char* name) {
+  using T = PrefillWsTraits<Cfg>;
+  const std::string tiles = "ws wg" + std::to_string(T::kConsumerWarpgroups) + " m" + std::to_string(T::kBlockM) +
+                            " n" + std::to_string(T::kBlockN) + " s" + std::to_string(T::kStages) + " tma";
+  Variant v{name,
+            tiles,
+            T::kBlockM,
+            false,
+            &launch_prefill_ws<Cfg, bf16>,
+            reinterpret_cast<const void*>(&attn_prefill_ws_kernel<Cfg, bf16>),
+            T::kSmemBytes,
+            T::kThreads};
+  v.masks = false;
+  return v;
+}
+
 template <int kD>
 static std::vector<Variant> prefill_variants() {
   using V = PrefillVariants<kD>;
-  if constexpr (kD != 128) {
-    // The mma.sync default against the Hopper (WGMMA) one.
-    return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90")};
+  using Ws = PrefillWsVariants<kD>;
+  if constexpr (kD == 64) {
+    // The mma.sync default against the Hopper ones: cp.async WGMMA, warp-specialized.
+    return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
+            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::Wg2>("ws_wg2"),
+            make_ws_variant<typename Ws::Stages3>("ws_s3")};
+  } else if constexpr (kD == 256) {
+    return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
+            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64")};
   } else {
     using W = PrefillVariants<128>;  // every tile configuration, at D = 128 only
     return {make_variant<W::Default>("default"),
@@ -178,7 +388,9 @@ static std::vector<Variant> prefill_variants() {
             make_variant<W::Sm90>("sm90"),
             make_variant<W::WgSoftmaxOverlap3>("wg_smx3"),
             make_variant<W::Wg>("wg"),
-            make_variant<W::WgN64>("wg_n64")};
+            make_variant<W::WgN64>("wg_n64"),
+            make_ws_variant<PrefillWsConfig<128>>("ws"),
+            make_ws_variant<PrefillWsVariants<128>::Stages3>("ws_s3")};
   }
 }
 
@@ -427,7 +639,7 @@ static int bench_head_dim() {
     int passed = 0, total = 0, skipped = 0;
     for (size_t ci = 0; ci < cpu_refs.size(); ++ci) {
       const Check& c = checks[ci];
-      if (c.pr.page_size > 0 && !v.paged) {
+      if ((c.pr.page_size > 0 && !v.paged) || (c.pr.mask_kind != 0 && !v.masks)) {
         ++skipped;
         continue;
       }
@@ -440,7 +652,7 @@ static int bench_head_dim() {
     KERNELS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, v.dense_kernel, v.threads, v.smem_bytes));
     std::printf("  %-13s %-32s %5d %6zu %8d %7d %d/%d %s%s\n", v.name.c_str(), v.tiles.c_str(), attr.numRegs,
                 attr.localSizeBytes, v.smem_bytes, ctas, passed, total, passed == total ? "PASS" : "FAIL",
-                skipped ? " (paged not built)" : "");
+                skipped ? (v.masks ? " (paged not built)" : " (no paged KV, no masks)") : "");
     failures += total - passed;
   }
 
@@ -452,14 +664,18 @@ static int bench_head_dim() {
   // The same FLOPs at every head_dim: 2048 / kD query heads.
   const int heads = 16 * 128 / kD;
   const std::string d = " d" + std::to_string(kD);
-  const std::string labels[] = {"b4 s4096 h" + std::to_string(heads) + d,
-                                "b4 s4096 h" + std::to_string(heads) + d + " causal",
-                                "b4 s4096 h" + std::to_string(2 * heads) + "/" + std::to_string(heads / 2) + d};
+  // The last two: one 16k sequence, the profile suite's shape (tools/ncu.py default_problem).
+  const std::string labels[] = {
+      "b4 s4096 h" + std::to_string(heads) + d, "b4 s4096 h" + std::to_string(heads) + d + " causal",
+      "b4 s4096 h" + std::to_string(2 * heads) + "/" + std::to_string(heads / 2) + d,
+      "b1 s16384 h" + std::to_string(heads) + d, "b1 s16384 h" + std::to_string(heads) + d + " causal"};
   const Shape shapes[] = {
       {labels[0].c_str(), {std::vector<int>(4, 4096), std::vector<int>(4, 4096), heads, heads, kD, false, 0, 0}},
       {labels[1].c_str(), {std::vector<int>(4, 4096), std::vector<int>(4, 4096), heads, heads, kD, true, 0, 0}},
       {labels[2].c_str(),
        {std::vector<int>(4, 4096), std::vector<int>(4, 4096), 2 * heads, heads / 2, kD, false, 0, 0}},
+      {labels[3].c_str(), {{16384}, {16384}, heads, heads, kD, false, 0, 0}},
+      {labels[4].c_str(), {{16384}, {16384}, heads, heads, kD, true, 0, 0}},
   };
   std::vector<std::vector<double>> tflops(variants.size());
   for (const Shape& sh : shapes) {
@@ -534,6 +750,7 @@ int main(int argc, char** argv) {
                                 std::to_string(c.d) + " sq" + std::to_string(c.sq) + " sk" + std::to_string(c.sk);
       failures += !kernels::test::run_guarded(label.c_str(), [&] { return run_case(c, impl); });
     }
+  failures += prefill_kernels_sweep();
   std::printf("attn_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -24,10 +24,13 @@ inline std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed) {
   return v;
 }
 
-// q [Sq][Hq][D], k/v [Sk][Hkv][D] of one batch (row strides in elements) -> out [Sq][Hq][D].
+// q [Sq][Hq][D], k/v [Sk][Hkv][D] of one batch (row strides in elements) -> out [Sq][Hq][D] and,
+// when lse is given, lse[h * lse_head_stride + i] (natural log of the scaled scores' sum of
+// exponentials; -inf for a row that sees no key).
 inline void reference_one_batch(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, float* out,
                                 int sq, int kv_len, int hq, int hkv, int d, bool causal, double scale,
-                                long q_token_stride, long kv_token_stride, long out_token_stride) {
+                                long q_token_stride, long kv_token_stride, long out_token_stride, float* lse = nullptr,
+                                long lse_head_stride = 0) {
   const int group = hq / hkv;
   std::vector<double> s(kv_len > 0 ? kv_len : 1);
   for (int i = 0; i < sq; ++i)
@@ -50,6 +53,7 @@ inline void reference_one_batch(const __nv_bfloat16* q, const __nv_bfloat16* k, 
         for (int j = 0; j <= last; ++j) acc += s[j] * __bfloat162float(v[j * kv_token_stride + hk * d + e]);
         out[i * out_token_stride + h * d + e] = last >= 0 ? float(acc / sum) : 0.f;
       }
+      if (lse != nullptr) lse[h * lse_head_stride + i] = last >= 0 ? float(mx + std::log(sum)) : -INFINITY;
     }
 }
 

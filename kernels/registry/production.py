@@ -118,9 +118,13 @@ def production_runners() -> list[Runner]:
               [_common_reason, _decode_reason], _decode("tc")),
         _make("cuda-decode-split-scalar", "split-KV decode, FP32 FMA on the same fragments",
               [_common_reason, _decode_reason], _decode("scalar")),
-        _make("cuda-prefill-tc", "split-Q prefill: WGMMA with the softmax under P V on sm_90a, "
-              "FA2-style mma.sync elsewhere; cp.async double buffer",
+        _make("cuda-prefill-tc", "prefill, the default tensor-core kernel: on sm_90a warp-specialized (TMA "
+              "producer warpgroup, WGMMA consumers taking turns, softmax under P V), else the cp.async one",
               [_common_reason], _prefill("tc")),
+        _make("cuda-prefill-tc-cpasync", "split-Q prefill, every warp loading K/V by cp.async: WGMMA "
+              "with the softmax under P V on sm_90a, FA2-style mma.sync elsewhere (the default before "
+              "cuda-prefill-tc's warp-specialized kernel)",
+              [_common_reason], _prefill("tc-cpasync")),
         _make("cuda-prefill-scalar", "split-Q prefill, FP32 FMA", [_common_reason], _prefill("scalar")),
         _make("cuda-paged-decode", f"split-KV decode on a paged cache (page {PAGE_SIZE})",
               [_common_reason, _decode_reason, _paged_reason], _paged_decode),

@@ -7,7 +7,8 @@ at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged an
 on the host, what a caller pays eagerly), the same without the seqlens check
 (`api-paged-decode-unchecked`: the host path minus its one device->host copy) and replayed from
 a CUDA graph (`cuda-paged-decode-graph`: no host work at all); contiguous decode latency;
-prefill D 128 4k (TFLOP/s, target >= 350) with torch SDPA (cuDNN, flash) and FA4; a ragged
+prefill D 128 4k (TFLOP/s, target >= 350; the default kernel and, as `cuda-prefill-tc-cpasync`,
+the cp.async one it replaced on Hopper) with torch SDPA (cuDNN, flash) and FA4; a ragged
 causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed.
 """
@@ -185,6 +186,8 @@ def run(ctx) -> list[dict]:
         pdict, flops = problem.to_dict(), problem.flops()
         rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref,
                              flops))
+        rows.append(_measure(ctx, "cuda-prefill-tc-cpasync", pdict,
+                             lambda: ops.prefill(q, k, v, causal=causal, impl="tc-cpasync"), ref, flops))
         for name, backend in SDPA_BACKENDS:
             rows.append(_measure(ctx, name, pdict, _sdpa(q, k, v, causal, backend), ref, flops))
         rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "../common/binding.h"
 #include "../common/cuda_utils.cuh"
@@ -25,6 +26,22 @@ attn::AttnImpl parse_impl(const std::string& impl) {
   if (impl == "tc") return attn::AttnImpl::kTensorCore;
   if (impl == "scalar") return attn::AttnImpl::kScalar;
   TORCH_CHECK_VALUE(false, "impl must be 'tc' or 'scalar', got '", impl, "'");
+}
+
+// The prefill entry points' impl: "tc" (tensor cores: the warp-specialized kernel where it
+// applies, else the cp.async one), "tc-ws" (the warp-specialized kernel, or an error saying why
+// not), "tc-cpasync" (the cp.async kernel, the former default) or "scalar".
+struct PrefillImpl {
+  attn::AttnImpl impl;
+  attn::PrefillKernel kernel;
+};
+
+PrefillImpl parse_prefill_impl(const std::string& impl) {
+  if (impl == "tc") return {attn::AttnImpl::kTensorCore, attn::PrefillKernel::kAuto};
+  if (impl == "tc-ws") return {attn::AttnImpl::kTensorCore, attn::PrefillKernel::kWarpSpecialized};
+  if (impl == "tc-cpasync") return {attn::AttnImpl::kTensorCore, attn::PrefillKernel::kCpAsync};
+  if (impl == "scalar") return {attn::AttnImpl::kScalar, attn::PrefillKernel::kAuto};
+  TORCH_CHECK_VALUE(false, "impl must be 'tc', 'tc-ws', 'tc-cpasync' or 'scalar', got '", impl, "'");
 }
 
 // q's element type: bf16 or fp16; every other 16-bit tensor (k, v, out) must match it.
@@ -309,15 +326,78 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
   return o;
 }
 
+// Where the first element of `bad` (a bool tensor shaped like `like`) sits, as "[i, j, ...]".
+std::string first_index(const Tensor& bad) {
+  int64_t flat = bad.flatten().nonzero().index({0, 0}).item<int64_t>();
+  std::vector<int64_t> index(bad.dim());
+  for (int64_t d = bad.dim() - 1; d >= 0; --d) {
+    index[d] = flat % bad.size(d);
+    flat /= bad.size(d);
+  }
+  std::string text = "[";
+  for (size_t d = 0; d < index.size(); ++d) text += (d ? ", " : "") + std::to_string(index[d]);
+  return text + "]";
+}
+
+// prefill's debug mode, after the launch: waits for it, so that a fault of the kernel is reported
+// by this call and names the kernel, and holds the warp-specialized kernel's out / lse to the
+// cp.async kernel's on the same inputs (out within 0.05 + 0.05 |ref|, lse within 0.02 + 0.001 |ref|,
+// the same -inf rows): a cross-check for the new kernel on a caller's real shapes. Both
+// tolerances are far above the rounding differences of two bf16 kernels; what they catch is a
+// wrong tile, a missed mask, a race or uninitialised memory.
+void debug_check_prefill(const attn::AttnParams& p, const PrefillImpl& choice, bool ran_ws, const Tensor& q,
+                         const Tensor& o, const std::optional<Tensor>& lse) {
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const char* name = ran_ws                                   ? "the warp-specialized kernel"
+                     : choice.impl == attn::AttnImpl::kScalar ? "the scalar kernel"
+                                                              : "the cp.async kernel";
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  TORCH_CHECK(err == cudaSuccess, "prefill (debug): ", name, " failed: ", cudaGetErrorString(err));
+  if (!ran_ws) return;
+  attn::AttnParams pr = p;
+  const Tensor ref = at::empty_like(q, q.options().memory_format(at::MemoryFormat::Contiguous));
+  fill_q_out(pr, q, ref, false);
+  std::optional<Tensor> ref_lse;
+  if (lse.has_value()) {
+    ref_lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    fill_lse(pr, ref_lse, q, false);
+  }
+  attn::run_prefill(pr, attn::AttnImpl::kTensorCore, stream, attn::PrefillKernel::kCpAsync);
+  const Tensor got = o.to(at::kFloat), want = ref.to(at::kFloat);
+  const Tensor bad = ((got - want).abs() > 0.05 + 0.05 * want.abs()) | got.isnan();
+  TORCH_CHECK(!bad.any().item<bool>(),
+              "prefill (debug): the warp-specialized kernel's out differs from the cp.async "
+              "kernel's in ",
+              bad.sum().item<int64_t>(), " elements; the first at [batch, token, head, dim] = ", first_index(bad), ": ",
+              got.index({bad}).index({0}).item<float>(), " against ", want.index({bad}).index({0}).item<float>());
+  if (lse.has_value()) {
+    const Tensor& l = *lse;
+    const Tensor& r = *ref_lse;
+    const Tensor lse_bad = (l != r) & ~((l - r).abs() <= 0.02 + 0.001 * r.abs());
+    TORCH_CHECK(!lse_bad.any().item<bool>(),
+                "prefill (debug): the warp-specialized kernel's lse differs from the "
+                "cp.async kernel's in ",
+                lse_bad.sum().item<int64_t>(), " rows; the first at [batch, head, token] = ", first_index(lse_bad),
+                ": ", l.index({lse_bad}).index({0}).item<float>(), " against ",
+                r.index({lse_bad}).index({0}).item<float>());
+  }
+}
+
 Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
                const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
-               const std::string& impl) {
+               const std::string& impl, bool debug) {
   attn::AttnParams p;
   Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
   fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
+  const PrefillImpl choice = parse_prefill_impl(impl);
   const c10::cuda::CUDAGuard guard(q.device());
-  attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
+  attn::run_prefill(p, choice.impl, c10::cuda::getCurrentCUDAStream().stream(), choice.kernel);
+  if (debug && !capturing()) {
+    const bool ran_ws = choice.impl == attn::AttnImpl::kTensorCore && choice.kernel != attn::PrefillKernel::kCpAsync &&
+                        attn::prefill_ws_unsupported_here(p) == nullptr;
+    debug_check_prefill(p, choice, ran_ws, q, o, lse);
+  }
   return o;
 }
 
@@ -352,6 +432,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   fill_lse(p, lse, q, true);
   fill_mask(p, mask, q, batch, max_q, std::nullopt);
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
+  const PrefillImpl choice = parse_prefill_impl(impl);
 
   const std::vector<int32_t> schedule =
       attn::make_packed_q_schedule(cu, static_cast<int>(batch), p.group, attn::prefill_block_m(p.head_dim));
@@ -362,7 +443,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
   p.q_schedule = schedule_dev.data_ptr<int>();
   p.num_q_tiles = static_cast<int>(schedule.size() / 2);
-  attn::run_prefill(p, parse_impl(impl), c10::cuda::getCurrentCUDAStream().stream());
+  attn::run_prefill(p, choice.impl, c10::cuda::getCurrentCUDAStream().stream(), choice.kernel);
   return o;
 }
 
@@ -397,9 +478,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
         py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
         py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false);
-  m.def("prefill", &prefill, "Split-Q prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
-        py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("impl") = "tc");
+  m.def("prefill", &prefill,
+        "Prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]. impl: 'tc' (tensor cores: on Hopper the "
+        "warp-specialized TMA kernel, with a boolean mask the cp.async one), 'tc-ws' (the warp-specialized kernel "
+        "only), 'tc-cpasync' (the cp.async kernel), 'scalar'. debug: synchronize, name a failing kernel and check the "
+        "warp-specialized kernel against the cp.async one.",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
+        py::arg("scale") = py::none(), py::arg("mask") = py::none(), py::arg("out") = py::none(),
+        py::arg("lse") = py::none(), py::arg("impl") = "tc", py::arg("debug") = false);
   m.def("paged_prefill", &paged_prefill,
         "Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 on a paged cache.", py::arg("q"),
         py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("cu_seqlens_q"), py::arg("seqlens_k"),

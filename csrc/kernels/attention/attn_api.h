@@ -19,8 +19,13 @@ namespace kernels::attention {
 void run_decode(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
 
 // Split-Q prefill: dense Q on contiguous KV, or packed ragged Q (cu_seqlens_q + q_schedule
-// from make_packed_q_schedule) on paged KV.
-void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
+// from make_packed_q_schedule) on paged KV. `kernel` picks the tensor-core kernel (impl =
+// kTensorCore; attn_params.h): by default the warp-specialized one where it applies.
+void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream,
+                 PrefillKernel kernel = PrefillKernel::kAuto);
+
+// Why the warp-specialized prefill cannot run `params` on the current device, or nullptr.
+const char* prefill_ws_unsupported_here(const AttnParams& params);
 
 // Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
 // (for paged KV: max_pages * page_size), so the choice never needs the device lengths.

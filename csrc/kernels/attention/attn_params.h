@@ -11,6 +11,19 @@ namespace kernels::attention {
 
 enum class AttnImpl : int { kTensorCore = 0, kScalar = 1 };
 
+// Which tensor-core prefill kernel run_prefill launches (AttnImpl::kTensorCore only).
+enum class PrefillKernel : int {
+  // kWarpSpecialized where it applies (a Hopper GPU, dense Q on contiguous KV, no boolean
+  // mask, TMA-compatible strides), else kCpAsync.
+  kAuto = 0,
+  // prefill_ws_sm90.cuh: a TMA producer warpgroup and two or three WGMMA consumer warpgroups;
+  // anything it does not take raises (ValueError; NotImplementedError off Hopper).
+  kWarpSpecialized = 1,
+  // prefill_kernel.cuh: every warp loads K / V with cp.async (WGMMA on Hopper, mma.sync
+  // elsewhere); dense or packed Q, contiguous or paged KV, boolean masks.
+  kCpAsync = 2,
+};
+
 // Element type of q, k, v and o (the accumulators, lse and the decode workspace are fp32).
 enum class AttnDtype : int { kBF16 = 0, kFP16 = 1 };
 

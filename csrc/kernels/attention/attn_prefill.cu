@@ -1,15 +1,33 @@
-// Prefill entry points (torch-free translation unit): dispatch + packed Q schedule.
+// Prefill entry points (torch-free translation unit): dispatch + packed Q schedule. The
+// warp-specialized kernel's instantiations live in attn_prefill_ws.cu.
 #include "attn_api.h"
 #include "prefill_kernel.cuh"
+#include "prefill_ws_sm90.cuh"
 
 namespace kernels::attention {
 
-void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
+const char* prefill_ws_unsupported_here(const AttnParams& p) {
+  if (!current_device_is_sm90()) return "it needs a Hopper GPU (sm_90)";
+  return prefill_ws_unsupported(p);
+}
+
+void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, PrefillKernel kernel) {
   const bool paged = p.page_table != nullptr;
   const bool packed = p.cu_seqlens_q != nullptr;
   check(paged == packed && (!packed || p.q_schedule != nullptr),
         "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
+  check(impl == AttnImpl::kTensorCore || kernel == PrefillKernel::kAuto,
+        "prefill: the choice of tensor-core kernel needs impl = tensor cores");
   if (p.batch == 0) return;
+  if (impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync) {
+    if (kernel == PrefillKernel::kWarpSpecialized) {
+      check<NotImplementedError>(current_device_is_sm90(),
+                                 "prefill (warp-specialized kernel): it needs a Hopper GPU (sm_90)");
+    }
+    const char* why = prefill_ws_unsupported_here(p);
+    if (why == nullptr) return run_prefill_ws(p, stream);
+    check(kernel == PrefillKernel::kAuto, "prefill (warp-specialized kernel): ", why);
+  }
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,

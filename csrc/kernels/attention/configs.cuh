@@ -181,6 +181,77 @@ struct PrefillVariants {
   using WgN64 = PrefillTiles<kD, 8, 1, 64, 2, kLazy | kPrefillSplitKV | kPrefillLongestFirst | kPrefillWgmma>;
 };
 
+// The warp-specialized Hopper prefill (prefill_ws_sm90.cuh, sm_90a): a producer warpgroup
+// streams K and V by TMA through a kStages-deep ring; kConsumerWarpgroups warpgroups of 64 query
+// rows each multiply with WGMMA. One CTA per (query tile, query head). The shapes are the
+// CuTe-DSL ladder's K8 plans (kernels/k8.py TILE_CONFIGS, FlashAttention-3's): D=64 three
+// consumer warpgroups on 128-key tiles, D=128 two on 128-key tiles, D=256 two on 80-key tiles;
+// two stages everywhere. Not yet measured against PrefillConfigSm90 on the H200 (attn_test bench).
+template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_>
+struct PrefillWsTiles {
+  static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
+};
+
+template <int kD>
+struct PrefillWsConfig;
+template <>
+struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2> {};
+template <>
+struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2> {};
+template <>
+struct PrefillWsConfig<256> : PrefillWsTiles<256, 2, 80, 2> {};
+
+// Named alternatives of the warp-specialized kernel that `attn_test bench` times beside
+// PrefillWsConfig (the shapes the ladder's pages discuss; each fits 227 KiB of shared memory).
+template <int kD>
+struct PrefillWsVariants;
+template <>
+struct PrefillWsVariants<64> {
+  using Wg2 = PrefillWsTiles<64, 2, 128, 2>;      // two consumer warpgroups of 240 registers
+  using Stages3 = PrefillWsTiles<64, 3, 128, 3>;  // a third stage
+};
+template <>
+struct PrefillWsVariants<128> {
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;  // three stages: 224 KiB
+};
+template <>
+struct PrefillWsVariants<256> {
+  using N64 = PrefillWsTiles<256, 2, 64, 2>;  // the cp.async kernel's 64-key tiles: 192 KiB
+};
+
+// Threads, registers and shared memory of a PrefillWsTiles (consumers first, then the producer).
+template <class Cfg>
+struct PrefillWsTraits : Cfg {
+  static constexpr int kD = Cfg::kD, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  static constexpr int kConsumerWarpgroups = Cfg::kConsumerWarpgroups;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  // setmaxnreg budgets (FlashAttention-3's, as kernels/cute/fmha.py REGISTER_SPLITS): the
+  // split must fit the 64K-register file, 128 * (warpgroups * consumer + producer) <= 65536.
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 240;
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 32 : 24;
+  static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "two or three consumer warpgroups");
+  static_assert(128 * (kConsumerWarpgroups * kConsumerRegs + kProducerRegs) <= 65536, "register split");
+  static_assert(kD == 64 || kD == 128 || kD == 256, "head_dim");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "P V takes keys 16 at a time");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  // Shared memory: Q as one Sw128Tile<kD, 64> per consumer warpgroup (the box its O leaves
+  // through, too), then the K ring, the V ring (Sw128Tile<kD, kBlockN> each), then the
+  // mbarriers: Q full, K full / empty, V full / empty per stage. Every tile is a multiple of
+  // 1024 bytes, so each stays on the swizzle pattern's 1024-byte alignment.
+  static constexpr int kQTileElems = 64 * kD;
+  static constexpr int kKVTileElems = kBlockN * kD;
+  static constexpr int kQBytes = kConsumerWarpgroups * kQTileElems * 2;
+  static constexpr int kKVBytes = kKVTileElems * 2;
+  static_assert(kKVBytes % 1024 == 0, "K / V tiles keep the 1024-byte swizzle alignment");
+  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 8 * kBarriers;  // 1024: base alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm_90");
+};
+
 template <class Cfg>
 struct PrefillTraits : Cfg {
   static constexpr int kD = Cfg::kD;

@@ -61,17 +61,21 @@ struct Sw128Tile {
 // The instructions wrapped, as macros of the input type alone (for KERNELS_PICK_ELEMENT_TYPE).
 #define KERNELS_WGMMA_SS_N64(TYPE) KERNELS_WGMMA_SS("m64n64k16", 32, 32, 33, 34, TYPE)
 #define KERNELS_WGMMA_RS_N64(TYPE) KERNELS_WGMMA_RS("m64n64k16", 32, 32, 33, 34, 35, 36, 37, TYPE)
+// 80-key S tiles at D = 256 (the warp-specialized prefill).
+#define KERNELS_WGMMA_SS_N80(TYPE) KERNELS_WGMMA_SS("m64n80k16", 40, 40, 41, 42, TYPE)
 #define KERNELS_WGMMA_SS_N128(TYPE) KERNELS_WGMMA_SS("m64n128k16", 64, 64, 65, 66, TYPE)
 #define KERNELS_WGMMA_RS_N128(TYPE) KERNELS_WGMMA_RS("m64n128k16", 64, 64, 65, 66, 67, 68, 69, TYPE)
 #define KERNELS_WGMMA_SS_N256(TYPE) KERNELS_WGMMA_SS("m64n256k16", 128, 128, 129, 130, TYPE)
 #define KERNELS_WGMMA_RS_N256(TYPE) KERNELS_WGMMA_RS("m64n256k16", 128, 128, 129, 130, 131, 132, 133, TYPE)
 
-// The wrappers: N (64, 128 or 256) picks the instruction, Element its input type.
+// The wrappers: N (64, 128 or 256; SS also 80) picks the instruction, Element its input type.
 template <class Element, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wrapped WGMMA n");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 256, "wrapped WGMMA n");
   if constexpr (N == 64) {
     KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N64);
+  } else if constexpr (N == 80) {
+    KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N80);
   } else if constexpr (N == 128) {
     KERNELS_PICK_ELEMENT_TYPE(KERNELS_WGMMA_SS_N128);
   } else {
@@ -92,6 +96,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 }
 
 #undef KERNELS_WGMMA_SS_N64
+#undef KERNELS_WGMMA_SS_N80
 #undef KERNELS_WGMMA_RS_N64
 #undef KERNELS_WGMMA_SS_N128
 #undef KERNELS_WGMMA_RS_N128
@@ -112,7 +117,8 @@ struct WgmmaMath {
   static constexpr bool kAsyncProxy = true;  // operands are read through the async proxy
   using QSmemTile = Sw128Tile<kD, kBlockM>;
   using KVSmemTile = Sw128Tile<kD, kBlockN>;
-  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256, "S tile width is a WGMMA n");
+  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 128 || kBlockN == 256,
+                "S tile width is a wrapped SS WGMMA n; P V takes its keys 16 at a time");
   static_assert(kD == 64 || kD == 128 || kD == 256, "O tile width is a WGMMA n");
 
   __device__ __forceinline__ static int first_q_row(int warp) { return (warp / 4) * 64; }

@@ -31,6 +31,7 @@
       "+f"(d[i + 7])
 #define KERNELS_WGMMA_ACC32(d) \
   KERNELS_WGMMA_ACC8(d, 0), KERNELS_WGMMA_ACC8(d, 8), KERNELS_WGMMA_ACC8(d, 16), KERNELS_WGMMA_ACC8(d, 24)
+#define KERNELS_WGMMA_ACC40(d) KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8(d, 32)
 #define KERNELS_WGMMA_ACC64(d)                                                                             \
   KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8(d, 32), KERNELS_WGMMA_ACC8(d, 40), KERNELS_WGMMA_ACC8(d, 48), \
       KERNELS_WGMMA_ACC8(d, 56)
@@ -43,6 +44,10 @@
 #define KERNELS_WGMMA_ACC32_REGS                                                                                   \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31"
+#define KERNELS_WGMMA_ACC40_REGS \
+  KERNELS_WGMMA_ACC32_REGS       \
+  ", "                           \
+  "%32, %33, %34, %35, %36, %37, %38, %39"
 #define KERNELS_WGMMA_ACC64_REGS                                                                                   \
   KERNELS_WGMMA_ACC32_REGS                                                                                         \
   ", "                                                                                                             \

@@ -2,7 +2,9 @@
 //
 // Work decomposition: an "item" is one vector access of N elements of one head of one token
 // (N = 8 bf16 = 16 bytes when alignment allows). A head has rot_items rotary items (half-split:
-// each item reads N elements from both halves) and, out of place with R < D, pass_items
+// each item reads N elements from both halves; interleaved: kVecs adjacent vectors, 2 where
+// the rotary span allows, so that an item moves as many bytes as a half-split one and the
+// per-item index arithmetic is paid once per 32 bytes) and, out of place with R < D, pass_items
 // copies of the dims [R, D). A token has (heads_q + heads_k) * items_per_head items; a block
 // covers tokens_per_block whole tokens per step (several when a token has few items) and
 // strides over tokens by the grid, so every item of one token shares its cos/sin row in L1.
@@ -47,9 +49,10 @@ struct LaunchShape {
   int rot_items = 0;
 };
 
-template <typename T, int N, Layout kLayout>
+template <typename T, int N, Layout kLayout, int kVecs = 1>
 __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, const LaunchShape shape) {
   static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0, "interleaved pairs must not straddle a vector access");
+  static_assert(kLayout == Layout::kInterleaved || kVecs == 1, "a half-split item already reads two vectors");
   using Ops = HalfTypeOps<T>;
   const int heads = p.heads_q + p.heads_k;
   const int items_per_token = heads * shape.items_per_head;
@@ -112,20 +115,29 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
           *reinterpret_cast<Vec<T, N>*>(y + e) = oa;
           *reinterpret_cast<Vec<T, N>*>(y + e + half) = ob;
         } else {
-          // pairs (x[e + 2j], x[e + 2j + 1]), table index e/2 + j
-          const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(x + e);
-          const FloatVec<N / 2> cv = load_table<N / 2>(cos_row + e / 2);
-          const FloatVec<N / 2> sv = load_table<N / 2>(sin_row + e / 2);
-          Vec<T, N> o;
+          // kVecs vectors from e = c * kVecs * N; pairs (x[e + 2j], x[e + 2j + 1]), table index e/2 + j
+          Vec<T, N> v[kVecs];
+          FloatVec<N / 2> cv[kVecs], sv[kVecs];
 #pragma unroll
-          for (int j = 0; j < N / 2; ++j) {
-            const float xa = Ops::to_float(v.v[2 * j]), xb = Ops::to_float(v.v[2 * j + 1]);
-            const float co = row_valid ? cv.v[j] : NAN;
-            const float si = sin_sign * sv.v[j];
-            o.v[2 * j] = Ops::from_float(xa * co - xb * si);
-            o.v[2 * j + 1] = Ops::from_float(xb * co + xa * si);
+          for (int u = 0; u < kVecs; ++u) {  // every load first, then the math
+            const int eu = e * kVecs + u * N;
+            v[u] = *reinterpret_cast<const Vec<T, N>*>(x + eu);
+            cv[u] = load_table<N / 2>(cos_row + eu / 2);
+            sv[u] = load_table<N / 2>(sin_row + eu / 2);
           }
-          *reinterpret_cast<Vec<T, N>*>(y + e) = o;
+#pragma unroll
+          for (int u = 0; u < kVecs; ++u) {
+            Vec<T, N> o;
+#pragma unroll
+            for (int j = 0; j < N / 2; ++j) {
+              const float xa = Ops::to_float(v[u].v[2 * j]), xb = Ops::to_float(v[u].v[2 * j + 1]);
+              const float co = row_valid ? cv[u].v[j] : NAN;
+              const float si = sin_sign * sv[u].v[j];
+              o.v[2 * j] = Ops::from_float(xa * co - xb * si);
+              o.v[2 * j + 1] = Ops::from_float(xb * co + xa * si);
+            }
+            *reinterpret_cast<Vec<T, N>*>(y + e * kVecs + u * N) = o;
+          }
         }
       } else {
         const int e = p.rotary_dim + (c - shape.rot_items) * N;
@@ -172,11 +184,17 @@ inline int pick_vector_width(const RotaryParams& p, int elem_bytes) {
   return 0;
 }
 
+// Vectors per interleaved rotary item: 2 where the rotary span holds an even number of
+// vectors, else 1 (half-split: always 1).
+inline int interleaved_vectors_per_item(const RotaryParams& p, int vector_width) {
+  return p.layout == Layout::kInterleaved && p.rotary_dim % (2 * vector_width) == 0 ? 2 : 1;
+}
+
 // Threads and tokens per block from the per-token work; grid from the SM count.
 inline LaunchShape plan_launch(const RotaryParams& p, int vector_width, int num_sms) {
   LaunchShape shape;
   const int rot_span = p.layout == Layout::kInterleaved ? p.rotary_dim : p.rotary_dim / 2;
-  shape.rot_items = rot_span / vector_width;
+  shape.rot_items = rot_span / (vector_width * interleaved_vectors_per_item(p, vector_width));
   const int pass_items = p.copy_passthrough ? (p.head_dim - p.rotary_dim) / vector_width : 0;
   shape.items_per_head = shape.rot_items + pass_items;
   const int64_t items_per_token = int64_t(p.heads_q + p.heads_k) * shape.items_per_head;
@@ -209,14 +227,20 @@ void launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
   check(n > 0, "rotary: the interleaved layout needs even strides and 4-byte aligned pointers");
   const LaunchShape shape = plan_launch(p, n, num_sms);
   const bool interleaved = p.layout == Layout::kInterleaved;
-  // runtime width and layout -> template instance, in one place
-#define ROTARY_LAUNCH(N_, L_) rotary_kernel<T, N_, L_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
+  const bool two_vectors = interleaved_vectors_per_item(p, n) == 2;
+  // runtime width, layout and vectors per item -> template instance, in one place
+#define ROTARY_LAUNCH(N_, L_, V_) rotary_kernel<T, N_, L_, V_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
+#define ROTARY_LAUNCH_WIDTH(N_)                               \
+  (!interleaved  ? ROTARY_LAUNCH(N_, Layout::kHalfSplit, 1)   \
+   : two_vectors ? ROTARY_LAUNCH(N_, Layout::kInterleaved, 2) \
+                 : ROTARY_LAUNCH(N_, Layout::kInterleaved, 1))
   switch (n) {
-    case 8: interleaved ? ROTARY_LAUNCH(8, Layout::kInterleaved) : ROTARY_LAUNCH(8, Layout::kHalfSplit); break;
-    case 4: interleaved ? ROTARY_LAUNCH(4, Layout::kInterleaved) : ROTARY_LAUNCH(4, Layout::kHalfSplit); break;
-    case 2: interleaved ? ROTARY_LAUNCH(2, Layout::kInterleaved) : ROTARY_LAUNCH(2, Layout::kHalfSplit); break;
-    default: ROTARY_LAUNCH(1, Layout::kHalfSplit); break;
+    case 8: ROTARY_LAUNCH_WIDTH(8); break;
+    case 4: ROTARY_LAUNCH_WIDTH(4); break;
+    case 2: ROTARY_LAUNCH_WIDTH(2); break;
+    default: ROTARY_LAUNCH(1, Layout::kHalfSplit, 1); break;
   }
+#undef ROTARY_LAUNCH_WIDTH
 #undef ROTARY_LAUNCH
   check_launch("rotary_kernel");
 }

@@ -338,7 +338,7 @@ def _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
         return result.view(q.shape) if out is None else out
     if small:
         return ops.decode(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
-    return ops.prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
+    return ops.prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse, debug=debug)
 
 
 def _run_fa4(q, k, v, causal, scale, page_table, seqlens_k, cu_seqlens_q, out, lse):

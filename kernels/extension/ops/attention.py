@@ -5,8 +5,17 @@ head_dim in ``HEAD_DIMS``; q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (or a
 paged cache [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and
 seqlens_k [B] int32); GQA with Hq % Hkv == 0; scale 1/sqrt(D) unless given; causal is
 bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B, Hq, Sq]
-([Hq, total_q] for packed queries). `impl` is "tc" (tensor cores: mma.sync; prefill on
-Hopper: WGMMA) or "scalar" (FP32 FMA).
+([Hq, total_q] for packed queries). `impl` is "tc" (tensor cores) or "scalar" (FP32 FMA).
+
+The prefill entry points take two more tensor-core choices, to pick a kernel by name ("tc"
+picks for you): "tc-ws", the warp-specialized Hopper kernel (csrc prefill_ws_sm90.cuh: a TMA
+producer warpgroup, WGMMA consumer warpgroups taking turns; what "tc" runs on Hopper for dense
+q on contiguous k / v without a boolean mask), which raises ValueError for a call it does not
+take (a mask, a paged cache) and NotImplementedError off Hopper; and "tc-cpasync", the
+cp.async kernel (every warp loads K / V; WGMMA on Hopper, mma.sync elsewhere), the default
+before the warp-specialized kernel and what "tc" runs for masks, paged caches and other GPUs.
+`prefill(..., debug=True)` synchronizes after the launch, so a failing kernel is named by this
+call, and checks the warp-specialized kernel's out and lse against the cp.async kernel's.
 The binding validates every input and raises TypeError / ValueError with the reason.
 
 Page ids are the caller's contract: out-of-range ids are only checked with `debug=True`.
@@ -57,9 +66,14 @@ def paged_decode(q, k_cache, v_cache, page_table, seqlens_k, *, causal=False, sc
                                   workspace=workspace, check_seqlens=check_seqlens, debug=debug)
 
 
-def prefill(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, impl="tc"):
-    """Split-Q prefill on contiguous KV."""
-    return _module().prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse, impl=impl)
+# The prefill kernels by impl name (the module docstring says what each is).
+PREFILL_IMPLS = ("tc", "tc-ws", "tc-cpasync", "scalar")
+
+
+def prefill(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, impl="tc", debug=False):
+    """Prefill on contiguous KV (impl in PREFILL_IMPLS); debug=True: see the module docstring."""
+    return _module().prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse, impl=impl,
+                             debug=debug)
 
 
 def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, causal=False, scale=None,

@@ -1,0 +1,529 @@
+// Warp-specialized Hopper prefill (sm_90a): dense Q [B, Sq, Hq, D] on contiguous K / V
+// [B, Sk, Hkv, D], TMA in, WGMMA, TMA out. The schedule is the CuTe-DSL ladder's K8
+// (kernels/k8.py; docs/worklog/k5.md .. k8.md) written with the csrc building blocks. No torch.
+//
+// A CTA owns one query tile (64 rows per consumer warpgroup) of one query head; its K / V come
+// from kv head = head / group (GQA). Threads: the consumer warpgroups first, then one producer
+// warpgroup (PrefillWsTraits, configs.cuh).
+//   Producer   setmaxnreg down to 24 (32 with three consumers); one thread of its first warp
+//              issues every load: Q once (one box per consumer warpgroup with rows below Sq, all
+//              on q_full), then K_0, and for n >= 1 K_n before V_{n-1} (the order the consumers
+//              need them in), each into stage n % kStages of its ring after waiting for that
+//              stage's `empty` mbarrier; TMA zero-fills rows past Sq / Sk and completes `full`.
+//   Consumers  setmaxnreg up to 240 (160); warpgroup w owns rows 64 w .. 64 w + 63.
+//              Tile 0: S_0 = Q K_0^T, mask, softmax, P_0 (no turn).
+//              Tile n >= 1 (the pipelined step, K7): wait for this warpgroup's turn (a named
+//              barrier the previous warpgroup opened, K6's ping-pong), issue S_n = Q K_n^T and
+//              O += P_{n-1} V_{n-1} back to back, pass the turn; wgmma.wait_group 1 (S_n is
+//              back, P V still runs), free K_n, mask (only on the tiles that need it, K8),
+//              online softmax of S_n under the P V; wait_group 0, free V_{n-1}, rescale O (lazily:
+//              only when a row's max grew by more than 2^8, PrefillSoftmax), P_n -> registers.
+//              Then the last P V, O / rowsum -> the warpgroup's Q tile in shared memory (its last
+//              S has completed) -> one TMA store per warpgroup (rows past Sq clipped), LSE.
+// Grid: one linear index; causal: heads fastest, then batch, query tiles from the last (longest)
+// down; otherwise query tiles fastest (neighbouring CTAs share K / V in L2).
+//
+// Shared-memory tiles are Sw128Tile (wgmma_math.cuh): 64-column (128-byte) panels in the
+// hardware's 128-byte swizzle, which TMA writes and WGMMA descriptors read as they are. The
+// 5-D tensor map (d % 64, token, d / 64, head, batch) makes one box a whole panelled tile.
+//
+// Debugging a hang (a barrier waited for that nobody completes): build with
+// -DKERNELS_PREFILL_WS_WATCHDOG=<spins> (e.g. 100000000): every mbarrier wait then gives up
+// after that many failed polls, prints the block, thread, barrier and parity, and traps, so
+// the launch fails with an error instead of hanging. Not for production: printf is a call,
+// and with a call in the kernel ptxas serializes the WGMMAs (C7510) and spills.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/launch.cuh"
+#include "../common/mbarrier.cuh"
+#include "../common/sm90.cuh"
+#include "../common/tma.cuh"
+#include "prefill_kernel.cuh"  // PrefillSoftmax, pack_p_fragments, WgmmaMath, row_lse
+
+#if defined(KERNELS_PREFILL_WS_WATCHDOG) && KERNELS_PREFILL_WS_WATCHDOG > 0
+#include <cstdio>
+#endif
+
+namespace kernels::attention {
+
+// The kernel's arguments: the four tensor maps (built per call, never cached) and what the
+// consumers need besides. Passed as a __grid_constant__ parameter, so the maps' addresses are
+// parameter-space addresses the TMA instructions take directly.
+struct PrefillWsParams {
+  CUtensorMap q, k, v, o;  // 5-D (d % 64, token, d / 64, head, batch); boxes: 64 rows (q, o), kBlockN (k, v)
+  float* lse = nullptr;    // optional [B, Hq, Sq]
+  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_token_stride = 0;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, group = 1;
+  int q_tiles = 0;  // ceil(Sq / kBlockM)
+  float scale_log2 = 1.f;
+  bool causal = false;
+};
+
+namespace prefill_ws {
+
+// Named barriers (id 0 is __syncthreads): warpgroup w issues its GEMMs after a sync on
+// kTurnBarrier0 + w, which the previous warpgroup in the round opens with an arrive (both
+// count the two warpgroups' 256 threads); kEpilogueBarrier0 + w gathers warpgroup w's 128
+// threads once its O tile is staged for the TMA store.
+constexpr int kTurnBarrier0 = 1;
+constexpr int kEpilogueBarrier0 = 4;
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A 4-byte shared-memory store by shared-window address (a generic pointer into the aligned
+// dynamic shared memory would compile to a generic ST).
+__device__ __forceinline__ void st_shared(uint32_t addr, uint32_t value) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
+}
+
+// mbarrier_wait (common/mbarrier.cuh), or with KERNELS_PREFILL_WS_WATCHDOG a bounded one that
+// reports which wait never completed and traps.
+__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity, const char* what) {
+#if defined(KERNELS_PREFILL_WS_WATCHDOG) && KERNELS_PREFILL_WS_WATCHDOG > 0
+  uint32_t done = 0;
+  for (long long spins = 0; !done; ++spins) {
+    KERNELS_SM90_ASM(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(
+            done) : "r"(smem_addr(bar)),
+        "r"(parity) : "memory");
+    if (!done && spins > KERNELS_PREFILL_WS_WATCHDOG) {
+      printf("attn_prefill_ws_kernel watchdog: block %d thread %d waits on %s (parity %u) forever\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), what, parity);
+      __trap();
+    }
+  }
+#else
+  (void)what;
+  mbarrier_wait(bar, parity);
+#endif
+}
+
+// Keeps registers that an in-flight WGMMA reads or writes where they are until this point (an
+// empty asm: no instruction): after a wgmma.wait_group, the accumulators and the P fragment
+// of the retired group are plain registers again, and nothing moves across the wait.
+template <int N>
+__device__ __forceinline__ void pin(float (&x)[1][N][4]) {
+  wgmma_fence_operand(reinterpret_cast<float (&)[N * 4]>(x));
+}
+template <int N>
+__device__ __forceinline__ void pin(uint32_t (&x)[1][N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(x[0][i][j])::"memory");
+}
+
+}  // namespace prefill_ws
+
+template <class Cfg, class Element>
+struct PrefillWs {
+  using T = PrefillWsTraits<Cfg>;
+  static constexpr int kD = T::kD, kBlockM = T::kBlockM, kBlockN = T::kBlockN, kStages = T::kStages;
+  static constexpr int kWarpgroups = T::kConsumerWarpgroups;
+  static constexpr int kNT = kBlockN / 8, kDT = kD / 8;
+  // One consumer warpgroup's math: S = Q[its 64 rows] K^T from shared memory, O += P V with P
+  // from registers; the accumulators are mma.sync C fragments (wgmma_math.cuh).
+  using Math = WgmmaMath<Element, kD, 64, kBlockN>;
+  using Softmax = PrefillSoftmax<1, kNT, kDT, /*kLazy=*/true>;
+  using QTile = Sw128Tile<kD, 64>;
+
+  // The CTA's shared memory (PrefillWsTraits): Q tiles, K ring, V ring, mbarriers.
+  struct Smem {
+    uint8_t* base;  // 1024-byte aligned
+    __device__ __forceinline__ Element* q(int wg) const {
+      return reinterpret_cast<Element*>(base) + wg * T::kQTileElems;
+    }
+    __device__ __forceinline__ Element* k(int stage) const {
+      return reinterpret_cast<Element*>(base + T::kQBytes) + stage * T::kKVTileElems;
+    }
+    __device__ __forceinline__ Element* v(int stage) const { return k(kStages + stage); }
+    __device__ __forceinline__ uint64_t* barriers() const {
+      return reinterpret_cast<uint64_t*>(base + T::kBarrierOffset);
+    }
+    __device__ __forceinline__ uint64_t* q_full() const { return barriers(); }
+    __device__ __forceinline__ uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
+    __device__ __forceinline__ uint64_t* k_empty(int stage) const { return barriers() + 1 + kStages + stage; }
+    __device__ __forceinline__ uint64_t* v_full(int stage) const { return barriers() + 1 + 2 * kStages + stage; }
+    __device__ __forceinline__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * kStages + stage; }
+
+    // One thread: full barriers complete on the producer's arrival plus the TMA bytes; empty
+    // ones on one arrival per consumer warp.
+    __device__ __forceinline__ void init_barriers() const {
+      mbarrier_init(q_full(), 1);
+      for (int stage = 0; stage < kStages; ++stage) {
+        mbarrier_init(k_full(stage), 1);
+        mbarrier_init(v_full(stage), 1);
+        mbarrier_init(k_empty(stage), T::kConsumerWarps);
+        mbarrier_init(v_empty(stage), T::kConsumerWarps);
+      }
+      fence_barrier_init();
+    }
+  };
+
+  // Ring slot of KV tile n: stage n % kStages, in its (n / kStages)-th use (the phase parity
+  // a consumer waits for on `full`; the producer waits for the one before on `empty`).
+  __device__ __forceinline__ static int stage_of(int n) { return n % kStages; }
+  __device__ __forceinline__ static uint32_t parity_of(int n) { return static_cast<uint32_t>(n / kStages) & 1u; }
+
+  struct Tile {
+    int m_block, head, batch;
+  };
+
+  __device__ __forceinline__ static Tile tile_of(const PrefillWsParams& p) {
+    const int idx = static_cast<int>(blockIdx.x);
+    if (p.causal) {
+      const int rest = idx / p.heads_q;
+      return {p.q_tiles - 1 - rest / p.batch, idx % p.heads_q, rest % p.batch};
+    }
+    const int rest = idx / p.q_tiles;
+    return {idx % p.q_tiles, rest % p.heads_q, rest / p.heads_q};
+  }
+
+  // KV tiles the CTA visits: under the causal mask, up to the last one its last row sees.
+  __device__ __forceinline__ static int kv_tiles(const PrefillWsParams& p, int row0) {
+    int keys = p.seqlen_k;
+    if (p.causal) {
+      const int last_row = min(row0 + kBlockM, p.seqlen_q) - 1;
+      keys = max(0, min(p.seqlen_k, last_row + p.seqlen_k - p.seqlen_q + 1));
+    }
+    return (keys + kBlockN - 1) / kBlockN;
+  }
+
+  // Tiles [0, result) are seen whole by every row from first_row on: entirely below Sk and,
+  // under the causal mask, at or left of first_row's diagonal. They need no mask code.
+  __device__ __forceinline__ static int mask_free_tiles(const PrefillWsParams& p, int first_row, int n_tiles) {
+    int n = p.seqlen_k / kBlockN;
+    if (p.causal) n = min(n, max(0, first_row + p.seqlen_k - p.seqlen_q + 1) / kBlockN);
+    return min(n, n_tiles);
+  }
+
+  // ---- producer: one thread ------------------------------------------------------------------
+  __device__ __forceinline__ static void load_kv(const CUtensorMap* map, Element* dst, uint64_t* full, uint64_t* empty,
+                                                 int n, int hkv, int batch) {
+    prefill_ws::wait(empty, parity_of(n) ^ 1u, "a K / V stage's empty barrier (producer)");
+    mbarrier_arrive_expect_tx(full, T::kKVBytes);
+    tma_load_5d(dst, map, full, 0, n * kBlockN, 0, hkv, batch);
+  }
+
+  __device__ __forceinline__ static void produce(const PrefillWsParams& p, const Smem& s, const Tile& t, int n_tiles) {
+    prefetch_tensor_map(&p.q);
+    prefetch_tensor_map(&p.k);
+    prefetch_tensor_map(&p.v);
+    prefetch_tensor_map(&p.o);
+    // TMA counts whole boxes, the zero-filled rows past Sq included. A warpgroup whose rows
+    // all lie past Sq gets no box (its results are never stored).
+    const int row0 = t.m_block * kBlockM;
+    const int q_boxes = min(kWarpgroups, (p.seqlen_q - row0 + 63) / 64);
+    mbarrier_arrive_expect_tx(s.q_full(), q_boxes * T::kQTileElems * static_cast<int>(sizeof(Element)));
+    for (int wg = 0; wg < q_boxes; ++wg) {
+      tma_load_5d(s.q(wg), &p.q, s.q_full(), 0, row0 + 64 * wg, 0, t.head, t.batch);
+    }
+    if (n_tiles == 0) return;
+    const int hkv = t.head / p.group;
+    const auto load_k = [&](int n) {
+      load_kv(&p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, hkv, t.batch);
+    };
+    const auto load_v = [&](int n) {
+      load_kv(&p.v, s.v(stage_of(n)), s.v_full(stage_of(n)), s.v_empty(stage_of(n)), n, hkv, t.batch);
+    };
+    load_k(0);
+    for (int n = 1; n < n_tiles; ++n) {
+      load_k(n);
+      load_v(n - 1);
+    }
+    load_v(n_tiles - 1);
+  }
+
+  // ---- consumers: one warpgroup's state ------------------------------------------------------
+  struct Consumer {
+    int wg;        // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the CTA's tile
+    int lane;      // lane in the warp
+    int row;       // query row of this thread's first fragment row (the second is row + 8)
+    int limit[2];  // keys >= limit[h] are masked for fragment row h (Sk, or the causal diagonal)
+    float acc_o[1][kDT][4];
+    uint32_t p_frag[1][kNT / 2][4];  // P of the previous tile: the A operand of its P V
+    Softmax softmax;
+
+    __device__ __forceinline__ void release(uint64_t* empty) const {
+      if (lane == 0) mbarrier_arrive(empty);
+    }
+    __device__ __forceinline__ void wait_turn() const {
+      prefill_ws::named_barrier_sync(prefill_ws::kTurnBarrier0 + wg, 256);
+    }
+    __device__ __forceinline__ void pass_turn() const {
+      const int next = wg + 1 < kWarpgroups ? wg + 1 : 0;
+      prefill_ws::named_barrier_arrive(prefill_ws::kTurnBarrier0 + next, 256);
+    }
+
+    // Scores of keys past a row's limit become -inf: one compare and select per score against
+    // compile-time column offsets (thread column 2 (lane % 4) folded into the limit).
+    __device__ __forceinline__ void mask(float (&s)[1][kNT][4], int n) const {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lim = limit[h] - n * kBlockN - 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (8 * nt + c >= lim) s[0][nt][2 * h + c] = -INFINITY;
+          }
+      }
+    }
+
+    // Tile 0 (always masked: it may be partial or cross the diagonal); O is still zero.
+    __device__ __forceinline__ void first_tile(const Smem& s, float scale_log2) {
+      prefill_ws::wait(s.k_full(0), 0, "K_0's full barrier");
+      float acc_s[1][kNT][4];
+      Math::qk_issue(acc_s, s.q(wg), s.k(0));
+      wgmma_wait<0>();
+      prefill_ws::pin(acc_s);
+      release(s.k_empty(0));
+      mask(acc_s, 0);
+      float correction[1][2];
+      softmax.exponentiate(acc_s, correction, scale_log2);
+      pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
+    }
+
+    // Tile n >= 1: S_n and P_{n-1} V_{n-1} issued in this warpgroup's turn, the softmax of S_n
+    // under the P V.
+    template <bool kMasked>
+    __device__ __forceinline__ void step(const Smem& s, int n, float scale_log2) {
+      const int stage = stage_of(n), prev = stage_of(n - 1);
+      prefill_ws::wait(s.k_full(stage), parity_of(n), "a K stage's full barrier");
+      wait_turn();
+      float acc_s[1][kNT][4];
+      Math::qk_issue(acc_s, s.q(wg), s.k(stage));
+      prefill_ws::wait(s.v_full(prev), parity_of(n - 1), "a V stage's full barrier");
+      Math::pv_issue(acc_o, p_frag, s.v(prev));
+      pass_turn();
+      wgmma_wait<1>();  // S_n is back; P_{n-1} V_{n-1} may still run
+      prefill_ws::pin(acc_s);
+      release(s.k_empty(stage));
+      if constexpr (kMasked) mask(acc_s, n);
+      float correction[1][2];
+      const bool moved = softmax.exponentiate(acc_s, correction, scale_log2);
+      wgmma_wait<0>();  // P V retired: O and the P fragment are registers again
+      prefill_ws::pin(acc_o);
+      prefill_ws::pin(p_frag);
+      release(s.v_empty(prev));
+      Softmax::rescale(acc_o, correction, moved);
+      pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
+    }
+
+    __device__ __forceinline__ void last_pv(const Smem& s, int n) {
+      prefill_ws::wait(s.v_full(stage_of(n)), parity_of(n), "the last V stage's full barrier");
+      Math::pv_issue(acc_o, p_frag, s.v(stage_of(n)));
+      wgmma_wait<0>();
+      prefill_ws::pin(acc_o);
+      prefill_ws::pin(p_frag);
+      release(s.v_empty(stage_of(n)));
+    }
+
+    // O / rowsum -> this warpgroup's Q tile (free: its last S completed before its last P V,
+    // which every warp of the warpgroup issued) -> one TMA store; LSE from the quad's lane 0.
+    // A row that saw no key has rowsum 0: zeros and LSE -inf.
+    __device__ __forceinline__ void epilogue(const PrefillWsParams& p, const Smem& s, const Tile& t) {
+      softmax.reduce_sums();
+      Element* sO = s.q(wg);
+      const uint32_t sO_addr = smem_addr(sO);
+      const int warp_row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sum = softmax.row_sum[0][h];
+        // rowsum >= 1 once a row saw a key (the element that set its max counts 1): the
+        // approximate reciprocal needs no slow path (an IEEE division calls one).
+        const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          // 4-byte stores: the 8 rows of a store land in 8 different 16-byte bank groups (swizzle)
+          const uint32_t offset = (QTile::offset(warp_row + 8 * h, dt) + 2 * (lane % 4)) * sizeof(Element);
+          prefill_ws::st_shared(sO_addr + offset,
+                                pack2<Element>(acc_o[0][dt][2 * h] * inv, acc_o[0][dt][2 * h + 1] * inv));
+        }
+      }
+      fence_proxy_async_shared();  // the generic-proxy writes, visible to the TMA store
+      prefill_ws::named_barrier_sync(prefill_ws::kEpilogueBarrier0 + wg, 128);
+      const int wg_row0 = t.m_block * kBlockM + 64 * wg;
+      const bool store_thread = threadIdx.x % 128 == 0 && wg_row0 < p.seqlen_q;
+      if (store_thread) {
+        tma_store_5d(&p.o, sO, 0, wg_row0, 0, t.head, t.batch);
+        tma_store_commit();
+      }
+      if (p.lse != nullptr && lane % 4 == 0) {
+        float* lse = p.lse + t.batch * p.lse_batch_stride + t.head * p.lse_head_stride;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (row + 8 * h < p.seqlen_q) {
+            lse[static_cast<int64_t>(row + 8 * h) * p.lse_token_stride] =
+                row_lse(softmax.row_max[0][h], softmax.row_sum[0][h], p.scale_log2);
+          }
+        }
+      }
+      if (store_thread) tma_store_wait_read<0>();  // shared memory must outlive the store's reads
+    }
+  };
+
+  __device__ __forceinline__ static void consume(const PrefillWsParams& p, const Smem& s, const Tile& t, int n_tiles,
+                                                 int warp, int lane) {
+    Consumer c;
+    c.wg = warp / 4;
+    c.lane = lane;
+    const int wg_row0 = t.m_block * kBlockM + 64 * c.wg;
+    c.row = wg_row0 + 16 * (warp % 4) + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      c.limit[h] = p.causal ? min(p.seqlen_k, c.row + 8 * h + p.seqlen_k - p.seqlen_q + 1) : p.seqlen_k;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c.acc_o[0][dt][e] = 0.f;
+    c.softmax.init();
+    prefill_ws::wait(s.q_full(), 0, "Q's full barrier");
+    if (c.wg == 0) prefill_ws::named_barrier_arrive(prefill_ws::kTurnBarrier0, 256);  // the first turn
+    if (n_tiles > 0) {
+      c.first_tile(s, p.scale_log2);
+      // Mask-free tiles first (a compile-time branch: no mask code), then the masked ones.
+      const int mask_free = mask_free_tiles(p, wg_row0, n_tiles);
+      int n = 1;
+      for (; n < mask_free; ++n) c.template step<false>(s, n, p.scale_log2);
+      for (; n < n_tiles; ++n) c.template step<true>(s, n, p.scale_log2);
+      c.last_pv(s, n_tiles - 1);
+    }
+    c.epilogue(p, s, t);
+  }
+};
+
+template <class Cfg, class Element>
+__global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
+    attn_prefill_ws_kernel(const __grid_constant__ PrefillWsParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using K = PrefillWs<Cfg, Element>;
+  using T = typename K::T;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const typename K::Smem s{
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+  if (threadIdx.x == 0) s.init_barriers();
+  __syncthreads();  // the barriers are initialised for every thread (and the TMA unit)
+
+  // Broadcast from lane 0: the compiler then knows the warp index is warp-uniform.
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
+  const int lane = threadIdx.x % 32;
+  const typename K::Tile t = K::tile_of(p);
+  const int n_tiles = K::kv_tiles(p, t.m_block * K::kBlockM);
+  if (warp >= T::kConsumerWarps) {
+    setmaxnreg_dec<T::kProducerRegs>();
+    if (warp == T::kConsumerWarps && lane == 0) K::produce(p, s, t, n_tiles);
+  } else {
+    setmaxnreg_inc<T::kConsumerRegs>();
+    K::consume(p, s, t, n_tiles, warp, lane);
+  }
+#endif
+}
+
+// ---- host ------------------------------------------------------------------------------------
+
+// Why the warp-specialized kernel cannot run this call (nullptr: it can). The device check
+// (Hopper) is the caller's.
+inline const char* prefill_ws_unsupported(const AttnParams& p) {
+  if (p.cu_seqlens_q != nullptr || p.page_table != nullptr) return "it takes dense Q on contiguous KV (not paged)";
+  if (p.mask != nullptr) return "it takes no boolean mask";
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (!aligned(p.q) || !aligned(p.k) || !aligned(p.v) || !aligned(p.o)) {
+    return "q, k, v and out must be 16-byte aligned (TMA)";
+  }
+  // Strides of dimensions longer than 1 in 16-byte units (TMA); the others are never stepped.
+  const auto ok = [](int64_t size, int64_t stride) { return size <= 1 || (stride % 8 == 0 && stride > 0); };
+  const bool q_ok = ok(p.batch, p.q_batch_stride) && ok(p.seqlen_q, p.q_token_stride) &&
+                    ok(p.heads_q, p.q_head_stride) && ok(p.batch, p.o_batch_stride) &&
+                    ok(p.seqlen_q, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
+  const bool kv_ok = ok(p.batch, p.k_block_stride) && ok(p.seqlen_k, p.k_token_stride) &&
+                     ok(p.heads_kv, p.k_head_stride) && ok(p.batch, p.v_block_stride) &&
+                     ok(p.seqlen_k, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
+  if (!q_ok || !kv_ok) return "strides must be positive multiples of 8 elements (16 bytes, TMA)";
+  return nullptr;
+}
+
+// [batch, tokens, heads, kD] (strides in elements, the last dim contiguous) as the 5-D TMA
+// view (d % 64, token, d / 64, head, batch) in boxes of (64, box_rows, kD / 64, 1, 1): one box
+// is one Sw128Tile<kD, box_rows>, rows past `tokens` zero-filled on loads and dropped on stores.
+template <int kD>
+void make_prefill_ws_map(CUtensorMap* map, const void* ptr, AttnDtype dtype, int64_t batch, int64_t tokens,
+                         int64_t heads, int64_t batch_stride, int64_t token_stride, int64_t head_stride, int box_rows,
+                         const char* name) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  check<CudaError>(encode != nullptr, "prefill: cuTensorMapEncodeTiled is not available from the driver");
+  // A dimension of length 1 is never stepped: any valid stride will do.
+  const auto stride_bytes = [](int64_t size, int64_t stride) { return cuuint64_t(size <= 1 ? 16 : stride * 2); };
+  // Length 0 (no keys) cannot be encoded; such a map is never loaded from.
+  const cuuint64_t dims[5] = {64, cuuint64_t(tokens > 0 ? tokens : 1), kD / 64, cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[4] = {stride_bytes(tokens, token_stride), 128, stride_bytes(heads, head_stride),
+                                 stride_bytes(batch, batch_stride)};
+  const cuuint32_t box[5] = {64, cuuint32_t(box_rows), kD / 64, 1, 1};
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult res =
+      encode(map, dtype == AttnDtype::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5,
+             const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  check<CudaError>(res == CUDA_SUCCESS, "prefill: cuTensorMapEncodeTiled rejected the tensor map of ", name, " [",
+                   batch, ", ", tokens, ", ", heads, ", ", kD, "] (strides ", batch_stride, ", ", token_stride, ", ",
+                   head_stride, " elements, box ", box_rows, " rows): CUresult ", int(res));
+}
+
+template <class Cfg, class Element = bf16>
+void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
+  using T = PrefillWsTraits<Cfg>;
+  check(p.dtype == ElementOps<Element>::kDtype, "prefill: params.dtype does not match the launched element type");
+  check(p.head_dim == T::kD, "prefill: head_dim ", p.head_dim, " launched with a head_dim ", T::kD, " configuration");
+  if (const char* why = prefill_ws_unsupported(p)) throw ValueError(concat("prefill (warp-specialized kernel): ", why));
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
+  check(p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.group == p.heads_q / p.heads_kv,
+        "prefill: heads_q must be group * heads_kv");
+
+  PrefillWsParams kp;
+  make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_token_stride,
+                             p.q_head_stride, 64, "q");
+  make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_token_stride,
+                             p.o_head_stride, 64, "out");
+  make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride, p.k_token_stride,
+                             p.k_head_stride, T::kBlockN, "k");
+  make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride, p.v_token_stride,
+                             p.v_head_stride, T::kBlockN, "v");
+  kp.lse = p.lse;
+  kp.lse_batch_stride = p.lse_batch_stride;
+  kp.lse_head_stride = p.lse_head_stride;
+  kp.lse_token_stride = p.lse_token_stride;
+  kp.batch = p.batch;
+  kp.seqlen_q = p.seqlen_q;
+  kp.seqlen_k = p.seqlen_k;
+  kp.heads_q = p.heads_q;
+  kp.group = p.group;
+  kp.scale_log2 = p.scale_log2;
+  kp.causal = p.causal;
+  const int64_t q_tiles = ceil_div<int64_t>(p.seqlen_q, T::kBlockM);
+  const int64_t ctas = q_tiles * p.heads_q * p.batch;
+  check(ctas <= 0x7fffffff, "prefill: CTAs per launch (query tiles x heads x batch) must be < 2^31, got ", ctas);
+  kp.q_tiles = static_cast<int>(q_tiles);
+
+  auto kernel = attn_prefill_ws_kernel<Cfg, Element>;
+  static SmemOptIn opt_in;
+  opt_in.ensure(kernel, T::kSmemBytes);
+  kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(kp);
+  check_launch("attn_prefill_ws_kernel");
+}
+
+// The default warp-specialized configuration for p.head_dim and p.dtype (attn_prefill_ws.cu).
+void run_prefill_ws(const AttnParams& p, cudaStream_t stream);
+
+}  // namespace kernels::attention
