@@ -23,6 +23,7 @@ from kernels.harness import (
     reference_attention_numpy,
     verify_attention,
 )
+from kernels.harness.checks import score_bound
 from kernels.harness.timing import rotation_count, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -333,3 +334,19 @@ def test_summarize_gives_median_and_quantiles_of_the_runs():
 def test_scale_defaults_to_inverse_sqrt_head_dim():
     assert AttentionProblem(head_dim=64).softmax_scale == 1 / math.sqrt(64)
     assert AttentionProblem(head_dim=64, scale=0.5).softmax_scale == 0.5
+
+
+def test_score_bound_bounds_every_score_and_scales_the_lse_check():
+    p = AttentionProblem(batch=2, seqlen_q=7, seqlen_k=9, heads_q=4, heads_kv=2, head_dim=16)
+    q, k, v = make_inputs(p, device="cpu", magnitude=20.0)
+    bound = score_bound(q, k, p.softmax_scale)
+    assert bound.shape == (2, 4, 7)
+    kq = k.float().repeat_interleave(2, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kq) * p.softmax_scale
+    assert (scores.abs().amax(-1) <= bound * (1 + 1e-6)).all()
+    assert (scores.abs().amax(-1) >= bound / 10).all()           # not a vacuous bound either
+    ref, ref_lse = reference_attention(q, k, v)
+    lse = ref_lse + 1e-3 * bound                                 # an FP8-sized error, relative to the bound
+    assert not check_output(ref, ref, lse=lse, ref_lse=ref_lse, lse_rtol=1e-4, lse_scale=bound)
+    result = check_output(ref, ref, lse=lse, ref_lse=ref_lse, lse_rtol=2e-3, lse_scale=bound)
+    assert result, result.reason

@@ -25,6 +25,15 @@ def test_parse_and_summarize_keep_the_metrics_and_sorted_stalls():
     assert list(out["stalls_per_issue"]) == ["wait", "barrier"], "sorted, zero reasons dropped"
 
 
+def test_the_longest_launch_of_the_range_is_the_one_kept():
+    transpose = ["1", "transpose_kernel", "137,568", "2.6", "0.1", "2.36", "0", "119,537,664"]
+    text = RAW.replace(",".join(f'"{v}"' for v in VALUES),
+                       "\n".join(",".join(f'"{v}"' for v in row) for row in (transpose, VALUES)))
+    out = ncu.summarize(ncu.parse_raw_csv(text))
+    assert out["duration_ns"] == 3112448.0 and out["launches_in_range"] == 2
+    assert ncu.summarize(ncu.parse_raw_csv(RAW))["launches_in_range"] == 1
+
+
 def test_an_output_without_a_profiled_launch_is_an_error():
     with pytest.raises(ValueError, match="no profiled launch"):
         ncu.parse_raw_csv("==PROF== No kernels were profiled.\n")

@@ -39,6 +39,7 @@ METRICS = {
     "warp_instructions": "smsp__inst_executed.sum",
     "ipc": "sm__inst_executed.avg.per_cycle_active",
     "registers_per_thread": "launch__registers_per_thread",
+    "launches_in_range": "launches_in_range",  # parse_raw_csv's count, not an ncu metric
 }
 # Kept metrics that no section above collects.
 EXTRA_METRICS = ("smsp__inst_executed.sum",)
@@ -56,7 +57,10 @@ def ncu_binary() -> str | None:
 
 
 def parse_raw_csv(text: str) -> dict[str, str]:
-    """``ncu --page raw --csv`` output -> {metric name: value} for the (single) profiled launch."""
+    """``ncu --page raw --csv`` output -> {metric name: value} for the longest profiled launch.
+
+    A call can launch more than one kernel (an FP8 rung transposes V first); the attention
+    kernel is the longest, and ``launches_in_range`` says how many there were."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
@@ -64,7 +68,9 @@ def parse_raw_csv(text: str) -> dict[str, str]:
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     if len(rows) < 3:
         raise ValueError("ncu output has a header but no launch")
-    return dict(zip(rows[0], rows[2]))
+    launches = [dict(zip(rows[0], row)) for row in rows[2:] if len(row) == len(rows[0])]
+    longest = max(launches, key=lambda launch: number(launch.get(METRICS["duration_ns"], "0")))
+    return {**longest, "launches_in_range": str(len(launches))}
 
 
 def number(text: str) -> float:

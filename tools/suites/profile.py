@@ -4,7 +4,9 @@ prefill and of FA4, one launch each.
 Shape: the ladder's longest, one 16k sequence, head_dim 128 (16 heads), no mask, in bf16 and,
 for the FP8 rungs, in e4m3 (each kernel in the dtypes it takes). Each row
 carries ``ncu``: tensor-pipe activity, issue slots, the XU (MUFU), FMA and ALU pipes,
-instructions, and the warp stall reasons (``tools/ncu.py``). The K1 rung
+instructions, and the warp stall reasons (``tools/ncu.py``), of the call's longest launch: an
+FP8 rung also launches its V transpose (``launches_in_range`` 2), which the row's time leaves
+out and the ladder's includes. The K1 rung
 (5 TFLOP/s) is left out: one launch replayed for every counter pass would take minutes.
 """
 
