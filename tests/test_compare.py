@@ -134,3 +134,29 @@ def test_no_runnable_shape_needs_every_row_unsupported():
     p = AttentionProblem()
     rows = [row("k1", p, status="unsupported: x"), row("k1", p.with_(causal=True)), row("k2", p, status="unsupported: y")]
     assert compare.no_runnable_shape(rows, ["k1", "k2"]) == {"k2": "y"}
+
+
+def test_a_rung_with_knobs_is_a_kernel_of_its_own(monkeypatch):
+    from kernels.registry import get, rung_module
+
+    module = rung_module("k11")
+    seen = {}
+    monkeypatch.setattr(module, "compile_kernel", lambda problem, **knobs: seen.update(knobs) or "compiled")
+    runner = get("k11:rescale_before_pv=True,pingpong=False")
+    assert runner.name == "k11:rescale_before_pv=True,pingpong=False" and runner.kind == "rung"
+    runner.prepare(AttentionProblem(head_dim=128))
+    assert seen == {"rescale_before_pv": True, "pingpong": False}
+    for spec, why in (("k11:colour=1", "knob among"), ("k11:pingpong=maybe", "Python literal"),
+                      ("fa4:pingpong=True", "ladder's rungs"), ("k2:plan=1", "none")):
+        with pytest.raises(KeyError, match=why):
+            get(spec)
+
+
+def test_compare_takes_a_rung_variant_and_refuses_a_bad_knob(capsys):
+    assert compare.main(["k11", "k11:rescale_before_pv=True", "--cpu", "--json", "--causal", "no",
+                         "--seqlen", "1024"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "variant of rung k11" in result["not_compiled"]["k11:rescale_before_pv=True"]
+    with pytest.raises(SystemExit):
+        compare.main(["k11:nope=1", "--cpu"])
+    assert "knob among" in capsys.readouterr().err

@@ -79,6 +79,9 @@ def not_compiled_reason(name: str) -> str:
     from kernels.registry import get
 
     runner = get(name)
+    if runner.kind == "rung":
+        return (f"{name} is a variant of rung {name.partition(':')[0]} (its knobs set): the compile report "
+                "covers the rung's defaults")
     if runner.kind == "peer":
         return f"{name} is a peer ({runner.description}), not a rung of kernels/: nothing of it compiles here"
     return (f"{name} is a production CUDA kernel (csrc/, built by python -m tools.build_ext on a CUDA host), "
@@ -248,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     summary, details = __doc__.split("\n\n", 1)
     parser = argparse.ArgumentParser(prog="python -m tools.compare", description=summary.replace("`", ""),
                                      epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners()))
+    parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners())
+                        + "; a rung with knobs set, e.g. k11:rescale_before_pv=True")
     parser.add_argument("--seqlen", type=positive_int, nargs="+", default=list(DEFAULT_SEQLENS), metavar="N",
                         help="sequence lengths, queries = keys (default: %(default)s); batch = 16k tokens / N")
     parser.add_argument("--head-dim", type=positive_int, default=128, metavar="D",
@@ -267,15 +271,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from kernels.registry import all_runners
+    from kernels.registry import get
     from tools.report import console as report_console
 
     parser = build_parser()
     args = parser.parse_args(argv)
     args.heads = args.heads or 2048 // args.head_dim
-    unknown = [n for n in args.kernels if n not in all_runners()]
-    if unknown:
-        parser.error(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(all_runners())}")
+    for name in args.kernels:
+        try:
+            get(name)
+        except KeyError as exc:
+            parser.error(exc.args[0])
     try:
         problems = problems_from_args(args)
     except ValueError as exc:

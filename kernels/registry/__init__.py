@@ -18,7 +18,7 @@ from functools import cache
 
 from .peers import peer_runners
 from .production import production_runners
-from .rungs import rung_module, rung_names, rung_runners
+from .rungs import rung_module, rung_names, rung_runners, variant_runner
 from .runner import Launch, Runner
 
 __all__ = ["Launch", "Runner", "all_runners", "get", "names", "rung_module", "rung_names"]
@@ -35,7 +35,11 @@ def names(kind: str | None = None) -> list[str]:
 
 
 def get(name: str) -> Runner:
+    """The runner called ``name``; ``"k11:rescale_before_pv=True"`` is rung K11 compiled with
+    that knob (a lab variant: tools.compare times it beside the others)."""
     runners = all_runners()
+    if ":" in name:
+        return variant_runner(name)
     if name not in runners:
         raise KeyError(f"unknown kernel {name!r}; known: {', '.join(runners)}")
     return runners[name]

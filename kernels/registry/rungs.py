@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -25,17 +26,40 @@ def rung_module(name: str):
     return importlib.import_module(f"kernels.{name}")
 
 
-def rung_runner(name: str) -> Runner:
+def rung_runner(name: str, **knobs) -> Runner:
+    """The runner of rung ``name``, compiled with ``knobs`` (its constructor's keyword arguments,
+    ``KNOBS``) where given: then named ``k11:rescale_before_pv=True`` (:func:`variant_runner`)."""
+
     def unsupported(problem: AttentionProblem) -> str | None:
         return rung_module(name).can_implement(problem)
 
     def prepare(problem: AttentionProblem) -> Launch:
         module = rung_module(name)
-        compiled = module.compile_kernel(problem)
+        compiled = module.compile_kernel(problem, **knobs)
         return lambda q, k, v, out: module.run_kernel(compiled, q, k, v, out)
 
     idea = getattr(rung_module(name), "IDEA", "")
-    return Runner(name, "rung", idea, unsupported, prepare)
+    label = ",".join(f"{knob}={value!r}" for knob, value in knobs.items())
+    return Runner(f"{name}:{label}" if knobs else name, "rung", idea, unsupported, prepare)
+
+
+def variant_runner(spec: str) -> Runner:
+    """``"k11:rescale_before_pv=True,pingpong=False"`` -> that rung compiled with those knobs
+    (values are Python literals; names must be in the rung's ``KNOBS``)."""
+    name, _, assignments = spec.partition(":")
+    if not RUNG_PATTERN.match(name) or name not in rung_names():
+        raise KeyError(f"{spec!r}: knobs are for the ladder's rungs ({', '.join(rung_names())}), not {name!r}")
+    allowed = getattr(rung_module(name), "KNOBS", ())
+    knobs = {}
+    for assignment in filter(None, assignments.split(",")):
+        knob, eq, text = assignment.partition("=")
+        if not eq or knob not in allowed:
+            raise KeyError(f"{spec!r}: {name} takes knob=value with a knob among {list(allowed) or 'none'}")
+        try:
+            knobs[knob] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise KeyError(f"{spec!r}: the value of {knob} must be a Python literal, got {text!r}") from None
+    return rung_runner(name, **knobs)
 
 
 def rung_runners() -> list[Runner]:
