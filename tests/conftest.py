@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -12,6 +13,15 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 # Under pytest-xdist (make test-gpu: -n 1) only the worker dies: the test is reported as
 # crashed and the run goes on in a fresh worker. First calls compile, hence the generous limit.
 GPU_TEST_TIMEOUT_S = 300
+
+
+@pytest.fixture(autouse=True)
+def fresh_attention_routing():
+    """attention() remembers how it routed each call signature (backend/attention.py): a test
+    that patches what the routing reads starts from an empty memory."""
+    module = sys.modules.get("kernels.extension.backend.attention")
+    if module is not None:
+        module.clear_routed_calls()
 
 
 def cuda_available() -> bool:

@@ -135,6 +135,59 @@ def test_validation_errors():
         attention(q[0], k, v, cu_seqlens_q=torch.tensor([0, 2], dtype=torch.int32))
 
 
+# ---- the routed-call cache -----------------------------------------------------------------------
+
+def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(monkeypatch):
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    validated = []
+    real = module.validate_inputs
+    monkeypatch.setattr(module, "validate_inputs", lambda *a, **kw: validated.append(1) or real(*a, **kw))
+    q, k, v = qkv(1, 1, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8], dtype=torch.int32)
+    first = attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
+    again = attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
+    assert len(validated) == 1 and torch.equal(first, again)
+    with pytest.raises(ValueError, match="seqlens_k must be in"):     # data, not metadata: checked
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=torch.tensor([99], dtype=torch.int32))
+    # Anything validation or routing reads makes a new signature: validated again.
+    for changed in (lambda: attention(q[:, :, :2], k_cache[..., :1, :], v_cache[..., :1, :],
+                                      page_table=table, seqlens_k=lens),
+                    lambda: attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, scale=0.5),
+                    lambda: attention(q.requires_grad_(True), k_cache, v_cache, page_table=table, seqlens_k=lens)):
+        before = len(validated)
+        changed()
+        assert len(validated) == before + 1
+    with use_backend("torch"):
+        before = len(validated)
+        attention(q.detach(), k_cache, v_cache, page_table=table, seqlens_k=lens)
+        assert len(validated) == before + 1
+
+
+def test_a_rejected_call_is_rejected_every_time():
+    q, k, v = qkv(1, 2, 8, 4, 2, 16)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="scale"):
+            attention(q, k, v, scale=-1.0)
+    attention(q, k, v)
+    with pytest.raises(ValueError, match="head_dim"):      # same shapes of q, new ones of k and v
+        attention(q, k[..., :8], v[..., :8])
+    with pytest.raises(ValueError, match="scale"):         # a scale the cache does not take
+        attention(q, k, v, scale=torch.tensor(float("nan")))
+
+
+def test_the_routed_calls_kept_are_bounded(monkeypatch):
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    monkeypatch.setattr(module, "ROUTED_CALLS_KEPT", 3)
+    for sk in range(1, 8):
+        attention(*qkv(1, 1, sk, 2, 2, 16))
+        assert len(module._ROUTED) <= 3
+
+
 # ---- autograd ------------------------------------------------------------------------------------
 
 def leaves(*tensors):

@@ -25,18 +25,17 @@ def module_path(name: str) -> Path:
     return LIB_DIR / f"{name}.so"
 
 
-_present: set[str] = set()
+_present: set[tuple[str, Path]] = set()
 
 
 def available(name: str) -> bool:
     """Whether lib/<name>.so is there. attention() asks on every call, so a module once found
-    is not looked for again (keyed by its path: tests point LIB_DIR elsewhere); a missing one
-    is, so a build during the process is seen."""
-    path = os.path.join(LIB_DIR, f"{name}.so")
-    if path in _present:
+    is not looked for again (keyed by name and folder: tests point LIB_DIR elsewhere; no path
+    is built per call); a missing one is, so a build during the process is seen."""
+    if (name, LIB_DIR) in _present:
         return True
-    if os.path.exists(path):
-        _present.add(path)
+    if os.path.exists(os.path.join(LIB_DIR, f"{name}.so")):
+        _present.add((name, LIB_DIR))
         return True
     return False
 

@@ -15,6 +15,10 @@ How a call finds its backend:
 - `KERNELS_ATTENTION_BACKEND=<name>` puts that backend first (the others stay fallbacks).
 - `with use_backend(name):` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
+- Once per signature. Validation and the choice read only the inputs' metadata (dtypes,
+  shapes, devices, flags) and the settings above, so a call with the signature of an earlier
+  one skips both (a decode loop pays them on its first step); the `seqlens_k` check reads
+  data and runs on every call that asks for it.
 
 Autograd: when autograd records (torch.is_grad_enabled() and q, k or v requires grad), only
 differentiable backends can run the call: `fa4` (contiguous KV, no mask, head_dim <= 128:
@@ -123,14 +127,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
         if packed:
             if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
                 raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
-        if check_seqlens and not _capturing() and batch > 0:
-            capacity = page_table.shape[1] * k.shape[1]
-            lo, hi = (int(x) for x in torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist())
-            if lo < 0 or hi > capacity:
-                raise ValueError(
-                    f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
-                    f"got values in [{lo}, {hi}]"
-                )
+        if check_seqlens:
+            check_seqlens_in_pages(k, page_table, seqlens_k)
     if mask is not None:
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be bool (True = keep), got {mask.dtype}")
@@ -138,6 +136,18 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask must be [B, Sk] or [B, Sq, Sk] with B = {batch}, got {tuple(mask.shape)}")
         if not paged and mask.shape[-1] != k.shape[1]:
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
+
+
+def check_seqlens_in_pages(k_cache, page_table, seqlens_k) -> None:
+    """Every length within the page table (one device->host copy); skipped while a CUDA graph
+    is being captured."""
+    if _capturing() or seqlens_k.shape[0] == 0:
+        return
+    capacity = page_table.shape[1] * k_cache.shape[1]
+    lo, hi = (int(x) for x in torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist())
+    if lo < 0 or hi > capacity:
+        raise ValueError(f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
+                         f"got values in [{lo}, {hi}]")
 
 
 # ---- what the choice depends on -------------------------------------------------------------
@@ -297,16 +307,63 @@ def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) ->
 
 # ---- entry point -------------------------------------------------------------------------------
 
+# ---- the routed-call cache --------------------------------------------------------------------
+# A decoding model calls attention() with the same shapes every step. Validation, the Call and
+# the choice of backend depend only on the inputs' metadata and the process's state, so a call
+# whose signature (_call_signature) was validated and routed before skips them; the seqlens
+# check reads data and still runs when asked for. The state that can change during a process
+# is in the signature (use_backend, $KERNELS_ATTENTION_BACKEND, the extension being built);
+# clear_routed_calls() forgets everything (tests that patch the capability checks call it).
+_ROUTED: dict[tuple, str] = {}
+ROUTED_CALLS_KEPT = 1024  # signatures remembered; past that the cache starts over
+
+
+def clear_routed_calls() -> None:
+    _ROUTED.clear()
+
+
+def _metadata(t):
+    return None if t is None else (t.dtype, t.shape, t.device)
+
+
+def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
+    """Everything validate_inputs, describe_call and choose_backend read, or None for inputs
+    the cache does not take (not plain tensors, a scale that is not a Python number: the
+    slow path validates them every time)."""
+    if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in (float, int, type(None)):
+        return None
+    return (q.dtype, q.shape, q.device, q.stride(-1), q.requires_grad,
+            k.dtype, k.shape, k.device, k.stride(-1), k.requires_grad,
+            v.dtype, v.shape, v.device, v.stride(-1), v.requires_grad,
+            scale, _metadata(mask), _metadata(page_table), _metadata(seqlens_k), _metadata(cu_seqlens_q),
+            torch.is_grad_enabled(), _strict_backend.get(), os.environ.get(ENV_VAR), ops.available())
+
+
+def _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> str:
+    """The backend that runs this call, after validation (cached by _call_signature)."""
+    key = _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
+    name = _ROUTED.get(key) if key is not None else None
+    if name is None:
+        validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
+                        cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
+        call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
+        name, _ = choose_backend(call)
+        if key is not None:
+            if len(_ROUTED) >= ROUTED_CALLS_KEPT:
+                _ROUTED.clear()
+            _ROUTED[key] = name
+    elif check_seqlens and page_table is not None:
+        check_seqlens_in_pages(k, page_table, seqlens_k)
+    return name
+
+
 def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
               cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
     """Attention with contiguous or paged KV (see the module docstring); returns out.
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
-    validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
-                    cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
-    call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
-    name, _ = choose_backend(call)
+    name = _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)
     if name == "cuda":
         return _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
     if name == "fa4":
