@@ -156,7 +156,8 @@ def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(
     for changed in (lambda: attention(q[:, :, :2], k_cache[..., :1, :], v_cache[..., :1, :],
                                       page_table=table, seqlens_k=lens),
                     lambda: attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, scale=0.5),
-                    lambda: attention(q.requires_grad_(True), k_cache, v_cache, page_table=table, seqlens_k=lens)):
+                    lambda: attention(q.requires_grad_(True), k_cache, v_cache, page_table=table,
+                                      seqlens_k=lens)):
         before = len(validated)
         changed()
         assert len(validated) == before + 1

@@ -48,7 +48,8 @@ def variant_runner(spec: str) -> Runner:
     (values are Python literals; names must be in the rung's ``KNOBS``)."""
     name, _, assignments = spec.partition(":")
     if not RUNG_PATTERN.match(name) or name not in rung_names():
-        raise KeyError(f"{spec!r}: knobs are for the ladder's rungs ({', '.join(rung_names())}), not {name!r}")
+        raise KeyError(f"{spec!r}: knobs are for the ladder's rungs ({', '.join(rung_names())}), "
+                       f"not {name!r}")
     allowed = getattr(rung_module(name), "KNOBS", ())
     knobs = {}
     for assignment in filter(None, assignments.split(",")):
