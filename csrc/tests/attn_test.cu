@@ -38,6 +38,21 @@ struct Case {
   bool causal;
 };
 
+// The problem's sizes, scale and mask flag (Case and WsCase name them alike).
+template <class C>
+static void set_problem(AttnParams& p, const C& c, double scale) {
+  p.batch = c.b;
+  p.seqlen_q = c.sq;
+  p.seqlen_k = c.sk;
+  p.heads_q = c.hq;
+  p.heads_kv = c.hkv;
+  p.head_dim = c.d;
+  p.group = c.hq / c.hkv;
+  p.scale = float(scale);
+  p.scale_log2 = float(scale * 1.4426950408889634);
+  p.causal = c.causal;
+}
+
 static bool run_case(const Case& c, AttnImpl impl) {
   const long q_elems = long(c.b) * c.sq * c.hq * c.d, kv_elems = long(c.b) * c.sk * c.hkv * c.d;
   auto q = kernels::test::random_bf16(q_elems, 1), k = kernels::test::random_bf16(kv_elems, 2),
@@ -68,16 +83,7 @@ static bool run_case(const Case& c, AttnImpl impl) {
   p.k_block_stride = p.v_block_stride = long(c.sk) * c.hkv * c.d;
   p.k_token_stride = p.v_token_stride = long(c.hkv) * c.d;
   p.k_head_stride = p.v_head_stride = c.d;
-  p.batch = c.b;
-  p.seqlen_q = c.sq;
-  p.seqlen_k = c.sk;
-  p.heads_q = c.hq;
-  p.heads_kv = c.hkv;
-  p.head_dim = c.d;
-  p.group = c.hq / c.hkv;
-  p.scale = float(scale);
-  p.scale_log2 = float(scale * 1.4426950408889634);
-  p.causal = c.causal;
+  set_problem(p, c, scale);
 
   const bool decode = std::string(c.kind) == "decode";
   float* ws = nullptr;
@@ -189,16 +195,7 @@ static bool run_ws_case(const WsCase& c, PrefillKernel kernel) {
   p.lse_batch_stride = long(c.hq) * c.sq;
   p.lse_head_stride = c.sq;
   p.lse_token_stride = 1;
-  p.batch = c.b;
-  p.seqlen_q = c.sq;
-  p.seqlen_k = c.sk;
-  p.heads_q = c.hq;
-  p.heads_kv = c.hkv;
-  p.head_dim = c.d;
-  p.group = c.hq / c.hkv;
-  p.scale = float(scale);
-  p.scale_log2 = float(scale * 1.4426950408889634);
-  p.causal = c.causal;
+  set_problem(p, c, scale);
   p.dtype = std::is_same_v<Element, __half> ? AttnDtype::kFP16 : AttnDtype::kBF16;
 
   std::vector<Element> out(q_elems + guard), first;
