@@ -62,6 +62,7 @@ struct PrefillWsParams {
   int q_tiles = 0;  // ceil(Sq / kBlockM)
   float scale_log2 = 1.f;
   bool causal = false;
+  int l2_section = 0;  // causal, kL2Sections: (head, batch) pairs per section (0: no sections)
 };
 
 namespace prefill_ws {
@@ -181,6 +182,16 @@ struct PrefillWs {
 
   __device__ __forceinline__ static Tile tile_of(const PrefillWsParams& p) {
     const int idx = static_cast<int>(blockIdx.x);
+    if (p.causal && p.l2_section > 0) {
+      // Section s holds pairs [s * l2_section, ...): its query tiles from the last down, its
+      // pairs fastest; the last section may be smaller.
+      const int pairs = p.heads_q * p.batch;
+      const int first = idx / (p.l2_section * p.q_tiles) * p.l2_section;
+      const int size = min(p.l2_section, pairs - first);
+      const int within = idx - first * p.q_tiles;
+      const int pair = first + within % size;
+      return {p.q_tiles - 1 - within / size, pair % p.heads_q, pair / p.heads_q};
+    }
     if (p.causal) {
       const int rest = idx / p.heads_q;
       return {p.q_tiles - 1 - rest / p.batch, idx % p.heads_q, rest % p.batch};
@@ -515,6 +526,15 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
   const int64_t ctas = q_tiles * p.heads_q * p.batch;
   check(ctas <= 0x7fffffff, "prefill: CTAs per launch (query tiles x heads x batch) must be < 2^31, got ", ctas);
   kp.q_tiles = static_cast<int>(q_tiles);
+  if (Cfg::kL2Sections && p.causal) {
+    // Query heads whose K and V fit in kL2KvBytes (a group's heads share theirs), rounded down
+    // to a power of two, at least one.
+    const int64_t kv_head_bytes = int64_t(p.seqlen_k) * 2 * T::kD * int64_t(sizeof(Element));
+    const int64_t fit = std::max<int64_t>(1, kL2KvBytes / std::max<int64_t>(kv_head_bytes, 1)) * p.group;
+    int section = 1;
+    while (int64_t(section) * 2 <= fit && section * 2 <= p.heads_q * p.batch) section *= 2;
+    kp.l2_section = section;
+  }
 
   auto kernel = attn_prefill_ws_kernel<Cfg, Element>;
   static SmemOptIn opt_in;
