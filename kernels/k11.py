@@ -89,7 +89,9 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads")
+# Lab (wip/l2-sections): L2 bytes that the K and V of a section of (head, batch) pairs fill.
+L2_KV_BYTES = 40 * 1024 * 1024
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -129,8 +131,11 @@ class K11FMHA:
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
-                 separate_o: bool | None = None):
+                 separate_o: bool | None = None, l2_heads: int | None = None):
         self.head_dim = head_dim
+        # Lab: under the causal mask, walk the tiles in sections of (head, batch) pairs whose K
+        # and V fit in L2 (FA4's LPT scheduler): 0 = as many as fit (a power of two), n = n.
+        self.l2_heads = l2_heads
         self.causal = causal
         self.dtype = dtype
         default = TILE_CONFIGS[head_dim]
@@ -200,9 +205,28 @@ class K11FMHA:
                 tile = round_start + ctas - 1 - slot % ctas
         m_block = tile % num_m_blocks
         head_batch = tile // num_m_blocks
-        if const_expr(self.causal):
+        if const_expr(self.causal and self.l2_heads is None):
             m_block = num_m_blocks - 1 - tile // (heads * batch)
             head_batch = tile % (heads * batch)
+        if const_expr(self.causal and self.l2_heads is not None):
+            # Sections of `section` (head, batch) pairs, one after the other; inside one, the
+            # longest query tiles first and the section's pairs fastest.
+            pairs = heads * batch
+            section = Int32(self.l2_heads)
+            if const_expr(self.l2_heads == 0):
+                bytes_per_key = 2 * self.head_dim * (self.dtype.width // 8)  # K and V
+                kv_bytes = cutlass.Int64(gmem.mK.shape[0]) * bytes_per_key
+                fit = cutlass.max(L2_KV_BYTES // cutlass.max(kv_bytes, 1), 1)
+                section = Int32(1)
+                while section * 2 <= fit:
+                    section = section * 2
+            section = cutlass.min(section, pairs)
+            section_index = tile // (section * num_m_blocks)
+            first_pair = section_index * section
+            size = cutlass.min(section, pairs - first_pair)
+            within = tile - first_pair * num_m_blocks
+            m_block = num_m_blocks - 1 - within // size
+            head_batch = first_pair + within % size
         return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
 
     # ---- device roles --------------------------------------------------------------------------

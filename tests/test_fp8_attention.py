@@ -2,8 +2,8 @@
 
 * P goes from the fp32 accumulator to the k32 fp8 A operand without a register exchange, by
   relabelling the keys (``wgmma.fp8_key_slot``); the pass that transposes V puts every key's
-  row in its slot (``fp8.transpose_v``). Checked against the DSL's own fragment layouts, and in
-  a pure-torch model that P V is unchanged.
+  row in its slot (``fp8.transpose_v``: a kernel on a GPU, held to the torch gather). Checked
+  against the DSL's own fragment layouts, and in a pure-torch model that P V is unchanged.
 * P in e4m3 (offset 2^8) is what bounds the kernel's error: a torch model of the kernel's
   arithmetic against the fp64 reference justifies ``E4M3_TOLERANCE``.
 * The harness side: Fp8Tensor, quantize_e4m3, e4m3 problems, inputs, reference and checks.
@@ -94,7 +94,7 @@ def test_register_view_takes_each_score_to_its_key_slot(block_n):
 def test_transpose_v_puts_each_key_in_its_slot(seqlen_k):
     gen = torch.Generator().manual_seed(seqlen_k)
     v = quantize_e4m3(torch.randn(2, seqlen_k, 3, 64, generator=gen)).data
-    vt = fp8.transpose_v(v)
+    vt = fp8.transpose_v_reference(v)
     keys = fp8.padded_keys(seqlen_k)
     assert vt.dtype == torch.float8_e4m3fn and vt.shape == (2, 3, 64, keys) and vt.is_contiguous()
     assert keys % FP8_KEY_PERIOD == 0 and keys - seqlen_k < FP8_KEY_PERIOD
@@ -102,6 +102,43 @@ def test_transpose_v_puts_each_key_in_its_slot(seqlen_k):
     assert torch.equal(vt.view(torch.uint8)[..., slots], v.view(torch.uint8).permute(0, 2, 3, 1))
     padding = sorted(set(range(keys)) - set(slots.tolist()))
     assert (vt.view(torch.uint8)[..., padding] == 0).all()  # zeros: P is 0 there, and 0 * 0 is 0
+
+
+def test_transpose_kernel_moves_16_byte_pieces_and_shuffles_in_shared_memory():
+    """The sm_90a build of kernels/cute/transpose.py: per thread four 16-byte loads of V's rows
+    and four 16-byte stores of vt's row (whole sectors both ways), the byte shuffle as shared
+    memory reads, no local memory."""
+    import re
+    from collections import Counter
+
+    from kernels.cute import launch, transpose
+    from tools.inspect import _artifact, resource_usage, sass_of
+
+    launch.INSPECT_DUMP_DIR.mkdir(parents=True, exist_ok=True)
+    for head_dim in (64, 128, 256):
+        cubin = _artifact(transpose.compiled(head_dim, launch.INSPECT_OPTIONS).__cubin__, binary=True)
+        memory_ops = Counter(re.findall(r"\s((?:LDG|STG|LDS|STS|LDL|STL)[.\w]*)", sass_of(cubin)))
+        assert memory_ops["LDG.E.128"] == 4 and memory_ops["STG.E.128"] == 4, memory_ops
+        assert memory_ops["LDS.U8"] == transpose.BLOCK_KEYS, memory_ops
+        assert not any(op.startswith(("LDG.E.U8", "STG.E.U8", "LDL", "STL")) for op in memory_ops), memory_ops
+        assert resource_usage(cubin)["local_bytes"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_transpose_kernel_matches_the_torch_gather(head_dim):
+    from kernels.cute import transpose
+
+    for batch, seqlen_k, heads in ((2, 1, 3), (1, 15, 2), (2, 17, 1), (1, 64, 4), (3, 65, 2), (1, 1000, 2)):
+        gen = torch.Generator(device="cuda").manual_seed(seqlen_k)
+        v = quantize_e4m3(torch.randn(batch, seqlen_k, heads, head_dim, generator=gen, device="cuda")).data
+        vt = fp8.transpose_v(v)
+        expected = fp8.transpose_v_reference(v)
+        assert vt.shape == expected.shape and vt.stride(-2) == transpose.stored_keys(seqlen_k)
+        assert torch.equal(vt.view(torch.uint8), expected.view(torch.uint8)), (batch, seqlen_k, heads)
+        beyond = vt.view(torch.uint8).as_strided(  # the buffer's keys past the view: zeros too
+            (batch, heads, head_dim, transpose.stored_keys(seqlen_k)), vt.stride())
+        assert (beyond[..., seqlen_k:] == 0).all()
 
 
 def test_relabelled_keys_leave_p_v_unchanged():

@@ -5,13 +5,15 @@
 //   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
 //     and dividends across [0, 2^31);
 //   - the error model: host rejections throw the types of common/errors.h;
-//   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported).
+//   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported), and its
+//     grid order (prefill_ws_tile: every tile once, L2 sections) and section sizes.
 //   python -m tools.nvcc csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu \
 //       && build/csrc-tests/attn_host_test
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include <type_traits>
 
@@ -126,6 +128,63 @@ static int check_fast_divmod() {
   return failures;
 }
 
+// The warp-specialized prefill's grid order (prefill_ws_tile): every tile exactly once, and
+// under the causal mask longest first within each L2 section; the section sizes of the launcher.
+static int check_prefill_ws_grid() {
+  namespace attn = kernels::attention;
+  int failures = 0;
+  for (int q_tiles : {1, 2, 7, 32})
+    for (int heads : {1, 5, 16})
+      for (int batch : {1, 3})
+        for (int causal : {0, 1})
+          for (int section : {0, 1, 2, 4, 8, 64}) {
+            if (section > heads * batch || (section > 0 && !causal)) continue;
+            attn::PrefillWsParams p;
+            p.q_tiles = q_tiles;
+            p.heads_q = heads;
+            p.batch = batch;
+            p.causal = causal;
+            p.l2_section = section;
+            std::vector<int> seen(size_t(q_tiles) * heads * batch, 0);
+            bool ok = true;
+            int previous_section = 0, previous_m = q_tiles;
+            for (int idx = 0; idx < q_tiles * heads * batch; ++idx) {
+              const attn::PrefillWsTile t = attn::prefill_ws_tile(p, idx);
+              ok = ok && t.m_block >= 0 && t.m_block < q_tiles && t.head >= 0 && t.head < heads && t.batch >= 0 &&
+                   t.batch < batch;
+              if (!ok) break;
+              ++seen[(size_t(t.batch) * heads + t.head) * q_tiles + t.m_block];
+              if (causal && section > 0) {  // within a section the query tiles never grow
+                const int s = (t.batch * heads + t.head) / section;
+                ok = ok && (s != previous_section || t.m_block <= previous_m);
+                previous_section = s;
+                previous_m = t.m_block;
+              }
+            }
+            for (int n : seen) ok = ok && n == 1;
+            failures += !ok;
+            if (!ok)
+              std::printf("FAIL prefill_ws_tile q_tiles %d heads %d batch %d causal %d section %d\n", q_tiles, heads,
+                          batch, causal, section);
+          }
+  // 16k keys, D 128, bf16: 8 MB of K and V per kv head, five fit in 40 MB -> 4 pairs (x group 4 -> 16).
+  const struct {
+    int64_t seqlen_k;
+    int head_dim, group, pairs, want;
+  } sections[] = {{16384, 128, 1, 16, 4}, {16384, 128, 4, 32, 16}, {4096, 128, 1, 64, 16},
+                  {1024, 64, 1, 3, 2},    {1 << 22, 256, 1, 8, 1}, {0, 128, 1, 8, 8}};
+  for (const auto& c : sections) {
+    const int got = attn::prefill_ws_l2_section(c.seqlen_k, c.head_dim, 2, c.group, c.pairs);
+    if (got != c.want) {
+      ++failures;
+      std::printf("FAIL prefill_ws_l2_section Sk %lld D %d group %d pairs %d: %d, want %d\n", (long long)c.seqlen_k,
+                  c.head_dim, c.group, c.pairs, got, c.want);
+    }
+  }
+  std::printf("warp-specialized prefill grid order and L2 sections: %s\n", failures ? "FAIL" : "PASS");
+  return failures;
+}
+
 int main() {
   struct Case {
     int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
@@ -154,6 +213,7 @@ int main() {
   failures += check_fast_divmod();
   failures += check_errors();
   failures += check_prefill_ws_applicability();
+  failures += check_prefill_ws_grid();
   std::printf("attn_host_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -248,6 +248,7 @@ fp8::gemm::GemmPlan plan_of(const GemmCase& gc) {
 
 std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.path == fp8::gemm::Path::kMmaSync) return "mma_sync";
+  if (plan.path == fp8::gemm::Path::kGemv) return "gemv m" + std::to_string(plan.block_m);
   std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
   if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += "2";
   if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);

@@ -4,11 +4,11 @@ before the launch, O in bf16.
 FP8 WGMMA reads both operands K-major: for ``O += P V`` the B operand is V^T with the *keys*
 contiguous, while V arrives ``[B, Sk, Hkv, D]`` with D contiguous (bf16 rungs read it through
 an MN-major descriptor, which FP8 does not have). :func:`transpose_v` writes V^T
-``[B, Hkv, D, Sk']`` in one pass over V before the kernel, on the same stream, inside the timed
-launch; ``Sk'`` is ``Sk`` rounded up to 16 (zeros past ``Sk``), which also keeps the tensor
-map's row stride a multiple of 16 bytes. The same pass puts each key in the k-slot where the
-kernel's P fragment has it (``kernels.cute.wgmma.fp8_key_slot``): P goes from the accumulator
-to the fp8 A operand without exchanging registers between lanes.
+``[B, Hkv, D, Sk']`` in one pass over V before the kernel (``kernels/cute/transpose.py``), on
+the same stream, inside the timed launch; ``Sk'`` is ``Sk`` rounded up to 16 (zeros past
+``Sk``), and the row stride a multiple of 16 bytes, as the tensor map needs. The same pass puts
+each key in the k-slot where the kernel's P fragment has it (``kernels.cute.wgmma.fp8_key_slot``):
+P goes from the accumulator to the fp8 A operand without exchanging registers between lanes.
 
 The JIT host function of an FP8 rung takes
 ``(mQ, mK, mVt, mO, mLSE | None, softmax_scale, q_descale, k_descale, v_descale, stream)``.
@@ -50,8 +50,19 @@ def _slot_order(device):
 
 
 def transpose_v(v):
-    """``v [B, Sk, Hkv, D]`` float8_e4m3fn -> ``vt [B, Hkv, D, Sk']``, contiguous, with
-    ``vt[b, h, d, 16 g + fp8_key_slot(i)] = v[b, 16 g + i, h, d]`` and zeros for keys past ``Sk``."""
+    """``v [B, Sk, Hkv, D]`` float8_e4m3fn -> ``vt [B, Hkv, D, Sk']`` with
+    ``vt[b, h, d, 16 g + fp8_key_slot(i)] = v[b, 16 g + i, h, d]`` and zeros for keys past ``Sk``:
+    on a GPU one kernel (``kernels/cute/transpose.py``), elsewhere :func:`transpose_v_reference`."""
+    if v.is_cuda:
+        from kernels.cute import transpose  # imports this module
+
+        return transpose.transpose_v(v)
+    return transpose_v_reference(v)
+
+
+def transpose_v_reference(v):
+    """:func:`transpose_v` as torch ops (a strided gather, one byte per element: slow on a GPU,
+    where the kernel replaces it; the tests hold the kernel to it). ``vt`` is contiguous."""
     import torch
 
     batch, seqlen_k, heads, head_dim = v.shape

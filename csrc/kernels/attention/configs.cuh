@@ -187,10 +187,16 @@ struct PrefillVariants {
 // CuTe-DSL ladder's K8 plans (kernels/k8.py TILE_CONFIGS, FlashAttention-3's): D=64 three
 // consumer warpgroups on 128-key tiles, D=128 two on 128-key tiles, D=256 two on 80-key tiles;
 // two stages everywhere. Not yet measured against PrefillConfigSm90 on the H200 (attn_test bench).
-template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_>
+// kL2Sections: under the causal mask, the grid walks the (head, batch) pairs in sections whose K
+// and V fit in L2 (kL2KvBytes), the longest query tiles of a section first (FlashAttention-4's
+// LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
+template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true>
 struct PrefillWsTiles {
   static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr bool kL2Sections = kL2Sections_;
 };
+// L2 bytes (of the H100 / H200's 50 MB) that the K and V of one causal section may take.
+constexpr int64_t kL2KvBytes = 40ll << 20;
 
 template <int kD>
 struct PrefillWsConfig;
@@ -212,7 +218,8 @@ struct PrefillWsVariants<64> {
 };
 template <>
 struct PrefillWsVariants<128> {
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;  // three stages: 224 KiB
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;      // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;  // causal order without L2 sections
 };
 template <>
 struct PrefillWsVariants<256> {

@@ -42,6 +42,9 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   const int q_len = p.seqlen_q;
   const int rows_total = q_len * p.group;
 
+  // The combine kernel (num_splits > 1) may be scheduled from now on: it waits for this grid
+  // in wait_for_prerequisites() before it reads a partial row.
+  dependents_may_launch();
   const bool kv_ok = KV::kv_len_ok(p, b);
   const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
   const int causal_offset = kv_len - q_len;
@@ -206,6 +209,7 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   const int n = p.num_splits;
 
+  wait_for_prerequisites();  // launched programmatically behind attn_decode_kernel
   for (int s = threadIdx.x; s < n; s += kCombineThreads) s_lse[s] = p.lse_partial[s * rows_total + row];
   __syncthreads();
   float mx = -INFINITY;
@@ -276,8 +280,15 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
-    attn_decode_combine_kernel<kD, Element><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p);
-    check_launch("attn_decode_combine_kernel");
+    // Programmatic launch: the combine's launch overlaps the split kernel's tail.
+    cudaLaunchAttribute attr = programmatic_launch_attribute();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(rows));
+    config.blockDim = dim3(kCombineThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+    check_launch("attn_decode_combine_kernel", cudaLaunchKernelEx(&config, attn_decode_combine_kernel<kD, Element>, p));
   }
 }
 

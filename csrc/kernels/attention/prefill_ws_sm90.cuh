@@ -20,8 +20,8 @@
 //              only when a row's max grew by more than 2^8, PrefillSoftmax), P_n -> registers.
 //              Then the last P V, O / rowsum -> the warpgroup's Q tile in shared memory (its last
 //              S has completed) -> one TMA store per warpgroup (rows past Sq clipped), LSE.
-// Grid: one linear index; causal: heads fastest, then batch, query tiles from the last (longest)
-// down; otherwise query tiles fastest (neighbouring CTAs share K / V in L2).
+// Grid: one linear index, mapped to a tile by prefill_ws_tile (causal: longest tiles first, in
+// L2 sections of heads where the configuration asks for them).
 //
 // Shared-memory tiles are Sw128Tile (wgmma_math.cuh): 64-column (128-byte) panels in the
 // hardware's 128-byte swizzle, which TMA writes and WGMMA descriptors read as they are. The
@@ -62,7 +62,45 @@ struct PrefillWsParams {
   int q_tiles = 0;  // ceil(Sq / kBlockM)
   float scale_log2 = 1.f;
   bool causal = false;
+  int l2_section = 0;  // causal, kL2Sections: (head, batch) pairs per section (0: no sections)
 };
+
+// The tile CTA `idx` of the grid computes. Causal with l2_section > 0: section s holds the
+// (head, batch) pairs [s * l2_section, ...) (the last may hold fewer), its query tiles from the
+// last (longest) down and its pairs fastest. Causal without: every pair's longest tile first,
+// heads fastest. Otherwise query tiles fastest (neighbouring CTAs share K / V in L2).
+struct PrefillWsTile {
+  int m_block, head, batch;
+};
+
+__host__ __device__ inline PrefillWsTile prefill_ws_tile(const PrefillWsParams& p, int idx) {
+  if (p.causal && p.l2_section > 0) {
+    const int pairs = p.heads_q * p.batch;
+    const int first = idx / (p.l2_section * p.q_tiles) * p.l2_section;
+    const int size = p.l2_section < pairs - first ? p.l2_section : pairs - first;
+    const int within = idx - first * p.q_tiles;
+    const int pair = first + within % size;
+    return {p.q_tiles - 1 - within / size, pair % p.heads_q, pair / p.heads_q};
+  }
+  if (p.causal) {
+    const int rest = idx / p.heads_q;
+    return {p.q_tiles - 1 - rest / p.batch, idx % p.heads_q, rest % p.batch};
+  }
+  const int rest = idx / p.q_tiles;
+  return {idx % p.q_tiles, rest % p.heads_q, rest / p.heads_q};
+}
+
+// (head, batch) pairs per causal section: query heads whose K and V (seqlen_k keys of
+// head_dim elements of element_bytes each, shared by a group's heads) fit in kL2KvBytes,
+// rounded down to a power of two, at least one, at most the pairs there are.
+inline int prefill_ws_l2_section(int64_t seqlen_k, int head_dim, int element_bytes, int group, int pairs) {
+  const int64_t kv_head_bytes = seqlen_k * 2 * head_dim * element_bytes;
+  const int64_t kv_heads = kv_head_bytes > 0 ? kL2KvBytes / kv_head_bytes : pairs;
+  const int64_t fit = (kv_heads > 1 ? kv_heads : 1) * group;
+  int section = 1;
+  while (int64_t(section) * 2 <= fit && section * 2 <= pairs) section *= 2;
+  return section;
+}
 
 namespace prefill_ws {
 
@@ -175,18 +213,9 @@ struct PrefillWs {
   __device__ __forceinline__ static int stage_of(int n) { return n % kStages; }
   __device__ __forceinline__ static uint32_t parity_of(int n) { return static_cast<uint32_t>(n / kStages) & 1u; }
 
-  struct Tile {
-    int m_block, head, batch;
-  };
-
+  using Tile = PrefillWsTile;
   __device__ __forceinline__ static Tile tile_of(const PrefillWsParams& p) {
-    const int idx = static_cast<int>(blockIdx.x);
-    if (p.causal) {
-      const int rest = idx / p.heads_q;
-      return {p.q_tiles - 1 - rest / p.batch, idx % p.heads_q, rest % p.batch};
-    }
-    const int rest = idx / p.q_tiles;
-    return {idx % p.q_tiles, rest % p.heads_q, rest / p.heads_q};
+    return prefill_ws_tile(p, static_cast<int>(blockIdx.x));
   }
 
   // KV tiles the CTA visits: under the causal mask, up to the last one its last row sees.
@@ -515,6 +544,9 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
   const int64_t ctas = q_tiles * p.heads_q * p.batch;
   check(ctas <= 0x7fffffff, "prefill: CTAs per launch (query tiles x heads x batch) must be < 2^31, got ", ctas);
   kp.q_tiles = static_cast<int>(q_tiles);
+  if (Cfg::kL2Sections && p.causal) {
+    kp.l2_section = prefill_ws_l2_section(p.seqlen_k, T::kD, int(sizeof(Element)), p.group, p.heads_q * p.batch);
+  }
 
   auto kernel = attn_prefill_ws_kernel<Cfg, Element>;
   static SmemOptIn opt_in;

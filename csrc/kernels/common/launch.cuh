@@ -51,6 +51,49 @@ inline cudaLaunchAttribute cluster_attribute(int size) {
   return attr;
 }
 
+// Programmatic dependent launch (sm_90): the kernel launched with this attribute may start
+// while the previous kernel on the stream still runs (once that one's blocks have all run
+// dependents_may_launch() or exited), and waits for its results in wait_for_prerequisites().
+// What it saves is the launch gap between the two kernels; under a CUDA graph the edge is
+// kept. Older GPUs ignore the attribute.
+inline cudaLaunchAttribute programmatic_launch_attribute() {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
+}
+
+// Whether the current device takes programmatic launches (compute capability 9.0 or newer),
+// looked up once per device.
+inline bool programmatic_launch_supported() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  KERNELS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kMaxDevices && known[device].load(std::memory_order_acquire) != 0) return known[device] == 2;
+  int major = 0;
+  KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (device < kMaxDevices) known[device].store(major >= 9 ? 2 : 1, std::memory_order_release);
+  return major >= 9;
+}
+
+// In the earlier kernel: its dependent may be scheduled now (the dependent still waits for
+// this grid's completion and memory in wait_for_prerequisites()).
+__device__ __forceinline__ void dependents_may_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// In the dependent kernel, before it reads what the earlier kernel wrote: returns once that
+// grid has completed and its writes are visible (at once for a kernel launched without the
+// attribute).
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Grid dimensions y and z are limited to 65535 by the hardware; a larger problem would fail
 // at launch with "invalid argument", so it is rejected with the reason (`cause`: what made
 // the grid that large) instead.

@@ -23,6 +23,7 @@
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
 // What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
+// GEMV kernel (Path::kGemv, M <= 8, the planner's choice there): gemm/gemv.cuh.
 //
 // Constraints (checked; errors as in common/errors.h): K % 16 == 0; A, B 16-byte aligned with row
 // strides that are multiples of 16 bytes; format pairs e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
@@ -41,6 +42,7 @@
 #include "../common/tma.cuh"
 #include "common.h"
 #include "gemm/epilogue.cuh"
+#include "gemm/gemv.cuh"
 #include "gemm/load.cuh"
 #include "gemm/mainloop.cuh"
 #include "gemm/plan.cuh"
@@ -303,6 +305,7 @@ void launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream)
 template <Format FA, Format FB>
 void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
+  if (plan.path == Path::kGemv) return launch_gemv<FA, FB>(p, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
     case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);

@@ -12,7 +12,9 @@
   (* row_scale[:, None]) (* col_scale) (+ bias)` in bf16; `scale_a/scale_b` are dequant
   factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
-  e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync;
+  e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync /
+  2 GEMV (M <= 8: a warp streams rows of b, fp32 accumulation; what auto picks for M <= 8
+  unless `block_n`, `persistent` or `split_k` ask for the tiled kernels);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in
@@ -119,7 +121,7 @@ MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
 
 
 def check_plan_args(path, block_n, persistent, split_k=0) -> None:
-    for name, value, allowed in (("path", path, (-1, 0, 1)),
+    for name, value, allowed in (("path", path, (-1, 0, 1, 2)),
                                  ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
                                  ("persistent", persistent, (-1, 0, 1))):
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:

@@ -149,7 +149,12 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   (void)k;
   GemmPlan plan;
   const bool hopper = cc_major == 9 && cc_minor == 0;
-  plan.path = req.force_path >= 0 ? Path(req.force_path) : (hopper ? Path::kWgmma : Path::kMmaSync);
+  // Decode-sized M goes to the GEMV kernel unless the request names a tile choice (block_n,
+  // accumulation, split-K, persistence, clusters), which only the tiled kernels have.
+  const bool tile_request = req.force_block_n > 0 || req.accum >= 0 || req.promote_every > 0 || req.split_k > 0 ||
+                            req.persistent >= 0 || req.cluster >= 0;
+  const bool gemv = m <= GemvPolicy::kMaxRows && !tile_request;
+  plan.path = req.force_path >= 0 ? Path(req.force_path) : gemv ? Path::kGemv : hopper ? Path::kWgmma : Path::kMmaSync;
   plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
   plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
   int cluster_size = 1;
@@ -193,13 +198,22 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     }
     if (int(plan.cluster) >= 0 && int(plan.cluster) <= 3)
       cluster_size = cluster_m_of(plan.cluster) * cluster_n_of(plan.cluster);
+  } else if (plan.path == Path::kGemv) {
+    // the M bucket of the kernel (a forced GEMV with M > kMaxRows: kMaxRows + 1, unsupported)
+    plan.block_m = m <= GemvPolicy::kMaxRows ? gemv_rows_bucket(m) : GemvPolicy::kMaxRows + 1;
+    plan.block_n = GemvPolicy::kColsPerBlock;
+    plan.cluster = ClusterMode::kNone;
   } else {
     plan.block_m = Sm89Policy::kBM;
     plan.block_n = Sm89Policy::kBN;
     plan.cluster = ClusterMode::kNone;
   }
   plan.tiles = int(tiles_for(m, n, plan.block_m, plan.block_n));
-  if (plan.path == Path::kMmaSync) {
+  if (plan.path == Path::kGemv) {
+    plan.tiles = int(ceil_div<int64_t>(n, plan.block_n));
+    plan.persistent = false;
+    plan.grid = plan.tiles;
+  } else if (plan.path == Path::kMmaSync) {
     plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
     // two 256-thread blocks (40 KB shared each) fit an SM comfortably
     plan.grid = plan.persistent ? (plan.tiles < 2 * num_sms ? plan.tiles : 2 * num_sms) : plan.tiles;
@@ -218,6 +232,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
 
 // A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
 inline bool plan_supported(const GemmPlan& plan) {
+  if (plan.path == Path::kGemv) return plan.split_k == 1 && plan.block_m <= GemvPolicy::kMaxRows;
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
@@ -232,7 +247,7 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
         "overlap at 128 / 176 / 192), promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
-        kMaxSplitK, " (WGMMA path only)");
+        kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows);
 }
 
 // What every GEMM launch checks first (launch_gemm): the device, the format pair, K and the

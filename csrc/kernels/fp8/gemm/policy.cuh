@@ -112,8 +112,22 @@ struct Sm89Policy {
   static constexpr int kSmemBytes = kStages * (kBM + kBN) * kRowBytes;
 };
 
-enum class Path : int { kWgmma = 0, kMmaSync = 1 };
+struct GemvPolicy {
+  static constexpr int kMaxRows = 8;  // M up to this takes the GEMV path
+  static constexpr int kWarps = 8;    // per block
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kColsPerWarp = 2;  // B rows a warp streams side by side
+  static constexpr int kUnroll = 2;       // 16-byte pieces per lane and row in flight
+  static constexpr int kPiece = 16;       // fp8 elements per 16-byte load
+  static constexpr int kColsPerBlock = kWarps * kColsPerWarp;
+};
 
-inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : "mma_sync"; }
+// The M buckets with an instantiated kernel: M rounds up to the next of these.
+constexpr int gemv_rows_bucket(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : 8; }
+
+// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh), sm_89 and newer.
+enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
+
+inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : p == Path::kMmaSync ? "mma_sync" : "gemv"; }
 
 }  // namespace kernels::fp8::gemm
