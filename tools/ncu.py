@@ -39,7 +39,6 @@ METRICS = {
     "warp_instructions": "smsp__inst_executed.sum",
     "ipc": "sm__inst_executed.avg.per_cycle_active",
     "registers_per_thread": "launch__registers_per_thread",
-    "launches_in_range": "launches_in_range",  # parse_raw_csv's count, not an ncu metric
 }
 # Kept metrics that no section above collects.
 EXTRA_METRICS = ("smsp__inst_executed.sum",)
@@ -80,6 +79,8 @@ def number(text: str) -> float:
 def summarize(raw: dict[str, str]) -> dict:
     """The kept metrics and every stall reason (warps stalled per issued instruction)."""
     out = {name: number(raw[metric]) for name, metric in METRICS.items() if metric in raw}
+    if "launches_in_range" in raw:  # parse_raw_csv's count, not an ncu metric
+        out["launches_in_range"] = number(raw["launches_in_range"])
     stalls = {key[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(value) for key, value in raw.items()
               if key.startswith(STALL_PREFIX) and key.endswith(STALL_SUFFIX)}
     out["stalls_per_issue"] = {k: v for k, v in sorted(stalls.items(), key=lambda kv: -kv[1]) if v > 0}

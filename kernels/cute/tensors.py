@@ -8,33 +8,27 @@ from kernels.cute.launch import ALIGN_BYTES
 
 
 @cute.jit
-def bshd_tensor(mX: cute.Tensor, head_dim: cutlass.Constexpr[int]) -> cute.Tensor:
-    """``mX`` [B, S, H, D] with the head dimension made static and every stride known to be a
-    multiple of 16 bytes (checked on the host by ``launch.check_vector_alignment``), so that
-    8-element slices of a row compile to single 16-byte loads and stores."""
+def with_static_mode(mX: cute.Tensor, mode: cutlass.Constexpr[int],
+                     extent: cutlass.Constexpr[int]) -> cute.Tensor:
+    """4-D ``mX`` (last mode contiguous) with mode ``mode`` made static (``extent``) and every
+    other stride known to be a multiple of 16 bytes (checked, or padded to, on the host), so
+    that 16-byte slices along the last mode compile to single loads and stores."""
     elems_per_vector = ALIGN_BYTES * 8 // mX.element_type.width
-    batch, seqlen, heads, _ = mX.shape
-    stride_b, stride_s, stride_h, _ = mX.stride
-    layout = cute.make_layout(
-        (batch, seqlen, heads, head_dim),
-        stride=(cute.assume(stride_b, divby=elems_per_vector),
-                cute.assume(stride_s, divby=elems_per_vector),
-                cute.assume(stride_h, divby=elems_per_vector), 1),
-    )
-    return cute.make_tensor(mX.iterator, layout)
+    shape = tuple(extent if i == mode else mX.shape[i] for i in range(4))
+    stride = tuple(cute.assume(mX.stride[i], divby=elems_per_vector) for i in range(3)) + (1,)
+    return cute.make_tensor(mX.iterator, cute.make_layout(shape, stride=stride))
+
+
+@cute.jit
+def bshd_tensor(mX: cute.Tensor, head_dim: cutlass.Constexpr[int]) -> cute.Tensor:
+    """``mX`` [B, S, H, D] with the head dimension static and 16-byte multiple strides (checked
+    on the host by ``launch.check_vector_alignment``): 8-element slices of a row are single
+    16-byte loads and stores."""
+    return with_static_mode(mX, 3, head_dim)
 
 
 @cute.jit
 def bhds_tensor(mX: cute.Tensor, head_dim: cutlass.Constexpr[int]) -> cute.Tensor:
-    """``mX`` [B, H, D, S'] (V transposed for FP8, keys contiguous) with the head dimension made
-    static and every stride known to be a multiple of 16 bytes (the host pads S' to that)."""
-    elems_per_vector = ALIGN_BYTES * 8 // mX.element_type.width
-    batch, heads, _, seqlen = mX.shape
-    stride_b, stride_h, stride_d, _ = mX.stride
-    layout = cute.make_layout(
-        (batch, heads, head_dim, seqlen),
-        stride=(cute.assume(stride_b, divby=elems_per_vector),
-                cute.assume(stride_h, divby=elems_per_vector),
-                cute.assume(stride_d, divby=elems_per_vector), 1),
-    )
-    return cute.make_tensor(mX.iterator, layout)
+    """``mX`` [B, H, D, S'] (V transposed for FP8, keys contiguous) with the head dimension
+    static and 16-byte multiple strides (the host pads S' to that)."""
+    return with_static_mode(mX, 2, head_dim)
