@@ -164,9 +164,9 @@ def run(ctx) -> list[dict]:
                 rows.append(_measure(ctx, "api-paged-decode-unchecked", pdict, lambda: attention(
                     q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False), ref,
                     nbytes=kv_bytes))
-                replay = _graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
-                                                                check_seqlens=False))
-                rows.append(_measure(ctx, "cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes))
+            replay = _graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
+                                                            check_seqlens=False))
+            rows.append(_measure(ctx, "cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes))
         dense = problem.to_dict()
         rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref,
                              nbytes=kv_bytes))
