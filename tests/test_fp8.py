@@ -390,7 +390,7 @@ def test_gemm_bad_inputs_on_device():
     with pytest.raises(ValueError, match="block_n"):
         torch.ops.kernels.fp8_gemm(b, b, s, s, block_n=96)
     with pytest.raises(ValueError, match="path"):
-        torch.ops.kernels.fp8_gemm(b, b, s, s, path=2)
+        torch.ops.kernels.fp8_gemm(b, b, s, s, path=3)
     with pytest.raises(ValueError, match="scale_a"):
         torch.ops.kernels.fp8_gemm(b, b, s.cpu(), s)
     with pytest.raises(ValueError, match="block_n"):
