@@ -19,6 +19,7 @@ import torch
 
 from kernels.harness.checks import rel_err
 from kernels.harness.inputs import paged_kv_cache
+from kernels.harness.timing import graph_replay
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
@@ -110,24 +111,6 @@ def _sdpa(q, k, v, causal, backend_name):
         return expanded
 
 
-def _graph_replay(fn):
-    """``fn`` captured once in a CUDA graph (after a warm-up on a side stream, as torch asks);
-    returns a call that replays it and returns the captured output."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-
-    def replay():
-        graph.replay()
-        return out
-    return replay
-
-
 def run(ctx) -> list[dict]:
     from kernels.extension.backend.attention import attention
     from kernels.extension.ops import attention as ops
@@ -164,8 +147,8 @@ def run(ctx) -> list[dict]:
                 rows.append(_measure(ctx, "api-paged-decode-unchecked", pdict, lambda: attention(
                     q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False), ref,
                     nbytes=kv_bytes))
-            replay = _graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
-                                                            check_seqlens=False))
+            replay = graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
+                                                           check_seqlens=False))
             rows.append(_measure(ctx, "cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes))
         dense = problem.to_dict()
         rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref,
