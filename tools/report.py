@@ -369,6 +369,9 @@ def _extras(problem: dict, known) -> list[str]:
     for key, v in problem.items():
         if key in known or v is True or v is False or v is None:
             continue
+        if key == "inputs":  # the fp8_accuracy suite's draws: normal ones go without saying
+            out += [] if v == "normal" else [f"{v} inputs"]
+            continue
         out.append(f"page {v}" if key == "page_size" else f"{key.replace('_', ' ')} {v}")
     return out
 
@@ -376,7 +379,8 @@ def _extras(problem: dict, known) -> list[str]:
 def problem_label(problem: dict) -> str:
     """A short label in the notation of ``AttentionProblem.label`` (``b4 s4096 h32/8 d128 causal``):
 
-    - attention: that label, plus ``page 16`` for paged KV;
+    - attention: that label, plus ``page 16`` for paged KV and ``outliers inputs`` for the
+      fp8_accuracy suite's draws with outliers;
     - ragged attention: ``b6 s100..4096 ...`` (the shortest and longest sequence);
     - rotary: ``b8 s4096 h32/8 d128``, ``rot64`` when only part of the head rotates, the layout;
     - GEMM: ``4096 x 4096 x 4096`` (M x N x K; operand and output types only when not
