@@ -24,7 +24,7 @@ from kernels.harness import (
     verify_attention,
 )
 from kernels.harness.checks import score_bound
-from kernels.harness.timing import rotation_count, summarize
+from kernels.harness.timing import per_call, rotation_count, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -350,3 +350,10 @@ def test_score_bound_bounds_every_score_and_scales_the_lse_check():
     assert not check_output(ref, ref, lse=lse, ref_lse=ref_lse, lse_rtol=1e-4, lse_scale=bound)
     result = check_output(ref, ref, lse=lse, ref_lse=ref_lse, lse_rtol=2e-3, lse_scale=bound)
     assert result, result.reason
+
+
+def test_per_call_divides_the_times_of_a_replay_of_several_calls():
+    replay = summarize([4.0, 8.0, 6.0])
+    one = per_call(replay, 4)
+    assert all(one[key] == replay[key] / 4 for key in ("median", "p20", "p80"))
+    assert one["reps"] == replay["reps"] == 3
