@@ -90,7 +90,7 @@ DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads")
-# Lab (wip/l2-sections): L2 bytes that the K and V of a section of (head, batch) pairs fill.
+# l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
 L2_KV_BYTES = 40 * 1024 * 1024
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
@@ -133,8 +133,9 @@ class K11FMHA:
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
                  separate_o: bool | None = None, l2_heads: int | None = None):
         self.head_dim = head_dim
-        # Lab: under the causal mask, walk the tiles in sections of (head, batch) pairs whose K
-        # and V fit in L2 (FA4's LPT scheduler): 0 = as many as fit (a power of two), n = n.
+        # Off by default (measured no better: the page): under the causal mask, walk the tiles
+        # in sections of (head, batch) pairs whose K and V fit in L2 (FA4's LPT scheduler):
+        # 0 = as many as fit (a power of two), n = n.
         self.l2_heads = l2_heads
         self.causal = causal
         self.dtype = dtype
