@@ -6,7 +6,7 @@ GEMM problems: 4096^3 and 8192^3, then LLM linear shapes: M in {1, 16, 128, 2048
 N, K in {4096, 11008, 14336}. The square shapes add the persistent / per-tile / mma.sync
 variants and the fast-accumulation ones (ours with block_n=256, torch._scaled_mm with
 use_fast_accum=True); decode-sized shapes (M <= 128) add forced split-K (2 and 4 slices of K)
-and ``-graph`` rows: the planner's GEMM and torch._scaled_mm with every input set's call
+and ``-graph`` rows: each of those variants and torch._scaled_mm with every input set's call
 captured in one CUDA graph and timed per call, so that the host's time per call (which exceeds
 these kernels') drops out of the comparison.
 Every other row accumulates in fp32.
@@ -112,18 +112,22 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
         rows.append(_row(peer_name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12,
                          rel_err=rel, status="ok" if rel <= TOLERANCE else f"wrong: rel_err {rel:.3g}"))
     if m <= GRAPH_M and fp8_ops.is_available():
-        rows += _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b)
+        rows += _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants)
     return rows
 
 
-def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b) -> list[dict]:
+def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) -> list[dict]:
     """Decode-sized shapes again, every input set's call in one CUDA graph, timed per call: what
-    the kernels cost without the host (a call's Python and dispatch outlast these kernels)."""
+    the kernels cost without the host (a call's Python and dispatch outlast these kernels), for
+    each of our variants (the split-K rows are what a split-K model would be fitted to) and
+    torch._scaled_mm."""
     from kernels.harness.timing import graph_replay, per_call
 
-    calls = (("fp8_gemm-graph", lambda a, b: torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b)),
-             ("torch._scaled_mm-graph", lambda a, b: torch._scaled_mm(
-                 a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)))
+    calls = [(f"{name}-graph", lambda a, b, kwargs=kwargs: torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b,
+                                                                                      **kwargs))
+             for name, kwargs in variants]
+    calls.append(("torch._scaled_mm-graph", lambda a, b: torch._scaled_mm(
+        a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)))
     rows = []
     for name, fn in calls:
         try:
