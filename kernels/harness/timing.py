@@ -67,11 +67,13 @@ def time_cuda(fn: Callable[..., object], arg_sets: Sequence[tuple] = ((),), *,
 
 
 def graph_replay(fn: Callable[..., object], arg_sets: Sequence[tuple] = ((),)) -> Callable[[], object]:
-    """``fn(*args)`` for every set of ``arg_sets`` in turn, captured once in a CUDA graph (after a
-    warm-up on a side stream, as torch asks); returns a call that replays the graph and returns
-    the last captured output. Timing the replay leaves the host out: no Python, no dispatch, no
-    launch gap between the calls. Divide a replay's time by ``len(arg_sets)`` for one call's
-    (:func:`per_call`); several sets keep L2 out of it, as :func:`time_cuda`'s rotation does."""
+    """``fn(*args)`` for every set of ``arg_sets``, captured once in a CUDA graph (after a warm-up
+    on a side stream, as torch asks); returns a call that replays the graph and returns the
+    output of the *first* set's call (captured last, so that it is the one to check). Timing the
+    replay leaves the host out: no Python, no dispatch, no launch gap between the calls. Divide
+    a replay's time by ``len(arg_sets)`` for one call's (:func:`per_call`); several sets keep L2
+    out of it, as :func:`time_cuda`'s rotation does."""
+    arg_sets = list(arg_sets[1:]) + list(arg_sets[:1])
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -131,7 +131,7 @@ def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) 
     rows = []
     for name, fn in calls:
         try:
-            replay = graph_replay(fn, arg_sets[1:] + arg_sets[:1])  # the last call is arg_sets[0]'s
+            replay = graph_replay(fn, arg_sets)  # returns arg_sets[0]'s output
             rel = _rel(replay(), ref)
         except RuntimeError as exc:  # a call that cannot be captured becomes its row
             rows.append(_row(name, problem, None, status=f"error: {str(exc).splitlines()[0]}"))
