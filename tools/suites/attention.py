@@ -6,9 +6,10 @@ at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged an
 `attention()` with its defaults (`api-paged-decode`: validation, routing and the seqlens check
 on the host, what a caller pays eagerly), the same without the seqlens check
 (`api-paged-decode-unchecked`: the host path minus its one device->host copy) and replayed from
-a CUDA graph (`cuda-paged-decode-graph`: no host work at all); contiguous decode latency;
-prefill D 128 4k (TFLOP/s, target >= 350; the default kernel and, as `cuda-prefill-tc-cpasync`,
-the cp.async one it replaced on Hopper) with torch SDPA (cuDNN, flash) and FA4; a ragged
+a CUDA graph (`cuda-paged-decode-graph`: no host work at all; at page 16 too); contiguous decode
+latency; prefill D 128 b4 s4096 (TFLOP/s; the default kernel and, as `cuda-prefill-tc-cpasync`,
+the cp.async one it replaced on Hopper) with torch SDPA (cuDNN, flash) and FA4; prefill b1
+s16384 at D 64 / 128 / 256 (2048 / D heads, causal and not) against cuDNN and FA4; a ragged
 causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed.
 """
@@ -23,6 +24,7 @@ from kernels.harness.timing import graph_replay
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
+LONG_HEAD_DIMS = (64, 128, 256)  # the b1 s16384 prefill rows
 
 
 def _row(kernel, problem, ms=None, flops=None, nbytes=None, err=None, status="ok"):
@@ -176,6 +178,23 @@ def run(ctx) -> list[dict]:
         rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
                              ref, flops))
         del ref
+    # One 16k sequence at every head dimension (2048 / head_dim heads, the ladder's shapes): the
+    # targets of the production prefill against FlashAttention-4 and cuDNN.
+    for head_dim in LONG_HEAD_DIMS:
+        heads = 2048 // head_dim
+        for causal in (False, True):
+            problem = AttentionProblem(batch=1, seqlen_q=16384, seqlen_k=16384, heads_q=heads, heads_kv=heads,
+                                       head_dim=head_dim, causal=causal)
+            q, k, v = (rand(1, 16384, heads, head_dim) for _ in range(3))
+            ref = reference_attention(q, k, v, causal=causal)[0]
+            pdict, flops = problem.to_dict(), problem.flops()
+            rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal),
+                                 ref, flops))
+            rows.append(_measure(ctx, "torch-sdpa-cudnn", pdict, _sdpa(q, k, v, causal, "CUDNN_ATTENTION"), ref,
+                                 flops))
+            rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
+                                 ref, flops))
+            del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
     q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
     rows.append(_measure(ctx, "cuda-prefill-scalar", small.to_dict(),
