@@ -188,12 +188,11 @@ def run(ctx) -> list[dict]:
             q, k, v = (rand(1, 16384, heads, head_dim) for _ in range(3))
             ref = reference_attention(q, k, v, causal=causal)[0]
             pdict, flops = problem.to_dict(), problem.flops()
-            rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal),
-                                 ref, flops))
-            rows.append(_measure(ctx, "torch-sdpa-cudnn", pdict, _sdpa(q, k, v, causal, "CUDNN_ATTENTION"), ref,
-                                 flops))
-            rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
-                                 ref, flops))
+            calls = (("cuda-prefill-tc", lambda: ops.prefill(q, k, v, causal=causal)),
+                     ("torch-sdpa-cudnn", _sdpa(q, k, v, causal, "CUDNN_ATTENTION")),
+                     ("fa4", lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal))))
+            for name, call in calls:
+                rows.append(_measure(ctx, name, pdict, call, ref, flops))
             del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
     q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
