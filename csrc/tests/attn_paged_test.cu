@@ -168,10 +168,10 @@ DecodeVariant make_decode_variant(const char* name) {
 
 static int bench_decode() {
   using V = DecodeVariants<128>;
-  const DecodeVariant variants[] = {
-      make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
-      make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W8S2>("w8s2"),
-      make_decode_variant<V::W8S3>("w8s3"),       make_decode_variant<V::W4K32S2>("w4k32s2")};
+  const DecodeVariant variants[] = {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
+                                    make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W4S6>("w4s6"),
+                                    make_decode_variant<V::W8S2>("w8s2"),       make_decode_variant<V::W8S3>("w8s3"),
+                                    make_decode_variant<V::W4K32S2>("w4k32s2")};
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
   int dev = 0, sms = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&dev));

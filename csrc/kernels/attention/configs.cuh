@@ -31,6 +31,7 @@ struct DecodeVariants {
   using Default = DecodeConfig<kD>;
   using W4S2 = DecodeTiles<kD, 4, 16, 2>;  // smaller ring: three CTAs per SM at D 128
   using W4S4 = DecodeTiles<kD, 4, 16, 4>;  // deeper ring, one CTA per SM
+  using W4S6 = DecodeTiles<kD, 4, 16, 6>;  // five tiles in flight: B16 runs one CTA per SM anyway
   using W8S2 = DecodeTiles<kD, 8, 16, 2>;  // 128-key tiles, 8 warps
   using W8S3 = DecodeTiles<kD, 8, 16, 3>;
   using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
