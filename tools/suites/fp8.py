@@ -134,7 +134,8 @@ def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) 
             replay = graph_replay(fn, arg_sets)  # returns arg_sets[0]'s output
             rel = _rel(replay(), ref)
         except RuntimeError as exc:  # a call that cannot be captured becomes its row
-            rows.append(_row(name, problem, None, status=f"error: {str(exc).splitlines()[0]}"))
+            reason = str(exc).splitlines()[0]
+            rows.append(_row(name, problem, None, status=f"unsupported: not capturable: {reason}"))
             continue
         if not rel <= TOLERANCE:  # recorded, not timed
             rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}"))
