@@ -207,6 +207,33 @@ def test_ws_prefill_sass(head_dim, ws_kernels):
     assert any(re.search(r"\bBAR\.ARV\s+R\d+, 0x100\b", ln) for ln in text), "no turn passed (bar.arrive, 256)"
 
 
+# ---- the FP8 GEMV (csrc/kernels/fp8/gemm/gemv.cuh), as fp8_test.cu instantiates it ---------------
+
+FP8_TEST_UNIT = CSRC / "tests" / "fp8_test.cu"
+
+
+@needs_nvcc
+def test_fp8_gemv_runs_on_the_tensor_cores(compiled):
+    """Every format pair's GEMV kernel: its fp8 mma.sync on Hopper is fp8 -> f16 unpacks and f16
+    HMMAs (no fp8 mma.sync of its own), B and A in 16-byte loads, no spills, no local memory."""
+    from tools.inspect import _tool, opcode_mix
+
+    [(_, result, obj)] = [entry for entry in compiled if entry[0] == FP8_TEST_UNIT]
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = parse_ptxas(result.stdout + result.stderr)
+    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+    gemv = {name: lines for name, lines in sass_functions(sass).items() if "gemv_kernel" in name}
+    assert len(gemv) == 3, sorted(gemv)  # e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
+    for name, lines in gemv.items():
+        info = report[name]
+        assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, info
+        text = "\n".join(lines)
+        mix = opcode_mix(text)
+        assert mix["HMMA"] > 0 and mix["F2FP"] > 0, mix
+        assert mix["LDL"] == mix["STL"] == 0, mix
+        assert len(re.findall(r"\bLDG\.E\.(?:EF\.)?(?:CONSTANT\.)?128\b", text)) >= 8, "B and A in 16-byte loads"
+
+
 @needs_nvcc
 def test_attention_host_math():
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which

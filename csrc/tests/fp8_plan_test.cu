@@ -115,17 +115,17 @@ int main() {
 
   // Decode-sized M: the GEMV kernel, one block per GemvPolicy::kColsPerBlock columns, unless
   // the request names a tile choice; M > kMaxRows never, even when forced.
-  for (int64_t m : {1, 2, 3, 5, 8}) {
+  for (int64_t m : {1, 2, 3, 5, 8, 9, 16}) {
     const GemmPlan gemv = plan_of(m, 11008, 4096);
-    expect(gemv.path == Path::kGemv && gemv.block_m == gemv_rows_bucket(m) && gemv.block_m >= m &&
+    expect(gemv.path == Path::kGemv && gemv.block_m == GemvPolicy::kMaxRows &&
                gemv.grid == ceil_div<int64_t>(11008, GemvPolicy::kColsPerBlock) && gemv.split_k == 1 &&
                !gemv.persistent && gemm_workspace_bytes(gemv, m, 11008) == 0 && plan_supported(gemv),
            "GEMV plan", m, 11008, 4096);
   }
-  expect(plan_of(9, 4096, 4096).path == Path::kWgmma, "M = 9 is not a GEMV", 9, 4096, 4096);
+  expect(plan_of(17, 4096, 4096).path == Path::kWgmma, "M = 17 is not a GEMV", 17, 4096, 4096);
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);
-  expect(!plan_supported(plan_of(16, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 16", 16, 4096, 4096);
+  expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
   GemmPlan too_many = plan_of(1, 4096, 4096, 2);
   too_many.split_k = kMaxSplitK + 1;
   expect(!plan_supported(too_many), "split_k above kMaxSplitK accepted", 1, 4096, 4096);

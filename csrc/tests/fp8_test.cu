@@ -671,6 +671,21 @@ int correctness_cases() {
         {300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 0, false});  // > stages k-blocks, persistent wrap
     if (path == 0) cases.push_back({300, 520, 2064, Format::kE4M3, Format::kE4M3, path, 256, false});
   }
+  // The GEMV kernel (path 2, what M <= 16 runs; sm_89 and newer): M inside its m16 tile, N
+  // tails in its 16-column blocks, K tails in its 64-byte chunks and in the warps' slices of
+  // them (K = 16: one piece; 4096: 64 chunks over 8 warps), every format pair, extras on and off.
+  {
+    const Format e4 = Format::kE4M3, e5 = Format::kE5M2;
+    const std::pair<int64_t, int64_t> gemv_shapes[] = {{1, 16}, {17, 272}, {333, 1040}, {4112, 4096}};
+    for (int64_t m : {1, 3, 9, 16})
+      for (const auto& [n, k] : gemv_shapes) {
+        cases.push_back({m, n, k, e4, e4, 2, 0, m % 2 == 1});
+        if (n == 333) {
+          cases.push_back({m, n, k, e4, e5, 2, 0, true});
+          cases.push_back({m, n, k, e5, e4, 2, 0, false});
+        }
+      }
+  }
   if (hopper) {
     // Split-K: M = 1 / 16 / 128; K tails (1040 = 8 k-blocks + 16, 2064 = 16 + 16: 9 and 17
     // k-blocks, so 2, 4 and 5 splits are uneven); N tails (200, 333, odd 131); extras on and

@@ -72,7 +72,7 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
                      ("fp8_gemm-bn256-fast_accum", {"path": 0, "block_n": 256})]
     elif m <= 128:
         variants += [("fp8_gemm-split_k2", {"split_k": 2}), ("fp8_gemm-split_k4", {"split_k": 4})]
-        if m <= 8:  # the planner picks the GEMV kernel there: the tiled one beside it
+        if m <= 16:  # the planner picks the GEMV kernel there: the tiled one beside it
             variants += [("fp8_gemm-tiled", {"split_k": 1})]
     rows = []
     for name, kwargs in variants:

@@ -16,8 +16,9 @@ decode step calls them once per linear layer, where the host is all there is.
   factors (the reciprocals of the quantize multipliers), float32 scalars. K % 16 == 0;
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync /
-  2 GEMV (M <= 8: a warp streams rows of b, fp32 accumulation; what auto picks for M <= 8
-  unless `block_n`, `persistent` or `split_k` ask for the tiled kernels);
+  2 GEMV (M <= 16: one mma.sync m16n8k32 row tile, b streamed from global memory into its
+  fragments, fp32 accumulation; what auto picks for M <= 16 unless `block_n`, `persistent` or
+  `split_k` ask for the tiled kernels);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in

@@ -199,8 +199,8 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     if (int(plan.cluster) >= 0 && int(plan.cluster) <= 3)
       cluster_size = cluster_m_of(plan.cluster) * cluster_n_of(plan.cluster);
   } else if (plan.path == Path::kGemv) {
-    // the M bucket of the kernel (a forced GEMV with M > kMaxRows: kMaxRows + 1, unsupported)
-    plan.block_m = m <= GemvPolicy::kMaxRows ? gemv_rows_bucket(m) : GemvPolicy::kMaxRows + 1;
+    // one m16 tile (a forced GEMV with M > kMaxRows: kMaxRows + 1, unsupported)
+    plan.block_m = m <= GemvPolicy::kMaxRows ? GemvPolicy::kMaxRows : GemvPolicy::kMaxRows + 1;
     plan.block_n = GemvPolicy::kColsPerBlock;
     plan.cluster = ClusterMode::kNone;
   } else {

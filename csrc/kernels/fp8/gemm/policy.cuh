@@ -112,20 +112,19 @@ struct Sm89Policy {
   static constexpr int kSmemBytes = kStages * (kBM + kBN) * kRowBytes;
 };
 
+// The GEMV kernel (gemv.cuh): mma.sync m16n8k32 on M <= 16 rows, B streamed from global memory
+// straight into the B fragments. A block owns kNTiles x 8 columns; its warps split K.
 struct GemvPolicy {
-  static constexpr int kMaxRows = 8;  // M up to this takes the GEMV path
-  static constexpr int kWarps = 8;    // per block
+  static constexpr int kMaxRows = 16;  // M up to this takes the GEMV path (one m16 MMA row tile)
+  static constexpr int kWarps = 8;     // per block, each a slice of K
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kColsPerWarp = 2;  // B rows a warp streams side by side
-  static constexpr int kUnroll = 2;       // 16-byte pieces per lane and row in flight
-  static constexpr int kPiece = 16;       // fp8 elements per 16-byte load
-  static constexpr int kColsPerBlock = kWarps * kColsPerWarp;
+  static constexpr int kNTiles = 2;  // n8 tiles per block (B rows a warp streams side by side)
+  static constexpr int kUnroll = 4;  // 64-byte k chunks per row in flight per warp
+  static constexpr int kChunk = 64;  // k per chunk: 4 lanes x 16 bytes, two k32 MMA steps
+  static constexpr int kColsPerBlock = kNTiles * 8;
 };
 
-// The M buckets with an instantiated kernel: M rounds up to the next of these.
-constexpr int gemv_rows_bucket(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : 8; }
-
-// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh), sm_89 and newer.
+// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
 enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
 
 inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : p == Path::kMmaSync ? "mma_sync" : "gemv"; }
