@@ -12,9 +12,10 @@
 // (SASS of this kernel at kNTiles = 2, kUnroll = 4: 128 F2FP, 32 HMMA, 16 LDG.128 per chunk
 // group of 4 x 64 bytes of 16 rows of B per warp).
 //
-// B goes from global memory straight into the MMA's B fragments, without shared memory: lane
-// (group g, quad q) of a warp loads 16 bytes of B row n0 + 8 t + g (n-tile t) at k0 + 16 q, and the two k32 steps
-// of a 64-byte chunk take words {0, 1} and {2, 3} of that piece as their fragment registers.
+// B goes from global memory straight into the MMA's B fragments, without shared memory: for
+// n-tile t, lane (group g, quad q) of a warp loads 16 bytes of B row n0 + 8 t + g at k0 + 16 q,
+// and the two k32 steps of a 64-byte chunk take words {0, 1} and {2, 3} of that piece as their
+// fragment registers.
 // The MMA then reads those bytes as other k indices than they are (its fragment puts word 0 at
 // k = 4 q, word 1 at k = 16 + 4 q), but a dot product over k does not depend on the order of the
 // k: A's fragments are filled from A's 16-byte pieces at the same offsets, so each pair of
