@@ -89,7 +89,7 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait")
 # l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
 L2_KV_BYTES = 40 * 1024 * 1024
 
@@ -131,8 +131,9 @@ class K11FMHA:
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
-                 separate_o: bool | None = None, l2_heads: int | None = None):
+                 separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False):
         self.head_dim = head_dim
+        self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Off by default (measured no better: the page): under the causal mask, walk the tiles
         # in sections of (head, batch) pairs whose K and V fit in L2 (FA4's LPT scheduler):
         # 0 = as many as fit (a power of two), n = n.
@@ -363,13 +364,16 @@ class K11FMHA:
 
         # ---- 2b. S_n has landed (the older of the two groups); P V may still be running
         warpgroup.wait_group(1)
-        ctx.pipeline_k.consumer_release(kv_state)
+        if const_expr(not self.pin_pv_wait):
+            ctx.pipeline_k.consumer_release(kv_state)
 
         # ---- 2c. mask and online softmax of tile n, under P_{n-1} V_{n-1}
         acc_S_mn = wg.acc_rows_view(acc_S)  # (2 rows, Bc/4 columns)
         if const_expr(masked):
             mask.apply(acc_S_mn, n_block)
         row_scale = softmax.update(acc_S_mn)
+        if const_expr(self.pin_pv_wait):
+            fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
 
         # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
         warpgroup.wait_group(0)

@@ -137,3 +137,21 @@ def test_warp_specialized_rungs_take_a_tile_plan(name):
     plan = TilePlan(head_dim=128, consumer_warpgroups=2, block_n=64, num_stages=3, producer_warps=4)
     compiled = module.compile_for_inspect(native_problem(name, AttentionProblem(head_dim=128)), plan=plan)
     assert compiled.__cubin__
+
+
+@pytest.mark.parametrize("name", ["k11", "k12"])
+def test_pin_pv_wait_keeps_the_softmax_under_the_own_pv(name, reports):
+    """ptxas hoists the wait for a warpgroup's P V above its softmax (no exponential runs under
+    its own P V); the lab knob ``pin_pv_wait`` (kernels.cute.fmha.release_k_after_softmax) holds
+    the wait behind every exponential, at the same registers and without local memory."""
+    from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
+
+    problem = native_problem(name, AttentionProblem(head_dim=128))
+    default = reports(name, 128, False)["sass_facts"]["main_loop"]
+    compiled = rung_module(name).compile_for_inspect(problem, pin_pv_wait=True)
+    cubin = _artifact(compiled.__cubin__, binary=True)
+    pinned = main_loop_facts(sass_of(cubin))
+    assert default["exp2_under_own_pv"] < default["exp2"], default
+    assert pinned["exp2_under_own_pv"] == pinned["exp2"] > 0, pinned
+    usage = resource_usage(cubin)
+    assert usage["local_bytes"] == 0 and usage["registers"] == reports(name, 128, False)["registers"], usage

@@ -105,6 +105,21 @@ def test_rung_without_pingpong(name):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
+@pytest.mark.parametrize("name", [n for n in rung_names() if "pin_pv_wait" in rung_module(n).KNOBS])
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
+@pytest.mark.parametrize("causal", (False, True))
+def test_rung_with_pinned_pv_wait(name, head_dim, causal):
+    """The lab knob that moves K's release behind the softmax: the same answer (tails, GQA,
+    Sq != Sk), with LSE, and bit-identical on a repeat."""
+    module = rung_module(name)
+    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=1111, heads_q=4, heads_kv=2, head_dim=head_dim,
+                             causal=causal)
+    problem = native_problem(name, shape)
+    compiled = module.compile_kernel(problem, pin_pv_wait=True)
+    result = verify_attention(runner(module, compiled), problem, seed=7, with_lse=True)
+    assert result, f"{name} {problem.label()}: {result.reason}"
+
+
 def run_once(module, problem, q, k, v):
     out = empty_output(problem)
     poison(out)

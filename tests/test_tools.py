@@ -89,11 +89,15 @@ def test_main_loop_facts_count_the_loop_and_the_turn():
         /*0080*/                   FMUL R8, R8, R9 ;
         /*0090*/                   BAR.ARV R4, 0x100 ;
         /*00a0*/                   MUFU.EX2 R10, R10 ;
+        /*00a8*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*00ac*/                   MUFU.EX2 R11, R11 ;
         /*00b0*/               @P1 BRA `(.L_x_1) ;
         /*00c0*/                   EXIT ;
     """
-    assert inspect.main_loop_facts(sass) == {"instructions": 10, "uniform": 2, "turn": 4,
-                                             "turn_mma": 1, "turn_fp": 1}
+    # exp2_under_own_pv: the MUFU.EX2 between the end of the turn and the wait for every GEMM
+    assert inspect.main_loop_facts(sass) == {"instructions": 12, "uniform": 2, "turn": 4,
+                                             "turn_mma": 1, "turn_fp": 1, "exp2_under_own_pv": 1,
+                                             "exp2": 2}
     assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
 
 

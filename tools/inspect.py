@@ -146,11 +146,19 @@ def main_loop_facts(sass: str) -> dict | None:
     take = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.SYNC"))
     give = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.ARV"))
     turn = path[take + 1:give + 1] if take < give else path[take + 1:] + path[:give + 1]
+    # From the end of the turn (the GEMMs issued) to the wait for all of them (P V included):
+    # the exponentials that run while this warpgroup's own P V is still on the tensor cores.
+    after_turn = path[give + 1:] + path[:take] if give > take else path[give + 1:take]
+    pv_wait = next((k for k, y in enumerate(after_turn) if y["text"].startswith("WARPGROUP.DEPBAR.LE")
+                    and re.search(r"gsb0, 0x0\b", y["text"])), None)
     return {"instructions": len(path),
             "uniform": sum(1 for y in path if y["op"].startswith("U") and not y["op"].startswith("UTMA")),
             "turn": len(turn),
             "turn_mma": sum(1 for y in turn if y["op"].startswith(_MMA_OPS)),
-            "turn_fp": sum(1 for y in turn if y["op"].split(".")[0] in _FP_OPS)}
+            "turn_fp": sum(1 for y in turn if y["op"].split(".")[0] in _FP_OPS),
+            "exp2_under_own_pv": None if pv_wait is None else
+            sum(1 for y in after_turn[:pv_wait] if y["op"].startswith("MUFU.EX2")),
+            "exp2": sum(1 for y in path if y["op"].startswith("MUFU.EX2"))}
 
 
 def resource_usage(cubin: bytes) -> dict:

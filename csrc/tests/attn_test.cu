@@ -344,7 +344,7 @@ Variant make_ws_variant(const char* name) {
   using T = PrefillWsTraits<Cfg>;
   const std::string tiles = "ws wg" + std::to_string(T::kConsumerWarpgroups) + " m" + std::to_string(T::kBlockM) +
                             " n" + std::to_string(T::kBlockN) + " s" + std::to_string(T::kStages) + " tma" +
-                            (Cfg::kL2Sections ? " l2" : "");
+                            (Cfg::kL2Sections ? " l2" : "") + (Cfg::kPinPvWait ? " pin" : "");
   Variant v{name,
             tiles,
             T::kBlockM,
@@ -389,7 +389,8 @@ static std::vector<Variant> prefill_variants() {
             make_variant<W::WgN64>("wg_n64"),
             make_ws_variant<PrefillWsConfig<128>>("ws"),
             make_ws_variant<PrefillWsVariants<128>::Stages3>("ws_s3"),
-            make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2")};
+            make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2"),
+            make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin")};
   }
 }
 

@@ -412,3 +412,17 @@ class RegisterSplit(NamedTuple):
 
 # By consumer warpgroups, FlashAttention-3's budgets: 1 -> 256 / 56, 2 -> 240 / 24, 3 -> 160 / 32.
 REGISTER_SPLITS = {1: RegisterSplit(256, 56), 2: RegisterSplit(240, 24), 3: RegisterSplit(160, 32)}
+
+
+# ---- pinning the wait for P V behind the softmax (lab knob of K11 and K12) -------------------------
+@cute.jit
+def release_k_after_softmax(pipeline_k, kv_state, row_sum: cute.Tensor):
+    """Release K's stage once the softmax's row sums exist. ptxas keeps mbarrier arrives and the
+    wait for the warpgroup's GEMMs (P V) in program order, but hoists that wait above float
+    work it does not depend on, to right after the row max: the exponentials then run after
+    this warpgroup's own P V instead of under it. A release that depends on the row sums holds
+    the wait behind the whole softmax. The condition holds for every sum, NaN included: a
+    skipped release would leave the producer waiting forever."""
+    total = row_sum[0] + row_sum[1]
+    if total >= Float32(0.0) or total != total:
+        pipeline_k.consumer_release(kv_state)

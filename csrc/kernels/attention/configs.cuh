@@ -191,10 +191,14 @@ struct PrefillVariants {
 // kL2Sections: under the causal mask, the grid walks the (head, batch) pairs in sections whose K
 // and V fit in L2 (kL2KvBytes), the longest query tiles of a section first (FlashAttention-4's
 // LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
-template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true>
+// kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
+// the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
+template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
+          bool kPinPvWait_ = false>
 struct PrefillWsTiles {
   static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr bool kL2Sections = kL2Sections_;
+  static constexpr bool kPinPvWait = kPinPvWait_;
 };
 // L2 bytes (of the H100 / H200's 50 MB) that the K and V of one causal section may take.
 constexpr int64_t kL2KvBytes = 40ll << 20;
@@ -219,8 +223,9 @@ struct PrefillWsVariants<64> {
 };
 template <>
 struct PrefillWsVariants<128> {
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;      // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;  // causal order without L2 sections
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;          // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;      // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;  // the softmax under the own P V
 };
 template <>
 struct PrefillWsVariants<256> {

@@ -337,10 +337,18 @@ struct PrefillWs {
       pass_turn();
       wgmma_wait<1>();  // S_n is back; P_{n-1} V_{n-1} may still run
       prefill_ws::pin(acc_s);
-      release(s.k_empty(stage));
+      if constexpr (!Cfg::kPinPvWait) release(s.k_empty(stage));
       if constexpr (kMasked) mask(acc_s, n);
       float correction[1][2];
       const bool moved = softmax.exponentiate(acc_s, correction, scale_log2);
+      if constexpr (Cfg::kPinPvWait) {
+        // ptxas keeps mbarrier arrives and wgmma.wait_group in order, but hoists the wait for
+        // P V above the exponentials it does not depend on (none then runs under the P V); a
+        // release that depends on the row sums holds the wait behind them. True for every sum,
+        // NaN included: a skipped release would leave the producer waiting.
+        const float total = softmax.row_sum[0][0] + softmax.row_sum[0][1];
+        if (!(total < 0.f)) release(s.k_empty(stage));
+      }
       wgmma_wait<0>();  // P V retired: O and the P fragment are registers again
       prefill_ws::pin(acc_o);
       prefill_ws::pin(p_frag);
