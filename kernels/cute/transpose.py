@@ -4,7 +4,7 @@ keys contiguous, each group of 16 keys in the k-slot order of the kernel's P fra
 
 Why a kernel: the torch gather that does the same (``kernels.cute.fp8.transpose_v_reference``)
 reads one byte per output byte from ``Hkv * D`` bytes away, so its loads are uncoalesced and it
-moves V far below copy bandwidth (on the H200 at 16k keys, D = 128: about a twelfth of K12's
+moves V far below copy bandwidth (on the H200 at 16k keys, D = 128: about a tenth of K12's
 call). Here a CTA takes 64 keys of one head: it copies their rows into shared memory as 16-byte
 pieces (coalesced: a key's row is ``D`` contiguous bytes), then thread ``d`` gathers column
 ``d`` of the tile, in slot order, and writes it as four 16-byte stores (64 contiguous bytes of
@@ -100,10 +100,8 @@ def compiled(head_dim: int, options: str | None = None):
     """The transpose for ``head_dim``, compiled once per process (and options)."""
     fake_v = launch.fake_bshd(cutlass.Uint8)
     fake_vt = launch.fake_bshd(cutlass.Uint8)
-    kernel = TransposeV(head_dim)
-    if options is None:
-        return cute.compile(kernel, fake_v, fake_vt, make_fake_stream())
-    return cute.compile(kernel, fake_v, fake_vt, make_fake_stream(), options=options)
+    extra = {} if options is None else {"options": options}
+    return cute.compile(TransposeV(head_dim), fake_v, fake_vt, make_fake_stream(), **extra)
 
 
 def transpose_v(v):

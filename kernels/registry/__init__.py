@@ -37,9 +37,9 @@ def names(kind: str | None = None) -> list[str]:
 def get(name: str) -> Runner:
     """The runner called ``name``; ``"k11:rescale_before_pv=True"`` is rung K11 compiled with
     that knob (a lab variant: tools.compare times it beside the others)."""
-    runners = all_runners()
     if ":" in name:
         return variant_runner(name)
+    runners = all_runners()
     if name not in runners:
         raise KeyError(f"unknown kernel {name!r}; known: {', '.join(runners)}")
     return runners[name]

@@ -24,7 +24,7 @@ from kernels.harness.timing import graph_replay
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
-LONG_HEAD_DIMS = (64, 128, 256)  # the b1 s16384 prefill rows
+LONG_HEAD_DIMS = (64, 128, 256)  # the b1 s16384 prefill rows (2048 / head_dim heads)
 
 
 def _row(kernel, problem, ms=None, flops=None, nbytes=None, err=None, status="ok"):
@@ -163,34 +163,24 @@ def run(ctx) -> list[dict]:
     ctx.progress.advance(task)
 
     # ---- prefill, TFLOP/s ------------------------------------------------------------------------
-    for causal in (False, True):
-        problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=D,
-                                   causal=causal)
-        q, k, v = (rand(4, 4096, 16, D) for _ in range(3))
-        ref = reference_attention(q, k, v, causal=causal)[0]
-        pdict, flops = problem.to_dict(), problem.flops()
-        rows.append(_measure(ctx, "cuda-prefill-tc", pdict, lambda: ops.prefill(q, k, v, causal=causal), ref,
-                             flops))
-        rows.append(_measure(ctx, "cuda-prefill-tc-cpasync", pdict,
-                             lambda: ops.prefill(q, k, v, causal=causal, impl="tc-cpasync"), ref, flops))
-        for name, backend in SDPA_BACKENDS:
-            rows.append(_measure(ctx, name, pdict, _sdpa(q, k, v, causal, backend), ref, flops))
-        rows.append(_measure(ctx, "fa4", pdict, lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal)),
-                             ref, flops))
-        del ref
-    # One 16k sequence at every head dimension (2048 / head_dim heads, the ladder's shapes): the
-    # targets of the production prefill against FlashAttention-4 and cuDNN.
-    for head_dim in LONG_HEAD_DIMS:
+    # b4 s4096 D 128 with every alternative; then one 16k sequence at every head dimension
+    # (2048 / head_dim heads, the ladder's shapes): the production prefill's targets.
+    shapes = [(4, 4096, D, True)] + [(1, 16384, head_dim, False) for head_dim in LONG_HEAD_DIMS]
+    for batch, seqlen, head_dim, alternatives in shapes:
         heads = 2048 // head_dim
         for causal in (False, True):
-            problem = AttentionProblem(batch=1, seqlen_q=16384, seqlen_k=16384, heads_q=heads, heads_kv=heads,
-                                       head_dim=head_dim, causal=causal)
-            q, k, v = (rand(1, 16384, heads, head_dim) for _ in range(3))
+            problem = AttentionProblem(batch=batch, seqlen_q=seqlen, seqlen_k=seqlen, heads_q=heads,
+                                       heads_kv=heads, head_dim=head_dim, causal=causal)
+            q, k, v = (rand(batch, seqlen, heads, head_dim) for _ in range(3))
             ref = reference_attention(q, k, v, causal=causal)[0]
             pdict, flops = problem.to_dict(), problem.flops()
-            calls = (("cuda-prefill-tc", lambda: ops.prefill(q, k, v, causal=causal)),
-                     ("torch-sdpa-cudnn", _sdpa(q, k, v, causal, "CUDNN_ATTENTION")),
-                     ("fa4", lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal))))
+            calls = [("cuda-prefill-tc", lambda: ops.prefill(q, k, v, causal=causal))]
+            if alternatives:
+                calls.append(("cuda-prefill-tc-cpasync", lambda: ops.prefill(q, k, v, causal=causal,
+                                                                             impl="tc-cpasync")))
+            calls += [(name, _sdpa(q, k, v, causal, backend)) for name, backend in SDPA_BACKENDS
+                      if alternatives or name == "torch-sdpa-cudnn"]
+            calls.append(("fa4", lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal))))
             for name, call in calls:
                 rows.append(_measure(ctx, name, pdict, call, ref, flops))
             del ref
