@@ -140,8 +140,9 @@ def launched_kernels(fn) -> str:
 
 
 def test_prefill_default_kernel_on_hopper():
-    """impl="tc" runs the warp-specialized kernel for dense q without a mask on Hopper, the
-    cp.async one for a mask or a paged cache, and "tc-cpasync" always runs the cp.async one."""
+    """impl="tc" runs the warp-specialized kernel on Hopper for dense q without a mask and for
+    packed q on pages that tile its key tiles, the cp.async one for a mask or other pages, and
+    "tc-cpasync" always runs the cp.async one."""
     skip_unless_runnable("tc-ws")
     q, k, v = qkv(2, 200, 300, 8, 2, 128, seed=3)
     mask = torch.ones(2, 300, dtype=torch.bool, device=DEV)
@@ -157,6 +158,11 @@ def test_prefill_default_kernel_on_hopper():
     cu = torch.tensor([0, 200, 400], dtype=torch.int32, device=DEV)
     packed = q.reshape(400, 8, 128)
     names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens))
+    assert ws in names and cpasync not in names, names
+    names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens, impl="tc-cpasync"))
+    assert cpasync in names and ws not in names, names
+    k_cache, v_cache, table = paged_kv_cache(k, v, 48, generator=torch.Generator().manual_seed(0))
+    names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens))
     assert cpasync in names and ws not in names, names
 
 
@@ -165,10 +171,10 @@ def test_prefill_warp_specialized_refuses_what_it_does_not_take():
     q, k, v = qkv(2, 64, 128, 8, 2, 128, seed=4)
     with pytest.raises(ValueError, match="warp-specialized kernel.*no boolean mask"):
         ops.prefill(q, k, v, mask=torch.ones(2, 128, dtype=torch.bool, device=DEV), impl="tc-ws")
-    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(0))
+    k_cache, v_cache, table = paged_kv_cache(k, v, 48, generator=torch.Generator().manual_seed(0))
     lens = torch.full((2,), 128, dtype=torch.int32, device=DEV)
     cu = torch.tensor([0, 64, 128], dtype=torch.int32, device=DEV)
-    with pytest.raises(ValueError, match="warp-specialized kernel.*dense Q on contiguous KV"):
+    with pytest.raises(ValueError, match="warp-specialized kernel.*page_size must be a multiple of 16"):
         ops.paged_prefill(q.reshape(128, 8, 128), k_cache, v_cache, table, cu, lens, impl="tc-ws")
 
 
@@ -242,8 +248,10 @@ def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal, 
     check(out[:1], contiguous.float(), "paged vs contiguous")
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("page_size", [1, 12, 16, 48, 64])
+# "tc" runs the warp-specialized kernel where the pages tile its key tiles (16 and 64 at D = 64
+# and 128, 16 and 80 at D = 256, 128 and 256 hold whole tiles), the cp.async one elsewhere.
+@pytest.mark.parametrize("impl", ("tc", "tc-cpasync", "scalar"))
+@pytest.mark.parametrize("page_size", [1, 12, 16, 48, 64, 80, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 def test_paged_prefill_ragged(impl, page_size, causal, d, guards):

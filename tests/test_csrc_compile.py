@@ -122,7 +122,7 @@ def sass_functions(sass: str) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def ws_kernels(compiled):
-    """The warp-specialized kernels of attn_prefill_ws.cu: {(head_dim, dtype): (ptxas info, SASS lines)}."""
+    """The warp-specialized kernels of attn_prefill_ws.cu: {(head_dim, dtype, paged): (ptxas info, SASS lines)}."""
     from tools.inspect import _tool
 
     [(_, result, obj)] = [entry for entry in compiled if entry[0] == WS_UNIT]
@@ -131,16 +131,17 @@ def ws_kernels(compiled):
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
     kernels = {}
     for name, lines in sass_functions(sass).items():
-        m = re.search(r"attn_prefill_ws_kernelINS0_15PrefillWsConfigILi(\d+)EEE(\w+?)EEv", name)
+        m = re.search(r"attn_prefill_ws_kernelINS0_15PrefillWsConfigILi(\d+)EEE(\w+?)Lb([01])EEEv", name)
         if m:
-            kernels[(int(m.group(1)), "fp16" if "half" in m.group(2) else "bf16")] = (report[name], lines)
+            key = (int(m.group(1)), "fp16" if "half" in m.group(2) else "bf16", m.group(3) == "1")
+            kernels[key] = (report[name], lines)
     return kernels, result.stdout + result.stderr
 
 
 @needs_nvcc
 def test_ws_prefill_instantiations(ws_kernels):
     kernels, _ = ws_kernels
-    assert set(kernels) == {(d, t) for d in WS_PLANS for t in ("bf16", "fp16")}
+    assert set(kernels) == {(d, t, paged) for d in WS_PLANS for t in ("bf16", "fp16") for paged in (False, True)}
 
 
 @needs_nvcc
@@ -164,16 +165,19 @@ def test_ws_prefill_watchdog_build_compiles(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 @pytest.mark.parametrize("head_dim", sorted(WS_PLANS))
-def test_ws_prefill_sass(head_dim, ws_kernels):
+def test_ws_prefill_sass(head_dim, paged, ws_kernels):
     """The structure the kernel claims, in its SASS (bf16; fp16 differs only in the MMA type):
     setmaxnreg on both sides of the role switch with the planned budgets, every TMA load outside
     the consumers' region and every HGMMA inside it, two WGMMA groups in flight (the softmax under
-    P V), named barriers taking turns, O through a TMA store, no global loads, no calls, no spills."""
+    P V), named barriers taking turns, O through a TMA store, no calls, no spills; dense: no
+    global loads; paged: global loads (the schedule, the page table) and stores (O's rows where a
+    box would cross the sequence's end)."""
     from tools.inspect import opcode_mix
 
     warpgroups, consumer_regs, producer_regs = WS_PLANS[head_dim]
-    info, lines = ws_kernels[0][(head_dim, "bf16")]
+    info, lines = ws_kernels[0][(head_dim, "bf16", paged)]
     threads = 128 * (warpgroups + 1)
     assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, info
     # ptxas reports the budget at entry (65536 / threads, a multiple of 8); the consumers'
@@ -183,8 +187,10 @@ def test_ws_prefill_sass(head_dim, ws_kernels):
     mix = opcode_mix("\n".join(lines))
     for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "MUFU"):
         assert mix[op] > 0, f"no {op} in the SASS: {mix}"
-    for op in ("LDG", "LDGSTS", "LDL", "STL", "CALL"):
+    for op in ("LDGSTS", "LDL", "STL", "CALL") + (() if paged else ("LDG",)):
         assert mix[op] == 0, f"{op} in the SASS: {mix}"
+    if paged:
+        assert mix["LDG"] > 0 and mix["STG"] > 0, mix
 
     text = [ln.split(";")[0] for ln in lines]
     alloc = [i for i, ln in enumerate(text) if "USETMAXREG.TRY_ALLOC" in ln]

@@ -79,12 +79,29 @@ static int check_prefill_ws_applicability() {
   };
   static int page_table[1], cu[2];
   static bool mask[1];
+  // Packed Q on pages of 16 with the warp-specialized kernel's schedule.
+  static void (*const paged)(attn::AttnParams&) = [](attn::AttnParams& p) {
+    p.page_table = page_table, p.cu_seqlens_q = cu, p.q_schedule_per_head = true;
+    p.total_q = 600, p.num_pages = 40, p.page_size = 16;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_block_stride = p.v_block_stride = 16 * 2 * 128;
+  };
   const Case cases[] = {
       {"dense", [](attn::AttnParams&) {}, nullptr},
       {"batch 1, any batch stride", [](attn::AttnParams& p) { p.batch = 1, p.q_batch_stride = 3; }, nullptr},
       {"one kv head, any head stride", [](attn::AttnParams& p) { p.heads_kv = 1, p.k_head_stride = 5; }, nullptr},
-      {"paged", [](attn::AttnParams& p) { p.page_table = page_table, p.cu_seqlens_q = cu; },
-       "dense Q on contiguous KV"},
+      {"paged KV, dense Q", [](attn::AttnParams& p) { p.page_table = page_table; }, "packed Q on paged KV"},
+      {"paged, pages of 16", paged, nullptr},
+      {"paged, pages of 256 (two tiles each)", [](attn::AttnParams& p) { paged(p), p.page_size = 256; }, nullptr},
+      {"paged, the cp.async kernel's schedule",
+       [](attn::AttnParams& p) { paged(p), p.q_schedule_per_head = false; }, "per query head"},
+      {"paged, pages of 48", [](attn::AttnParams& p) { paged(p), p.page_size = 48; }, "page_size must be"},
+      {"paged, pages of 8", [](attn::AttnParams& p) { paged(p), p.page_size = 8; }, "page_size must be"},
+      {"paged, pages of 64 at D = 256 (80-key tiles)",
+       [](attn::AttnParams& p) { paged(p), p.page_size = 64, p.head_dim = 256; }, "page_size must be"},
+      {"paged, total_q unset", [](attn::AttnParams& p) { paged(p), p.total_q = 0; }, "total_q and num_pages"},
+      {"paged, k page stride 100", [](attn::AttnParams& p) { paged(p), p.k_block_stride = 100; },
+       "multiples of 8 elements"},
       {"mask", [](attn::AttnParams& p) { p.mask = mask; }, "no boolean mask"},
       {"head_dim 96", [](attn::AttnParams& p) { p.head_dim = 96; }, "head_dim must be 64, 128 or 256"},
       {"q at 8 bytes", [](attn::AttnParams& p) { p.q = buffer + 8; }, "16-byte aligned"},

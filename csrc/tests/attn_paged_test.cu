@@ -20,7 +20,8 @@ using namespace kernels::attention;
 
 // decode: q [B, 1, Hq, D]; prefill: packed q [sum(q_lens), Hq, D].
 static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv,
-                     int d, int page_size, bool causal, AttnImpl impl) {
+                     int d, int page_size, bool causal, AttnImpl impl,
+                     PrefillKernel kernel = PrefillKernel::kAuto) {
   const int b = int(k_lens.size());
   const int max_k = *std::max_element(k_lens.begin(), k_lens.end());
   const int max_pages = (max_k + page_size - 1) / page_size;
@@ -36,6 +37,19 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(page_size));
   std::vector<int> table(perm.begin(), perm.begin() + long(b) * max_pages);
+  // Every cache row no sequence uses is NaN (rows past a sequence's keys in its last page, and
+  // the pages no table names): a kernel that lets one into a result fails the case.
+  {
+    std::vector<char> used(long(num_pages) * page_size, 0);
+    for (int bi = 0; bi < b; ++bi)
+      for (int j = 0; j < k_lens[bi]; ++j) used[long(table[bi * max_pages + j / page_size]) * page_size + j % page_size] = 1;
+    const __nv_bfloat16 nan = __float2bfloat16(NAN);
+    for (long r = 0; r < long(num_pages) * page_size; ++r) {
+      if (used[r]) continue;
+      std::fill_n(k_cache.begin() + r * kv_row, kv_row, nan);
+      std::fill_n(v_cache.begin() + r * kv_row, kv_row, nan);
+    }
+  }
 
   // CPU reference on the gathered (contiguous) keys of each batch.
   std::vector<float> ref(total_q * row);
@@ -76,6 +90,7 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   p.seqlens_k = dlens;
   p.page_size = page_size;
   p.max_pages = max_pages;
+  p.num_pages = num_pages;
   p.batch = b;
   p.heads_q = hq;
   p.heads_kv = hkv;
@@ -102,13 +117,14 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
     }
   } else {
     p.seqlen_q = *std::max_element(q_lens.begin(), q_lens.end());
-    const auto schedule = make_packed_q_schedule(cu.data(), b, p.group, prefill_block_m(d));
-    dschedule = kernels::test::to_device(schedule);
     p.cu_seqlens_q = dcu;
+    p.total_q = int(total_q);
+    const auto schedule = plan_packed_q_schedule(p, cu.data(), impl, kernel);
+    dschedule = kernels::test::to_device(schedule);
     p.q_schedule = dschedule;
     p.num_q_tiles = int(schedule.size() / 2);
   }
-  auto launch = [&] { decode ? run_decode(p, impl, nullptr) : run_prefill(p, impl, nullptr); };
+  auto launch = [&] { decode ? run_decode(p, impl, nullptr) : run_prefill(p, impl, nullptr, kernel); };
   launch();
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<__nv_bfloat16> out(total_q * row);
@@ -118,9 +134,13 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   double kv_bytes = 0;
   for (int len : k_lens) kv_bytes += 2.0 * len * kv_row * 2;
   const bool ok = err <= 1e-2;
+  const char* impl_name = impl == AttnImpl::kScalar ? "scalar"
+                          : decode                  ? "tc"
+                          : p.q_schedule_per_head   ? "tc-ws"
+                                                    : "tc-cp";
   std::printf("%-13s %-6s b%-3d hq%d/%d d%-3d page %-4d %-6s  rel_err %.2e  %8.3f ms  %7.1f GB/s(KV)  %s\n",
-              decode ? "paged-decode" : "paged-prefill", impl == AttnImpl::kTensorCore ? "tc" : "scalar", b, hq, hkv, d,
-              page_size, causal ? "causal" : "", err, ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
+              decode ? "paged-decode" : "paged-prefill", impl_name, b, hq, hkv, d, page_size, causal ? "causal" : "", err,
+              ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
   cudaFree(dq);
   cudaFree(dk);
   cudaFree(dv);
@@ -305,11 +325,11 @@ int main(int argc, char** argv) {
   int failures = 0;
   // An exception (launch error, unsupported shape) fails that case; the others still run.
   auto guarded = [](bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv, int d,
-                    int page_size, bool causal, AttnImpl impl) {
+                    int page_size, bool causal, AttnImpl impl, PrefillKernel kernel = PrefillKernel::kAuto) {
     const std::string label = std::string(decode ? "paged decode" : "paged prefill") + " d" + std::to_string(d) +
                               " page " + std::to_string(page_size);
     return kernels::test::run_guarded(
-        label.c_str(), [&] { return run_case(decode, q_lens, k_lens, hq, hkv, d, page_size, causal, impl); });
+        label.c_str(), [&] { return run_case(decode, q_lens, k_lens, hq, hkv, d, page_size, causal, impl, kernel); });
   };
   for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {
     // 12: a thread's rows straddle pages (per-row lookups); 48: one lookup per thread with
@@ -321,6 +341,26 @@ int main(int argc, char** argv) {
     failures += !guarded(true, {1, 1}, {500, 77}, 8, 1, 64, 16, true, impl);
     failures += !guarded(false, {33, 5}, {33, 200}, 8, 8, 256, 16, false, impl);
     failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 64, 64, false, impl);
+  }
+  // Prefill on Hopper: the warp-specialized kernel (kAuto, above, where the pages fit its tiles)
+  // against the cp.async one, and shapes for the former: a sequence's last 64-row box cut by its
+  // end, a sequence with more keys than queries (bottom-right causal), one with no keys, pages
+  // of 16 / 32 (several boxes per tile), of the tile's size and larger.
+  for (int page : {16, 64, 256}) {
+    failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, page, true, AttnImpl::kTensorCore,
+                         PrefillKernel::kCpAsync);
+  }
+  for (int page : {16, 32, 128, 256}) {
+    for (bool causal : {true, false}) {
+      failures += !guarded(false, {200, 1, 64, 0, 129}, {1000, 1, 64, 0, 129}, 32, 8, 128, page, causal,
+                           AttnImpl::kTensorCore);
+      failures += !guarded(false, {300, 17}, {300, 500}, 8, 2, 64, page, causal, AttnImpl::kTensorCore);
+    }
+  }
+  for (int page : {16, 80, 160, 64}) {  // D = 256: 80-key tiles (64: not a divisor, the cp.async kernel)
+    for (bool causal : {true, false}) {
+      failures += !guarded(false, {97, 160}, {333, 160}, 4, 1, 256, page, causal, AttnImpl::kTensorCore);
+    }
   }
   // The benchmark shape: B=16, Sk=4096, 32/8 heads, D=128, page 64.
   failures +=

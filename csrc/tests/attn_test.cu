@@ -350,7 +350,7 @@ Variant make_ws_variant(const char* name) {
             T::kBlockM,
             false,
             &launch_prefill_ws<Cfg, bf16>,
-            reinterpret_cast<const void*>(&attn_prefill_ws_kernel<Cfg, bf16>),
+            reinterpret_cast<const void*>(&attn_prefill_ws_kernel<Cfg, bf16, false>),
             T::kSmemBytes,
             T::kThreads};
   v.masks = false;

@@ -228,6 +228,7 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
   p.seqlens_k = seqlens_k.data_ptr<int>();
   p.page_size = static_cast<int>(k_cache.size(1));
   p.max_pages = static_cast<int>(page_table.size(1));
+  p.num_pages = static_cast<int>(k_cache.size(0));
   const int64_t capacity = page_table.size(1) * k_cache.size(1);
 
   if (batch == 0 || capturing()) return;
@@ -434,13 +435,13 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
   const PrefillImpl choice = parse_prefill_impl(impl);
 
-  const std::vector<int32_t> schedule =
-      attn::make_packed_q_schedule(cu, static_cast<int>(batch), p.group, attn::prefill_block_m(p.head_dim));
+  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
+  p.total_q = static_cast<int>(q.size(0));
+  const std::vector<int32_t> schedule = attn::plan_packed_q_schedule(p, cu, choice.impl, choice.kernel);
   if (schedule.empty()) return o;
   const Tensor schedule_dev =
       at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())}, at::kInt)
           .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
-  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
   p.q_schedule = schedule_dev.data_ptr<int>();
   p.num_q_tiles = static_cast<int>(schedule.size() / 2);
   attn::run_prefill(p, choice.impl, c10::cuda::getCurrentCUDAStream().stream(), choice.kernel);

@@ -44,6 +44,10 @@ struct AttnParams {
   const int* cu_seqlens_q = nullptr;  // packed only
   const int* q_schedule = nullptr;    // packed only: [num_q_tiles][2] = (batch, tile)
   int num_q_tiles = 0;
+  // packed only: the schedule's tiles are query rows of one head (the warp-specialized
+  // kernel's) rather than (query, head-in-group) rows; plan_packed_q_schedule sets it.
+  bool q_schedule_per_head = false;
+  int total_q = 0;  // packed only: rows of q / o (the warp-specialized kernel's TMA maps)
 
   // ---- keys and values ----------------------------------------------------------------
   // Contiguous: k, v [B, Sk, Hkv, D]; "block" = batch.
@@ -57,6 +61,7 @@ struct AttnParams {
   const int* seqlens_k = nullptr;  // paged: [B]
   int page_size = 0;
   int max_pages = 0;
+  int num_pages = 0;  // pages in k / v (the warp-specialized kernel's TMA maps)
   FastDivmod page_divmod;  // by page_size; the launchers set it (callers set page_size only)
 
   // ---- optional boolean mask, True = keep: [B, Sk] (mask_q_stride = 0) or [B, Sq, Sk] --

@@ -28,6 +28,7 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, Prefil
     if (why == nullptr) return run_prefill_ws(p, stream);
     check(kernel == PrefillKernel::kAuto, "prefill (warp-specialized kernel): ", why);
   }
+  check(!p.q_schedule_per_head, "prefill: the packed-Q schedule was planned for the warp-specialized kernel");
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
@@ -52,6 +53,20 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, Prefil
 
 int prefill_block_m(int head_dim) {
   return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
+}
+
+int prefill_ws_block_m(int head_dim) {
+  return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillWsTraits<PrefillWsConfig<kHeadDim>>::kBlockM; });
+}
+
+std::vector<int32_t> plan_packed_q_schedule(AttnParams& p, const int32_t* cu_seqlens_q_host, AttnImpl impl,
+                                            PrefillKernel kernel) {
+  p.q_schedule_per_head = impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync;
+  if (p.q_schedule_per_head && prefill_ws_unsupported_here(p) == nullptr) {
+    return make_packed_q_schedule(cu_seqlens_q_host, p.batch, 1, prefill_ws_block_m(p.head_dim));
+  }
+  p.q_schedule_per_head = false;
+  return make_packed_q_schedule(cu_seqlens_q_host, p.batch, p.group, prefill_block_m(p.head_dim));
 }
 
 std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group, int block_m) {

@@ -1,5 +1,6 @@
 // Warp-specialized Hopper prefill (sm_90a): dense Q [B, Sq, Hq, D] on contiguous K / V
-// [B, Sk, Hkv, D], TMA in, WGMMA, TMA out. The schedule is the CuTe-DSL ladder's K8
+// [B, Sk, Hkv, D], or packed ragged Q [total_q, Hq, D] (cu_seqlens_q) on paged K / V
+// [pages, page_size, Hkv, D] (kPaged); TMA in, WGMMA, TMA out. The schedule is the CuTe-DSL ladder's K8
 // (kernels/k8.py; docs/worklog/k5.md .. k8.md) written with the csrc building blocks. No torch.
 //
 // A CTA owns one query tile (64 rows per consumer warpgroup) of one query head; its K / V come
@@ -21,7 +22,15 @@
 //              Then the last P V, O / rowsum -> the warpgroup's Q tile in shared memory (its last
 //              S has completed) -> one TMA store per warpgroup (rows past Sq clipped), LSE.
 // Grid: one linear index, mapped to a tile by prefill_ws_tile (causal: longest tiles first, in
-// L2 sections of heads where the configuration asks for them).
+// L2 sections of heads where the configuration asks for them); paged: q_schedule's (sequence,
+// query tile) entries, query heads fastest.
+// Paged K / V: a tile of kBlockN keys is one box from one page (page_size a multiple of
+// kBlockN) or page_size-row boxes per 64-column panel from kBlockN / page_size pages, issued by
+// the producer from the page table; pages past the sequence's keys are not loaded. Rows past
+// the sequence's last key then hold whatever the stage or the page held: K's scores are
+// masked (a select, so even NaN goes), and V's rows are zeroed in shared memory before the
+// last P V (0 * NaN would not vanish). A 64-row O box that would cross the sequence's end (into
+// the next sequence's rows) is stored from registers row by row instead of by TMA.
 //
 // Shared-memory tiles are Sw128Tile (wgmma_math.cuh): 64-column (128-byte) panels in the
 // hardware's 128-byte swizzle, which TMA writes and WGMMA descriptors read as they are. The
@@ -63,6 +72,16 @@ struct PrefillWsParams {
   float scale_log2 = 1.f;
   bool causal = false;
   int l2_section = 0;  // causal, kL2Sections: (head, batch) pairs per section (0: no sections)
+  // Packed Q on paged K / V (kPaged): the maps' token dimension is total_q (q, o) or a page's
+  // rows (k, v), their batch dimension 1 or the pages.
+  const int* cu_seqlens_q = nullptr;  // [batch + 1]
+  const int* q_schedule = nullptr;    // [num_q_tiles][2] = (sequence, query tile of kBlockM rows)
+  const int* seqlens_k = nullptr;     // [batch]
+  const int* page_table = nullptr;    // [batch, page_table_batch_stride]
+  int64_t page_table_batch_stride = 0;
+  int page_size = 0;
+  void* o_rows = nullptr;  // O boxes cut by a sequence's end are stored through this, row by row
+  int64_t o_token_stride = 0, o_head_stride = 0;
 };
 
 // The tile CTA `idx` of the grid computes. Causal with l2_section > 0: section s holds the
@@ -71,6 +90,7 @@ struct PrefillWsParams {
 // heads fastest. Otherwise query tiles fastest (neighbouring CTAs share K / V in L2).
 struct PrefillWsTile {
   int m_block, head, batch;
+  int q_start = 0, q_len = 0, k_len = 0;  // the sequence's first row in q / o, its rows and keys
 };
 
 __host__ __device__ inline PrefillWsTile prefill_ws_tile(const PrefillWsParams& p, int idx) {
@@ -110,6 +130,8 @@ namespace prefill_ws {
 // threads once its O tile is staged for the TMA store.
 constexpr int kTurnBarrier0 = 1;
 constexpr int kEpilogueBarrier0 = 4;
+// Paged: every consumer thread, once V's rows past the sequence's keys are zeroed.
+constexpr int kVTailBarrier = 7;
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -122,6 +144,9 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // dynamic shared memory would compile to a generic ST).
 __device__ __forceinline__ void st_shared(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
+}
+__device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
 }
 
 // mbarrier_wait (common/mbarrier.cuh), or with KERNELS_PREFILL_WS_WATCHDOG a bounded one that
@@ -163,7 +188,7 @@ __device__ __forceinline__ void pin(uint32_t (&x)[1][N][4]) {
 
 }  // namespace prefill_ws
 
-template <class Cfg, class Element>
+template <class Cfg, class Element, bool kPaged>
 struct PrefillWs {
   using T = PrefillWsTraits<Cfg>;
   static constexpr int kD = T::kD, kBlockM = T::kBlockM, kBlockN = T::kBlockN, kStages = T::kStages;
@@ -215,33 +240,65 @@ struct PrefillWs {
 
   using Tile = PrefillWsTile;
   __device__ __forceinline__ static Tile tile_of(const PrefillWsParams& p) {
-    return prefill_ws_tile(p, static_cast<int>(blockIdx.x));
+    if constexpr (kPaged) {
+      const int entry = static_cast<int>(blockIdx.x) / p.heads_q;
+      const int b = p.q_schedule[2 * entry];
+      const int start = p.cu_seqlens_q[b];
+      return {p.q_schedule[2 * entry + 1], static_cast<int>(blockIdx.x) % p.heads_q, b, start,
+              p.cu_seqlens_q[b + 1] - start, p.seqlens_k[b]};
+    } else {
+      Tile t = prefill_ws_tile(p, static_cast<int>(blockIdx.x));
+      t.q_len = p.seqlen_q;
+      t.k_len = p.seqlen_k;
+      return t;
+    }
   }
 
   // KV tiles the CTA visits: under the causal mask, up to the last one its last row sees.
-  __device__ __forceinline__ static int kv_tiles(const PrefillWsParams& p, int row0) {
-    int keys = p.seqlen_k;
+  __device__ __forceinline__ static int kv_tiles(const PrefillWsParams& p, const Tile& t) {
+    int keys = t.k_len;
     if (p.causal) {
-      const int last_row = min(row0 + kBlockM, p.seqlen_q) - 1;
-      keys = max(0, min(p.seqlen_k, last_row + p.seqlen_k - p.seqlen_q + 1));
+      const int last_row = min(t.m_block * kBlockM + kBlockM, t.q_len) - 1;
+      keys = max(0, min(t.k_len, last_row + t.k_len - t.q_len + 1));
     }
     return (keys + kBlockN - 1) / kBlockN;
   }
 
   // Tiles [0, result) are seen whole by every row from first_row on: entirely below Sk and,
   // under the causal mask, at or left of first_row's diagonal. They need no mask code.
-  __device__ __forceinline__ static int mask_free_tiles(const PrefillWsParams& p, int first_row, int n_tiles) {
-    int n = p.seqlen_k / kBlockN;
-    if (p.causal) n = min(n, max(0, first_row + p.seqlen_k - p.seqlen_q + 1) / kBlockN);
+  __device__ __forceinline__ static int mask_free_tiles(const PrefillWsParams& p, const Tile& t, int first_row,
+                                                        int n_tiles) {
+    int n = t.k_len / kBlockN;
+    if (p.causal) n = min(n, max(0, first_row + t.k_len - t.q_len + 1) / kBlockN);
     return min(n, n_tiles);
   }
 
   // ---- producer: one thread ------------------------------------------------------------------
-  __device__ __forceinline__ static void load_kv(const CUtensorMap* map, Element* dst, uint64_t* full, uint64_t* empty,
-                                                 int n, int hkv, int batch) {
+  __device__ __forceinline__ static void load_kv(const PrefillWsParams& p, const CUtensorMap* map, Element* dst,
+                                                 uint64_t* full, uint64_t* empty, int n, int hkv, const Tile& t) {
     prefill_ws::wait(empty, parity_of(n) ^ 1u, "a K / V stage's empty barrier (producer)");
-    mbarrier_arrive_expect_tx(full, T::kKVBytes);
-    tma_load_5d(dst, map, full, 0, n * kBlockN, 0, hkv, batch);
+    if constexpr (!kPaged) {
+      mbarrier_arrive_expect_tx(full, T::kKVBytes);
+      tma_load_5d(dst, map, full, 0, n * kBlockN, 0, hkv, t.batch);
+    } else {
+      const int* pages = p.page_table + t.batch * p.page_table_batch_stride;
+      const int key0 = n * kBlockN;
+      if (p.page_size >= kBlockN) {  // the tile lies in one page: one box of kBlockN rows
+        mbarrier_arrive_expect_tx(full, T::kKVBytes);
+        tma_load_5d(dst, map, full, 0, key0 % p.page_size, 0, hkv, pages[key0 / p.page_size]);
+      } else {  // page_size-row boxes, one per page holding keys below k_len and 64-column panel
+        const int first_page = key0 / p.page_size;
+        const int pages_here = min(kBlockN / p.page_size, (t.k_len - key0 + p.page_size - 1) / p.page_size);
+        mbarrier_arrive_expect_tx(full, pages_here * (kD / 64) * p.page_size * 64 * static_cast<int>(sizeof(Element)));
+        for (int i = 0; i < pages_here; ++i) {
+          const int page = pages[first_page + i];
+#pragma unroll
+          for (int panel = 0; panel < kD / 64; ++panel) {
+            tma_load_5d(dst + panel * kBlockN * 64 + i * p.page_size * 64, map, full, 0, 0, panel, hkv, page);
+          }
+        }
+      }
+    }
   }
 
   __device__ __forceinline__ static void produce(const PrefillWsParams& p, const Smem& s, const Tile& t, int n_tiles) {
@@ -251,19 +308,20 @@ struct PrefillWs {
     prefetch_tensor_map(&p.o);
     // TMA counts whole boxes, the zero-filled rows past Sq included. A warpgroup whose rows
     // all lie past Sq gets no box (its results are never stored).
+    // Packed: rows past the sequence's end are the next sequence's (or zeros past total_q).
     const int row0 = t.m_block * kBlockM;
-    const int q_boxes = min(kWarpgroups, (p.seqlen_q - row0 + 63) / 64);
+    const int q_boxes = min(kWarpgroups, (t.q_len - row0 + 63) / 64);
     mbarrier_arrive_expect_tx(s.q_full(), q_boxes * T::kQTileElems * static_cast<int>(sizeof(Element)));
     for (int wg = 0; wg < q_boxes; ++wg) {
-      tma_load_5d(s.q(wg), &p.q, s.q_full(), 0, row0 + 64 * wg, 0, t.head, t.batch);
+      tma_load_5d(s.q(wg), &p.q, s.q_full(), 0, t.q_start + row0 + 64 * wg, 0, t.head, kPaged ? 0 : t.batch);
     }
     if (n_tiles == 0) return;
     const int hkv = t.head / p.group;
     const auto load_k = [&](int n) {
-      load_kv(&p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, hkv, t.batch);
+      load_kv(p, &p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, hkv, t);
     };
     const auto load_v = [&](int n) {
-      load_kv(&p.v, s.v(stage_of(n)), s.v_full(stage_of(n)), s.v_empty(stage_of(n)), n, hkv, t.batch);
+      load_kv(p, &p.v, s.v(stage_of(n)), s.v_full(stage_of(n)), s.v_empty(stage_of(n)), n, hkv, t);
     };
     load_k(0);
     for (int n = 1; n < n_tiles; ++n) {
@@ -357,8 +415,27 @@ struct PrefillWs {
       pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
     }
 
-    __device__ __forceinline__ void last_pv(const Smem& s, int n) {
+    // Paged: V's rows [valid, kBlockN) of the last tile, past the sequence's keys, hold what the
+    // stage or the page held; P is 0 there, but 0 * NaN is not. Every consumer thread zeroes a
+    // share (the rows are contiguous in each 64-column panel: the swizzle moves 16-byte chunks
+    // within a row), then all meet before any warpgroup's P V reads them.
+    __device__ __forceinline__ static void zero_v_tail(Element* v, int valid) {
+      const uint32_t tail = smem_addr(v) + valid * 64 * static_cast<int>(sizeof(Element));
+      const int chunks = (kBlockN - valid) * 8;  // 16-byte chunks per panel
+      for (int i = threadIdx.x; i < chunks * (kD / 64); i += T::kConsumerThreads) {
+        const int panel = i / chunks;
+        prefill_ws::st_shared_zero16(tail + panel * kBlockN * 64 * static_cast<int>(sizeof(Element)) +
+                                     (i - panel * chunks) * 16);
+      }
+      fence_proxy_async_shared();  // the generic-proxy writes, visible to WGMMA
+      prefill_ws::named_barrier_sync(prefill_ws::kVTailBarrier, T::kConsumerThreads);
+    }
+
+    __device__ __forceinline__ void last_pv(const Smem& s, int n, int k_len) {
       prefill_ws::wait(s.v_full(stage_of(n)), parity_of(n), "the last V stage's full barrier");
+      if constexpr (kPaged) {
+        if (k_len - n * kBlockN < kBlockN) zero_v_tail(s.v(stage_of(n)), k_len - n * kBlockN);
+      }
       Math::pv_issue(acc_o, p_frag, s.v(stage_of(n)));
       wgmma_wait<0>();
       prefill_ws::pin(acc_o);
@@ -371,6 +448,11 @@ struct PrefillWs {
     // A row that saw no key has rowsum 0: zeros and LSE -inf.
     __device__ __forceinline__ void epilogue(const PrefillWsParams& p, const Smem& s, const Tile& t) {
       softmax.reduce_sums();
+      const int wg_row0 = t.m_block * kBlockM + 64 * wg;
+      if (kPaged && wg_row0 + 64 > t.q_len) {
+        store_rows(p, t);
+        return;
+      }
       Element* sO = s.q(wg);
       const uint32_t sO_addr = smem_addr(sO);
       const int warp_row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
@@ -390,23 +472,44 @@ struct PrefillWs {
       }
       fence_proxy_async_shared();  // the generic-proxy writes, visible to the TMA store
       prefill_ws::named_barrier_sync(prefill_ws::kEpilogueBarrier0 + wg, 128);
-      const int wg_row0 = t.m_block * kBlockM + 64 * wg;
-      const bool store_thread = threadIdx.x % 128 == 0 && wg_row0 < p.seqlen_q;
+      const bool store_thread = threadIdx.x % 128 == 0 && wg_row0 < t.q_len;
       if (store_thread) {
-        tma_store_5d(&p.o, sO, 0, wg_row0, 0, t.head, t.batch);
+        tma_store_5d(&p.o, sO, 0, t.q_start + wg_row0, 0, t.head, kPaged ? 0 : t.batch);
         tma_store_commit();
       }
-      if (p.lse != nullptr && lane % 4 == 0) {
-        float* lse = p.lse + t.batch * p.lse_batch_stride + t.head * p.lse_head_stride;
+      store_lse(p, t);
+      if (store_thread) tma_store_wait_read<0>();  // shared memory must outlive the store's reads
+    }
+
+    // LSE of this thread's two rows (from the quad's lane 0), rows past the sequence skipped.
+    __device__ __forceinline__ void store_lse(const PrefillWsParams& p, const Tile& t) const {
+      if (p.lse == nullptr || lane % 4 != 0) return;
+      float* lse = p.lse + t.batch * p.lse_batch_stride + t.head * p.lse_head_stride;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (row + 8 * h < p.seqlen_q) {
-            lse[static_cast<int64_t>(row + 8 * h) * p.lse_token_stride] =
-                row_lse(softmax.row_max[0][h], softmax.row_sum[0][h], p.scale_log2);
-          }
+      for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h < t.q_len) {
+          lse[static_cast<int64_t>(t.q_start + row + 8 * h) * p.lse_token_stride] =
+              row_lse(softmax.row_max[0][h], softmax.row_sum[0][h], p.scale_log2);
         }
       }
-      if (store_thread) tma_store_wait_read<0>();  // shared memory must outlive the store's reads
+    }
+
+    // Paged: a warpgroup whose 64 rows cross the sequence's end stores its rows below it from
+    // registers (a TMA box would overwrite the next sequence's first rows).
+    __device__ __forceinline__ void store_rows(const PrefillWsParams& p, const Tile& t) const {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h >= t.q_len) continue;
+        const float sum = softmax.row_sum[0][h];
+        const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        Element* o = static_cast<Element*>(p.o_rows) + static_cast<int64_t>(t.q_start + row + 8 * h) * p.o_token_stride +
+                     static_cast<int64_t>(t.head) * p.o_head_stride + 2 * (lane % 4);
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          *reinterpret_cast<uint32_t*>(o + 8 * dt) = pack2<Element>(acc_o[0][dt][2 * h] * inv, acc_o[0][dt][2 * h + 1] * inv);
+        }
+      }
+      store_lse(p, t);
     }
   };
 
@@ -416,10 +519,10 @@ struct PrefillWs {
     c.wg = warp / 4;
     c.lane = lane;
     const int wg_row0 = t.m_block * kBlockM + 64 * c.wg;
-    c.row = wg_row0 + 16 * (warp % 4) + lane / 4;
+    c.row = wg_row0 + 16 * (warp % 4) + lane / 4;  // within the sequence
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      c.limit[h] = p.causal ? min(p.seqlen_k, c.row + 8 * h + p.seqlen_k - p.seqlen_q + 1) : p.seqlen_k;
+      c.limit[h] = p.causal ? min(t.k_len, c.row + 8 * h + t.k_len - t.q_len + 1) : t.k_len;
     }
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt)
@@ -431,21 +534,21 @@ struct PrefillWs {
     if (n_tiles > 0) {
       c.first_tile(s, p.scale_log2);
       // Mask-free tiles first (a compile-time branch: no mask code), then the masked ones.
-      const int mask_free = mask_free_tiles(p, wg_row0, n_tiles);
+      const int mask_free = mask_free_tiles(p, t, wg_row0, n_tiles);
       int n = 1;
       for (; n < mask_free; ++n) c.template step<false>(s, n, p.scale_log2);
       for (; n < n_tiles; ++n) c.template step<true>(s, n, p.scale_log2);
-      c.last_pv(s, n_tiles - 1);
+      c.last_pv(s, n_tiles - 1, t.k_len);
     }
     c.epilogue(p, s, t);
   }
 };
 
-template <class Cfg, class Element>
+template <class Cfg, class Element, bool kPaged>
 __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
     attn_prefill_ws_kernel(const __grid_constant__ PrefillWsParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using K = PrefillWs<Cfg, Element>;
+  using K = PrefillWs<Cfg, Element, kPaged>;
   using T = typename K::T;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   const typename K::Smem s{
@@ -457,7 +560,7 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = threadIdx.x % 32;
   const typename K::Tile t = K::tile_of(p);
-  const int n_tiles = K::kv_tiles(p, t.m_block * K::kBlockM);
+  const int n_tiles = K::kv_tiles(p, t);
   if (warp >= T::kConsumerWarps) {
     setmaxnreg_dec<T::kProducerRegs>();
     if (warp == T::kConsumerWarps && lane == 0) K::produce(p, s, t, n_tiles);
@@ -470,10 +573,18 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
 
 // ---- host ------------------------------------------------------------------------------------
 
-// Why the warp-specialized kernel cannot run this call (nullptr: it can). The device check
+// Paged K / V: the kernel's page_size-row boxes must tile its kBlockN-key tiles, or one tile
+// must lie in one page; 16-row boxes keep the 1024-byte swizzle alignment.
+inline bool prefill_ws_pages_fit(int page_size, int block_n) {
+  return page_size % 16 == 0 && (block_n % page_size == 0 || page_size % block_n == 0);
+}
+
+// Why the warp-specialized kernel cannot run this call (nullptr: it can); block_n: the
+// configuration's key tile (default: PrefillWsConfig's for the head_dim). The device check
 // (Hopper) is the caller's.
-inline const char* prefill_ws_unsupported(const AttnParams& p) {
-  if (p.cu_seqlens_q != nullptr || p.page_table != nullptr) return "it takes dense Q on contiguous KV (not paged)";
+inline const char* prefill_ws_unsupported(const AttnParams& p, int block_n = 0) {
+  const bool paged = p.page_table != nullptr;
+  if (paged != (p.cu_seqlens_q != nullptr)) return "it takes dense Q on contiguous KV or packed Q on paged KV";
   if (p.mask != nullptr) return "it takes no boolean mask";
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
@@ -482,6 +593,24 @@ inline const char* prefill_ws_unsupported(const AttnParams& p) {
   }
   // Strides of dimensions longer than 1 in 16-byte units (TMA); the others are never stepped.
   const auto ok = [](int64_t size, int64_t stride) { return size <= 1 || (stride % 8 == 0 && stride > 0); };
+  if (paged) {
+    if (block_n == 0) block_n = p.head_dim == 64 ? PrefillWsConfig<64>::kBlockN
+                                : p.head_dim == 128 ? PrefillWsConfig<128>::kBlockN
+                                                    : PrefillWsConfig<256>::kBlockN;
+    if (p.total_q <= 0 || p.num_pages <= 0) return "total_q and num_pages must be set";
+    if (!prefill_ws_pages_fit(p.page_size, block_n)) {
+      return "page_size must be a multiple of 16 that divides its key tile, or a multiple of the tile";
+    }
+    const bool q_ok = ok(p.total_q, p.q_token_stride) && ok(p.heads_q, p.q_head_stride) &&
+                      ok(p.total_q, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
+    const bool kv_ok = ok(p.num_pages, p.k_block_stride) && ok(p.page_size, p.k_token_stride) &&
+                       ok(p.heads_kv, p.k_head_stride) && ok(p.num_pages, p.v_block_stride) &&
+                       ok(p.page_size, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
+    if (!q_ok || !kv_ok) return "strides must be positive multiples of 8 elements (16 bytes, TMA)";
+    // Last: plan_packed_q_schedule asks with this set, and the reasons above are the caller's.
+    if (!p.q_schedule_per_head) return "its packed-Q schedule is per query head (plan_packed_q_schedule)";
+    return nullptr;
+  }
   const bool q_ok = ok(p.batch, p.q_batch_stride) && ok(p.seqlen_q, p.q_token_stride) &&
                     ok(p.heads_q, p.q_head_stride) && ok(p.batch, p.o_batch_stride) &&
                     ok(p.seqlen_q, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
@@ -493,12 +622,13 @@ inline const char* prefill_ws_unsupported(const AttnParams& p) {
 }
 
 // [batch, tokens, heads, kD] (strides in elements, the last dim contiguous) as the 5-D TMA
-// view (d % 64, token, d / 64, head, batch) in boxes of (64, box_rows, kD / 64, 1, 1): one box
-// is one Sw128Tile<kD, box_rows>, rows past `tokens` zero-filled on loads and dropped on stores.
+// view (d % 64, token, d / 64, head, batch) in boxes of (64, box_rows, box_panels, 1, 1): one
+// box of kD / 64 panels is one Sw128Tile<kD, box_rows>, rows past `tokens` zero-filled on loads
+// and dropped on stores. Paged K / V: batch = pages, tokens = a page's rows.
 template <int kD>
 void make_prefill_ws_map(CUtensorMap* map, const void* ptr, AttnDtype dtype, int64_t batch, int64_t tokens,
                          int64_t heads, int64_t batch_stride, int64_t token_stride, int64_t head_stride, int box_rows,
-                         const char* name) {
+                         const char* name, int box_panels = kD / 64) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   check<CudaError>(encode != nullptr, "prefill: cuTensorMapEncodeTiled is not available from the driver");
   // A dimension of length 1 is never stepped: any valid stride will do.
@@ -507,7 +637,7 @@ void make_prefill_ws_map(CUtensorMap* map, const void* ptr, AttnDtype dtype, int
   const cuuint64_t dims[5] = {64, cuuint64_t(tokens > 0 ? tokens : 1), kD / 64, cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[4] = {stride_bytes(tokens, token_stride), 128, stride_bytes(heads, head_stride),
                                  stride_bytes(batch, batch_stride)};
-  const cuuint32_t box[5] = {64, cuuint32_t(box_rows), kD / 64, 1, 1};
+  const cuuint32_t box[5] = {64, cuuint32_t(box_rows), cuuint32_t(box_panels), 1, 1};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   const CUresult res =
       encode(map, dtype == AttnDtype::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5,
@@ -523,20 +653,46 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
   using T = PrefillWsTraits<Cfg>;
   check(p.dtype == ElementOps<Element>::kDtype, "prefill: params.dtype does not match the launched element type");
   check(p.head_dim == T::kD, "prefill: head_dim ", p.head_dim, " launched with a head_dim ", T::kD, " configuration");
-  if (const char* why = prefill_ws_unsupported(p)) throw ValueError(concat("prefill (warp-specialized kernel): ", why));
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
+  if (const char* why = prefill_ws_unsupported(p, T::kBlockN)) {
+    throw ValueError(concat("prefill (warp-specialized kernel): ", why));
+  }
+  const bool paged = p.page_table != nullptr;
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (paged && p.num_q_tiles == 0)) return;
   check(p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.group == p.heads_q / p.heads_kv,
         "prefill: heads_q must be group * heads_kv");
 
   PrefillWsParams kp;
-  make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_token_stride,
-                             p.q_head_stride, 64, "q");
-  make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_token_stride,
-                             p.o_head_stride, 64, "out");
-  make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride, p.k_token_stride,
-                             p.k_head_stride, T::kBlockN, "k");
-  make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride, p.v_token_stride,
-                             p.v_head_stride, T::kBlockN, "v");
+  if (paged) {
+    // Packed Q: one sequence of total_q rows; K / V: pages of page_size rows.
+    const int kv_rows = p.page_size >= T::kBlockN ? T::kBlockN : p.page_size;
+    const int kv_panels = p.page_size >= T::kBlockN ? T::kD / 64 : 1;
+    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, 1, p.total_q, p.heads_q, 0, p.q_token_stride, p.q_head_stride, 64,
+                               "q");
+    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, 1, p.total_q, p.heads_q, 0, p.o_token_stride, p.o_head_stride, 64,
+                               "out");
+    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.num_pages, p.page_size, p.heads_kv, p.k_block_stride,
+                               p.k_token_stride, p.k_head_stride, kv_rows, "k_cache", kv_panels);
+    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.num_pages, p.page_size, p.heads_kv, p.v_block_stride,
+                               p.v_token_stride, p.v_head_stride, kv_rows, "v_cache", kv_panels);
+    kp.cu_seqlens_q = p.cu_seqlens_q;
+    kp.q_schedule = p.q_schedule;
+    kp.seqlens_k = p.seqlens_k;
+    kp.page_table = p.page_table;
+    kp.page_table_batch_stride = p.page_table_batch_stride;
+    kp.page_size = p.page_size;
+    kp.o_rows = p.o;
+    kp.o_token_stride = p.o_token_stride;
+    kp.o_head_stride = p.o_head_stride;
+  } else {
+    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride,
+                               p.q_token_stride, p.q_head_stride, 64, "q");
+    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride,
+                               p.o_token_stride, p.o_head_stride, 64, "out");
+    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride,
+                               p.k_token_stride, p.k_head_stride, T::kBlockN, "k");
+    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride,
+                               p.v_token_stride, p.v_head_stride, T::kBlockN, "v");
+  }
   kp.lse = p.lse;
   kp.lse_batch_stride = p.lse_batch_stride;
   kp.lse_head_stride = p.lse_head_stride;
@@ -549,17 +705,19 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
   kp.scale_log2 = p.scale_log2;
   kp.causal = p.causal;
   const int64_t q_tiles = ceil_div<int64_t>(p.seqlen_q, T::kBlockM);
-  const int64_t ctas = q_tiles * p.heads_q * p.batch;
+  const int64_t ctas = (paged ? p.num_q_tiles : q_tiles * p.batch) * int64_t(p.heads_q);
   check(ctas <= 0x7fffffff, "prefill: CTAs per launch (query tiles x heads x batch) must be < 2^31, got ", ctas);
   kp.q_tiles = static_cast<int>(q_tiles);
-  if (Cfg::kL2Sections && p.causal) {
+  if (Cfg::kL2Sections && p.causal && !paged) {
     kp.l2_section = prefill_ws_l2_section(p.seqlen_k, T::kD, int(sizeof(Element)), p.group, p.heads_q * p.batch);
   }
 
-  auto kernel = attn_prefill_ws_kernel<Cfg, Element>;
-  static SmemOptIn opt_in;
-  opt_in.ensure(kernel, T::kSmemBytes);
-  kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(kp);
+  const auto launch = [&](auto kernel) {
+    static SmemOptIn opt_in;
+    opt_in.ensure(kernel, T::kSmemBytes);
+    kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(kp);
+  };
+  paged ? launch(attn_prefill_ws_kernel<Cfg, Element, true>) : launch(attn_prefill_ws_kernel<Cfg, Element, false>);
   check_launch("attn_prefill_ws_kernel");
 }
 
