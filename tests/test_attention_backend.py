@@ -238,7 +238,10 @@ def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
     assert run() == ("paged_decode", 0)                        # cached
     assert run(q=q.half(), k_cache=k_cache.half(), v_cache=v_cache.half()) == ("paged_decode", 1)
     assert run(q=q.float(), k_cache=k_cache.float(), v_cache=v_cache.float()) == ("torch", 1)
-    assert run(q=q.expand(1, 16, 4, 64).contiguous()) == ("paged_prefill", 1)   # long dense queries
+    long_q = q.expand(1, 16, 4, 64).contiguous()
+    assert run(q=long_q) == ("paged_prefill", 1)               # long dense queries
+    for _ in range(2):                                         # alternating: each keeps its plan
+        assert run() == ("paged_decode", 0) and run(q=long_q) == ("paged_prefill", 0)
     k8, v8, table8 = paged_kv_cache(k, v, 8)                   # pages of 8
     assert run(k_cache=k8.bfloat16(), v_cache=v8.bfloat16(), table=table8) == ("paged_decode", 1)
     assert run() == ("paged_decode", 0)

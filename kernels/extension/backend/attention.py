@@ -342,11 +342,17 @@ _debug_setting = _environ_reader(DEBUG_ENV_VAR)
 # capability checks call it).
 _ROUTED: dict[tuple, tuple[str, object]] = {}  # signature -> (backend, its runner for the call)
 ROUTED_CALLS_KEPT = 1024  # signatures remembered; past that the cache starts over
+# The last (signature, plan): every layer of a decode step repeats one signature, and comparing
+# with the last costs half a dict lookup (which hashes the signature first). One tuple, rebound
+# whole, so a thread never reads one call's signature with another's plan.
+_last_routed: tuple = (None, None)
 _PLAIN_SCALES = (float, int, type(None))
 
 
 def clear_routed_calls() -> None:
+    global _last_routed
     _ROUTED.clear()
+    _last_routed = (None, None)
 
 
 def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
@@ -371,8 +377,13 @@ def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -
 
 def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> tuple[str, object]:
     """(backend, runner) of this call, after validation (cached by _call_signature)."""
+    global _last_routed
     key = _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
-    plan = _ROUTED.get(key)  # no plan is kept under None
+    last_key, plan = _last_routed
+    if key != last_key or key is None:
+        plan = _ROUTED.get(key)  # no plan is kept under None
+        if plan is not None:
+            _last_routed = key, plan
     if plan is None:
         validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                         cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
@@ -383,6 +394,7 @@ def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqle
             if len(_ROUTED) >= ROUTED_CALLS_KEPT:
                 _ROUTED.clear()
             _ROUTED[key] = plan
+            _last_routed = key, plan
     elif check_seqlens and page_table is not None:
         check_seqlens_in_pages(k, page_table, seqlens_k)
     return plan
