@@ -189,6 +189,97 @@ def test_the_routed_calls_kept_are_bounded(monkeypatch):
         assert len(module._ROUTED) <= 3
 
 
+@pytest.fixture
+def cuda_on_cpu(monkeypatch):
+    """attention() routing CPU bf16 / fp16 calls to the cuda backend, whose ops record each call
+    (entry point and keywords) instead of launching; and counting validations."""
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    monkeypatch.setattr(ops, "available", lambda: True)
+    monkeypatch.setitem(module._UNSUPPORTED, "cuda",
+                        lambda call: None if call.dtype in ops.DTYPES else f"dtype {call.dtype}")
+    record = {"calls": [], "validated": 0}
+
+    def recorder(name):
+        def op(q, *args, out=None, **kwargs):
+            record["calls"].append((name, kwargs))
+            return torch.zeros_like(q) if out is None else out
+        return op
+
+    for name in ("paged_decode", "paged_prefill", "decode", "prefill"):
+        monkeypatch.setattr(ops, name, recorder(name))
+    real = module.validate_inputs
+
+    def validate(*args, **kwargs):
+        record["validated"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "validate_inputs", validate)
+    return record
+
+
+def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
+    """The signature holds everything the plan (validation, backend, kernel entry point) read:
+    one that differs only in a dtype, a device, a page size, a stride, an index dtype or the
+    environment is validated and routed again, and bad inputs raise on every call."""
+    record = cuda_on_cpu
+    q, k, v = (t.bfloat16() for t in qkv(1, 1, 8, 4, 2, 64))
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8], dtype=torch.int32)
+
+    def run(q=q, k_cache=k_cache, v_cache=v_cache, table=table, lens=lens):
+        before = (len(record["calls"]), record["validated"])
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False)
+        calls = record["calls"][before[0]:]
+        return (calls[0][0] if calls else "torch"), record["validated"] - before[1]
+
+    assert run() == ("paged_decode", 1)
+    assert run() == ("paged_decode", 0)                        # cached
+    assert run(q=q.half(), k_cache=k_cache.half(), v_cache=v_cache.half()) == ("paged_decode", 1)
+    assert run(q=q.float(), k_cache=k_cache.float(), v_cache=v_cache.float()) == ("torch", 1)
+    long_q = q.expand(1, 16, 4, 64).contiguous()
+    assert run(q=long_q) == ("paged_prefill", 1)               # long dense queries
+    for _ in range(2):                                         # alternating: each keeps its plan
+        assert run() == ("paged_decode", 0) and run(q=long_q) == ("paged_prefill", 0)
+    k8, v8, table8 = paged_kv_cache(k, v, 8)                   # pages of 8
+    assert run(k_cache=k8.bfloat16(), v_cache=v8.bfloat16(), table=table8) == ("paged_decode", 1)
+    assert run() == ("paged_decode", 0)
+    with pytest.raises(ValueError, match="one device"):       # same shapes, another device
+        run(v_cache=v_cache.to("meta"))
+    strided = torch.zeros(1, 1, 4, 128, dtype=torch.bfloat16)[..., ::2]  # q's shape, stride 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="contiguous last dim"):
+            run(q=strided)
+        with pytest.raises(TypeError, match="page_table must be int32"):
+            run(table=table.long())
+        with pytest.raises(ValueError, match="seqlens_k must have batch"):
+            run(lens=lens.repeat(2))
+    monkeypatch.setenv(ENV_VAR, "torch")
+    assert run() == ("torch", 1)
+    monkeypatch.delenv(ENV_VAR)
+    assert run() == ("paged_decode", 0)
+    monkeypatch.setenv("KERNELS_DEBUG", "1")                  # read on every call, cached or not
+    assert run() == ("paged_decode", 0) and record["calls"][-1][1]["debug"] is True
+    monkeypatch.delenv("KERNELS_DEBUG")
+    assert run() == ("paged_decode", 0) and record["calls"][-1][1]["debug"] is False
+
+
+def test_the_environment_is_read_as_os_environ_reads_it(monkeypatch):
+    import os
+    import sys
+
+    read = sys.modules["kernels.extension.backend.attention"]._environ_reader("KERNELS_TEST_VARIABLE")
+    monkeypatch.delenv("KERNELS_TEST_VARIABLE", raising=False)
+    assert read() is None
+    monkeypatch.setenv("KERNELS_TEST_VARIABLE", "x")
+    assert read() == "x"
+    os.environ["KERNELS_TEST_VARIABLE"] = "y"
+    assert read() == "y"
+    monkeypatch.setattr(os, "environ", {"KERNELS_TEST_VARIABLE": "z"})  # os.environ replaced
+    assert read() == "z"
+
+
 # ---- autograd ------------------------------------------------------------------------------------
 
 def leaves(*tensors):

@@ -122,6 +122,64 @@ def test_gemm_planner_split_k_host():
     assert run.returncode == 0 and "0 failure(s)" in run.stdout, run.stdout + run.stderr
 
 
+def _gemm_arg_variants(device):
+    """Valid GEMM arguments (a [m, k], b [n, k], scales, bias, row and column scales), then each
+    with one thing changed that check_gemm_args reads: dtypes, dims, K, strides, offsets, devices,
+    the scales' dtype and size, the vectors' dtype, shape, device and stride."""
+    other = "cpu" if device == "meta" else "meta"
+
+    def t(*shape, dtype=E4M3, dev=device):
+        return torch.zeros(shape, dtype=dtype, device=dev)
+
+    m, n, k = 3, 8, 32
+    s = t(dtype=torch.float32)
+    base = dict(a=t(m, k), b=t(n, k), scale_a=s, scale_b=s, bias=None, row_scale=None, col_scale=None)
+    vectors = dict(bias=t(n, dtype=torch.bfloat16), row_scale=t(m, dtype=torch.float32),
+                   col_scale=t(n, dtype=torch.float32))
+    yield True, base
+    yield True, {**base, **vectors}
+    yield True, {**base, "a": t(1, k), "b": t(n, 64)[:, 16:48]}    # one row, 16 bytes in
+    yield True, {**base, "a": t(m, 0), "b": t(n, 0)}                # K = 0
+    yield True, {**base, "a": t(m, k, dtype=E5M2)}
+    yield True, {**base, "scale_a": t(1, dtype=torch.float32)}
+    changes = [dict(a=t(m, k, dtype=torch.bfloat16)), dict(a=t(m, k, dtype=E5M2), b=t(n, k, dtype=E5M2)),
+               dict(a=t(1, m, k)), dict(b=t(n)), dict(a=t(m, 40), b=t(n, 40)), dict(b=t(n, 48)),
+               dict(a=t(m, 2 * k)[:, ::2]), dict(a=t(m, 48)[:, 8:40]), dict(a=t(m, 40)[:, :k]),
+               dict(b=t(n, 72)[:, 8:40]), dict(b=t(n, k, dev=other)), dict(a=t(k, m).T),
+               dict(scale_a=t(dtype=torch.float16)), dict(scale_b=t(2, dtype=torch.float32)),
+               dict(scale_b=t(dtype=torch.float32, dev=other)), dict(scale_a=1.0)]
+    for name, good in vectors.items():
+        changes += [{name: good.to(torch.float16)}, {name: t(good.shape[0] + 1, dtype=good.dtype)},
+                    {name: t(2 * good.shape[0], dtype=good.dtype)[::2]},
+                    {name: t(good.shape[0], dtype=good.dtype, dev=other)}, {name: t(1, good.shape[0],
+                                                                                 dtype=good.dtype)}]
+    for change in changes:
+        yield False, {**base, **vectors, **change}
+        yield False, {**base, **change}
+
+
+@pytest.mark.parametrize("device, real", [("meta", False), ("cpu", True)])
+def test_gemm_checks_in_one_pass_agree_with_each_check(device, real):
+    """check_gemm_args lets a call through after one pass over its arguments
+    (_gemm_args_pass) only where every check passes; elsewhere the checks raise as before."""
+    for valid, args in _gemm_arg_variants(device):
+        fast = fp8_ops._gemm_args_pass(**args, real=real)
+        try:
+            fp8_ops.check_gemm_args(**args, real=real)
+            passes = True
+        except (TypeError, ValueError):
+            passes = False
+        assert (fast, passes) == (valid, valid), {n: getattr(a, "shape", a) for n, a in args.items()}
+
+
+def test_gemm_plan_checks_take_only_plain_ints():
+    fp8_ops.check_plan_args(0, 64, 1, 64)
+    for args in ((True, 0, -1, 0), (-1, False, -1, 0), (-1, 0, 0.0, 0), (-1, 0, -1, True), (3, 0, -1, 0),
+                 (-1, 96, -1, 0), (-1, 0, 2, 0), (-1, 0, -1, 65), (-1, 0, -1, -1)):
+        with pytest.raises(ValueError):
+            fp8_ops.check_plan_args(*args)
+
+
 def test_quantize_bad_inputs_raise():
     s = torch.empty((), dtype=torch.float32, device="meta")
     with pytest.raises(TypeError, match="bfloat16"):

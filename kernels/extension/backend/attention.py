@@ -307,54 +307,102 @@ def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) ->
 
 # ---- entry point -------------------------------------------------------------------------------
 
+def _environ_reader(name: str):
+    """A function returning os.environ.get(name) for the cost of a dict lookup. attention() reads
+    two variables on every call, and os.environ.get encodes the name and raises and catches a
+    KeyError for an unset one (~0.8 us a read on a CPU host). It reads the mapping behind
+    os.environ, which os.environ.get reads and every write through os.environ updates
+    (monkeypatch.setenv included); where os.environ is another kind of mapping, or has been
+    replaced, it asks os.environ.get."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if not isinstance(data, dict) or not hasattr(environ, "encodekey"):
+        return lambda: os.environ.get(name)
+    key, decode = environ.encodekey(name), environ.decodevalue
+
+    def read():
+        if os.environ is not environ:
+            return os.environ.get(name)
+        value = data.get(key)
+        return None if value is None else decode(value)
+
+    return read
+
+
+_preferred_backend = _environ_reader(ENV_VAR)
+_debug_setting = _environ_reader(DEBUG_ENV_VAR)
+
 # ---- the routed-call cache --------------------------------------------------------------------
-# A decoding model calls attention() with the same shapes every step. Validation, the Call and
-# the choice of backend depend only on the inputs' metadata and the process's state, so a call
-# whose signature (_call_signature) was validated and routed before skips them; the seqlens
-# check reads data and still runs when asked for. The state that can change during a process
-# is in the signature (use_backend, $KERNELS_ATTENTION_BACKEND, the extension being built);
-# clear_routed_calls() forgets everything (tests that patch the capability checks call it).
-_ROUTED: dict[tuple, str] = {}
+# A decoding model calls attention() with the same shapes every step. Validation, the Call, the
+# choice of backend and the kernel entry point that runs it depend only on the inputs' metadata
+# and the process's state, so a call whose signature (_call_signature) was validated and routed
+# before skips them; the seqlens check reads data and still runs when asked for. The state that
+# can change during a process is in the signature (use_backend, $KERNELS_ATTENTION_BACKEND, the
+# extension being built); clear_routed_calls() forgets everything (tests that patch the
+# capability checks call it).
+_ROUTED: dict[tuple, tuple[str, object]] = {}  # signature -> (backend, its runner for the call)
 ROUTED_CALLS_KEPT = 1024  # signatures remembered; past that the cache starts over
+# The last (signature, plan): every layer of a decode step repeats one signature, and comparing
+# with the last costs half a dict lookup (which hashes the signature first). One tuple, rebound
+# whole, so a thread never reads one call's signature with another's plan.
+_last_routed: tuple = (None, None)
+_PLAIN_SCALES = (float, int, type(None))
 
 
 def clear_routed_calls() -> None:
+    global _last_routed
     _ROUTED.clear()
-
-
-def _metadata(t):
-    return None if t is None else (t.dtype, t.shape, t.device)
+    _last_routed = (None, None)
 
 
 def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
     """Everything validate_inputs, describe_call and choose_backend read, or None for inputs
     the cache does not take (not plain tensors, a scale that is not a Python number: the
-    slow path validates them every time)."""
-    if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in (float, int, type(None)):
+    slow path validates them every time). Built on every call, so it holds only what they read:
+    the full strides (cheaper to read than one), whether autograd records the call (not each
+    requires_grad) and no devices of mask, page_table, seqlens_k, cu_seqlens_q (validation does
+    not read them; the binding checks them on every call)."""
+    if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in _PLAIN_SCALES:
         return None
-    return (q.dtype, q.shape, q.device, q.stride(-1), q.requires_grad,
-            k.dtype, k.shape, k.device, k.stride(-1), k.requires_grad,
-            v.dtype, v.shape, v.device, v.stride(-1), v.requires_grad,
-            scale, _metadata(mask), _metadata(page_table), _metadata(seqlens_k), _metadata(cu_seqlens_q),
-            torch.is_grad_enabled(), _strict_backend.get(), os.environ.get(ENV_VAR), ops.available())
+    return (q.dtype, q.shape, q.device, q.stride(),
+            k.dtype, k.shape, k.device, k.stride(),
+            v.dtype, v.shape, v.device, v.stride(),
+            torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad), scale,
+            None if mask is None else (mask.dtype, mask.shape),
+            None if page_table is None else (page_table.dtype, page_table.shape),
+            None if seqlens_k is None else (seqlens_k.dtype, seqlens_k.shape),
+            None if cu_seqlens_q is None else (cu_seqlens_q.dtype, cu_seqlens_q.shape),
+            _strict_backend.get(), _preferred_backend(), ops.available())
 
 
-def _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> str:
-    """The backend that runs this call, after validation (cached by _call_signature)."""
+def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> tuple[str, object]:
+    """(backend, runner) of this call, after validation (cached by _call_signature)."""
+    global _last_routed
     key = _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
-    name = _ROUTED.get(key) if key is not None else None
-    if name is None:
+    last_key, plan = _last_routed
+    if key != last_key or key is None:
+        plan = _ROUTED.get(key)  # no plan is kept under None
+        if plan is not None:
+            _last_routed = key, plan
+    if plan is None:
         validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                         cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
         call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
         name, _ = choose_backend(call)
+        plan = name, _runner(name, q, k, page_table, cu_seqlens_q)
         if key is not None:
             if len(_ROUTED) >= ROUTED_CALLS_KEPT:
                 _ROUTED.clear()
-            _ROUTED[key] = name
+            _ROUTED[key] = plan
+            _last_routed = key, plan
     elif check_seqlens and page_table is not None:
         check_seqlens_in_pages(k, page_table, seqlens_k)
-    return name
+    return plan
+
+
+def _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> str:
+    """The backend that runs this call, after validation (cached by _call_signature)."""
+    return _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[0]
 
 
 def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
@@ -363,42 +411,63 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
-    name = _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)
-    if name == "cuda":
-        return _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+    _, run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)
+    return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+
+
+# ---- runners: one per backend and kind of call, all with one signature --------------------------
+
+def _runner(name, q, k, page_table, cu_seqlens_q):
+    """The function that runs a validated call on backend `name`; the cuda backend's depends on
+    the call's kind (its shapes), so it is chosen here once per signature, not on every call."""
     if name == "fa4":
-        return _run_fa4(q, k, v, causal, scale, page_table, seqlens_k, cu_seqlens_q, out, lse)
-    return _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
-
-
-def _run_cuda(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
-    debug = os.environ.get(DEBUG_ENV_VAR) == "1"
+        return _run_fa4
+    if name != "cuda":
+        return _run_torch
     if cu_seqlens_q is not None:
-        return ops.paged_prefill(q, k, v, page_table, cu_seqlens_q, seqlens_k, causal=causal, scale=scale,
-                                 mask=mask, out=out, lse=lse, check_seqlens=False, debug=debug)
-    batch, seqlen_q, heads_q = q.shape[:3]
-    group = heads_q // k.shape[2]
-    small = uses_decode_kernel(seqlen_q, group)
+        return _run_cuda_paged_prefill
+    small = uses_decode_kernel(q.shape[1], q.shape[2] // k.shape[2])
     if page_table is not None:
-        if small:
-            return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask,
-                                    out=out, lse=lse, check_seqlens=False, debug=debug)
-        # Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths.
-        cu = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
-        packed_out = None if out is None else out.view(batch * seqlen_q, heads_q, -1)
-        packed_lse = None if lse is None else torch.empty(heads_q, batch * seqlen_q, device=q.device)
-        result = ops.paged_prefill(q.reshape(batch * seqlen_q, heads_q, -1), k, v, page_table, cu, seqlens_k,
-                                   causal=causal, scale=scale, mask=mask, out=packed_out, lse=packed_lse,
-                                   check_seqlens=False, debug=debug)
-        if lse is not None:
-            lse.copy_(packed_lse.view(heads_q, batch, seqlen_q).transpose(0, 1))
-        return result.view(q.shape) if out is None else out
-    if small:
-        return ops.decode(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
-    return ops.prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse, debug=debug)
+        return _run_cuda_paged_decode if small else _run_cuda_paged_prefill_dense
+    return _run_cuda_decode if small else _run_cuda_prefill
 
 
-def _run_fa4(q, k, v, causal, scale, page_table, seqlens_k, cu_seqlens_q, out, lse):
+def _run_cuda_paged_decode(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask, out=out,
+                            lse=lse, check_seqlens=False, debug=_debug_setting() == "1")
+
+
+def _run_cuda_paged_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    return ops.paged_prefill(q, k, v, page_table, cu_seqlens_q, seqlens_k, causal=causal, scale=scale,
+                             mask=mask, out=out, lse=lse, check_seqlens=False, debug=_debug_setting() == "1")
+
+
+def _run_cuda_paged_prefill_dense(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out,
+                                  lse):
+    """Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths."""
+    batch, seqlen_q, heads_q = q.shape[:3]
+    cu = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
+    packed_out = None if out is None else out.view(batch * seqlen_q, heads_q, -1)
+    packed_lse = None if lse is None else torch.empty(heads_q, batch * seqlen_q, device=q.device)
+    result = ops.paged_prefill(q.reshape(batch * seqlen_q, heads_q, -1), k, v, page_table, cu, seqlens_k,
+                               causal=causal, scale=scale, mask=mask, out=packed_out, lse=packed_lse,
+                               check_seqlens=False, debug=_debug_setting() == "1")
+    if lse is not None:
+        lse.copy_(packed_lse.view(heads_q, batch, seqlen_q).transpose(0, 1))
+    return result.view(q.shape) if out is None else out
+
+
+def _run_cuda_decode(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    return ops.decode(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse)
+
+
+def _run_cuda_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    return ops.prefill(q, k, v, causal=causal, scale=scale, mask=mask, out=out, lse=lse,
+                       debug=_debug_setting() == "1")
+
+
+def _run_fa4(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    """FlashAttention-4 (never routed a mask: _fa4_unsupported)."""
     fa4 = _fa4()
     if page_table is None:
         result = fa4.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_lse=lse is not None)

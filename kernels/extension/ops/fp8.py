@@ -35,6 +35,8 @@ TypeError / ValueError from the same checks in the real and the fake implementat
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import loader
@@ -74,9 +76,42 @@ def check_quantize_args(x, scale, fp8_dtype, rowwise, transpose) -> None:
     _check_scalar(scale, "scale", x.device)
 
 
+def _gemm_args_pass(a, b, scale_a, scale_b, bias, row_scale, col_scale, real) -> bool:
+    """Whether check_gemm_args passes, read in one pass: it runs on every call of a decode step
+    (one per linear layer), where its checks one by one cost about three times as much host
+    time. False for anything it does not take (then check_gemm_args' checks name the problem)."""
+    if (a.dtype, b.dtype) not in SUPPORTED_PAIRS or a.dim() != 2 or b.dim() != 2:
+        return False
+    device = a.device
+    (m, k), (n, k_b) = a.shape, b.shape
+    (a_rows, a_cols), (b_rows, b_cols) = a.stride(), b.stride()
+    if (k_b != k or k % 16 or b.device != device or a_cols != 1 or b_cols != 1
+            or (k and ((m > 1 and a_rows % 16) or (n > 1 and b_rows % 16)))):  # fp8: strides are bytes
+        return False
+    if real:
+        if a.data_ptr() % 16 or b.data_ptr() % 16:
+            return False
+    elif a.storage_offset() % 16 or b.storage_offset() % 16:
+        return False
+    if not (isinstance(scale_a, torch.Tensor) and scale_a.dtype == torch.float32 and scale_a.numel() == 1
+            and isinstance(scale_b, torch.Tensor) and scale_b.dtype == torch.float32 and scale_b.numel() == 1
+            and scale_a.device == device and scale_b.device == device):
+        return False
+    if bias is None and row_scale is None and col_scale is None:
+        return True
+    for t, size, dtype in ((bias, n, torch.bfloat16), (row_scale, m, torch.float32),
+                           (col_scale, n, torch.float32)):
+        if t is not None and (t.dtype != dtype or t.shape != (size,) or t.device != device
+                              or t.stride(0) != 1):
+            return False
+    return True
+
+
 def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=False) -> None:
     """real: a and b hold memory (the CUDA implementation), so their addresses are checked;
     fake/meta tensors have none and their storage offset stands in for it."""
+    if _gemm_args_pass(a, b, scale_a, scale_b, bias, row_scale, col_scale, real):
+        return
     for name, t in (("a", a), ("b", b)):
         if t.dtype not in FP8_MAX:
             raise TypeError(f"{name} must be float8_e4m3fn or float8_e5m2, got {t.dtype}")
@@ -124,20 +159,35 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
 MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
 
 
+PATHS = (-1, 0, 1, 2)
+BLOCK_NS = (0, 64, 128, 176, 192, 256)
+PERSISTENT = (-1, 0, 1)
+
+
 def check_plan_args(path, block_n, persistent, split_k=0) -> None:
-    for name, value, allowed in (("path", path, (-1, 0, 1, 2)),
-                                 ("block_n", block_n, (0, 64, 128, 176, 192, 256)),
-                                 ("persistent", persistent, (-1, 0, 1))):
+    # plain ints in range first: what every call through the dispatcher passes
+    if (type(path) is int and type(block_n) is int and type(persistent) is int and type(split_k) is int
+            and path in PATHS and block_n in BLOCK_NS and persistent in PERSISTENT
+            and 0 <= split_k <= MAX_SPLIT_K):
+        return
+    for name, value, allowed in (("path", path, PATHS),
+                                 ("block_n", block_n, BLOCK_NS),
+                                 ("persistent", persistent, PERSISTENT)):
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     if isinstance(split_k, bool) or not isinstance(split_k, int) or not 0 <= split_k <= MAX_SPLIT_K:
         raise ValueError(f"split_k must be 0 (auto), 1 (none) or 2..{MAX_SPLIT_K}, got {split_k!r}")
 
 
+@functools.cache  # the device's, read once: torch.cuda.get_device_capability costs microseconds a call
+def _capability(index: int) -> tuple[int, int]:
+    return tuple(torch.cuda.get_device_capability(index))
+
+
 def check_path_on_device(device, path) -> None:
     if device.type != "cuda":
         return
-    cc = torch.cuda.get_device_capability(device)
+    cc = _capability(device.index if device.index is not None else torch.cuda.current_device())
     if cc < (8, 9):
         raise NotImplementedError(f"fp8 gemm needs sm_89 or newer, {device} is sm_{cc[0]}{cc[1]}")
     if path == 0 and cc != (9, 0):
@@ -202,8 +252,13 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     check_path_on_device(a.device, path)
     module = loader.load(MODULE)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
-    module.gemm(a, b, scale_a.reshape(1), scale_b.reshape(1), bias, row_scale, col_scale, out,
-                path, block_n, persistent, split_k=split_k)
+    # The binding reads any one-element scale tensor (no reshape needed), and takes split_k as a
+    # keyword only when it is not the default: any keyword costs pybind11 about 1 us a call.
+    if split_k:
+        module.gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent,
+                    split_k=split_k)
+    else:
+        module.gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent)
     return out
 
 
