@@ -47,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "../common/mbarrier.cuh"
@@ -712,12 +713,15 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
     kp.l2_section = prefill_ws_l2_section(p.seqlen_k, T::kD, int(sizeof(Element)), p.group, p.heads_q * p.batch);
   }
 
-  const auto launch = [&](auto kernel) {
+  // One opt-in per kernel: both kernels have the same type, so the tag (not the pointer) tells
+  // the lambda's instantiations, and with them their statics, apart.
+  const auto launch = [&](auto paged_tag) {
+    const auto kernel = attn_prefill_ws_kernel<Cfg, Element, decltype(paged_tag)::value>;
     static SmemOptIn opt_in;
     opt_in.ensure(kernel, T::kSmemBytes);
     kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(kp);
   };
-  paged ? launch(attn_prefill_ws_kernel<Cfg, Element, true>) : launch(attn_prefill_ws_kernel<Cfg, Element, false>);
+  paged ? launch(std::true_type{}) : launch(std::false_type{});
   check_launch("attn_prefill_ws_kernel");
 }
 
