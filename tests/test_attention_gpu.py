@@ -159,7 +159,8 @@ def test_prefill_default_kernel_on_hopper():
     packed = q.reshape(400, 8, 128)
     names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens))
     assert ws in names and cpasync not in names, names
-    names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens, impl="tc-cpasync"))
+    names = launched_kernels(
+        lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens, impl="tc-cpasync"))
     assert cpasync in names and ws not in names, names
     k_cache, v_cache, table = paged_kv_cache(k, v, 48, generator=torch.Generator().manual_seed(0))
     names = launched_kernels(lambda: ops.paged_prefill(packed, k_cache, v_cache, table, cu, lens))
