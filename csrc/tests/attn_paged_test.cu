@@ -20,8 +20,7 @@ using namespace kernels::attention;
 
 // decode: q [B, 1, Hq, D]; prefill: packed q [sum(q_lens), Hq, D].
 static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv,
-                     int d, int page_size, bool causal, AttnImpl impl,
-                     PrefillKernel kernel = PrefillKernel::kAuto) {
+                     int d, int page_size, bool causal, AttnImpl impl, PrefillKernel kernel = PrefillKernel::kAuto) {
   const int b = int(k_lens.size());
   const int max_k = *std::max_element(k_lens.begin(), k_lens.end());
   const int max_pages = (max_k + page_size - 1) / page_size;
@@ -42,7 +41,8 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   {
     std::vector<char> used(long(num_pages) * page_size, 0);
     for (int bi = 0; bi < b; ++bi)
-      for (int j = 0; j < k_lens[bi]; ++j) used[long(table[bi * max_pages + j / page_size]) * page_size + j % page_size] = 1;
+      for (int j = 0; j < k_lens[bi]; ++j)
+        used[long(table[bi * max_pages + j / page_size]) * page_size + j % page_size] = 1;
     const __nv_bfloat16 nan = __float2bfloat16(NAN);
     for (long r = 0; r < long(num_pages) * page_size; ++r) {
       if (used[r]) continue;
@@ -139,8 +139,8 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
                           : p.q_schedule_per_head   ? "tc-ws"
                                                     : "tc-cp";
   std::printf("%-13s %-6s b%-3d hq%d/%d d%-3d page %-4d %-6s  rel_err %.2e  %8.3f ms  %7.1f GB/s(KV)  %s\n",
-              decode ? "paged-decode" : "paged-prefill", impl_name, b, hq, hkv, d, page_size, causal ? "causal" : "", err,
-              ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
+              decode ? "paged-decode" : "paged-prefill", impl_name, b, hq, hkv, d, page_size, causal ? "causal" : "",
+              err, ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");
   cudaFree(dq);
   cudaFree(dk);
   cudaFree(dv);
@@ -352,8 +352,8 @@ int main(int argc, char** argv) {
   }
   for (int page : {16, 32, 128, 256}) {
     for (bool causal : {true, false}) {
-      failures += !guarded(false, {200, 1, 64, 0, 129}, {1000, 1, 64, 0, 129}, 32, 8, 128, page, causal,
-                           AttnImpl::kTensorCore);
+      failures +=
+          !guarded(false, {200, 1, 64, 0, 129}, {1000, 1, 64, 0, 129}, 32, 8, 128, page, causal, AttnImpl::kTensorCore);
       failures += !guarded(false, {300, 17}, {300, 500}, 8, 2, 64, page, causal, AttnImpl::kTensorCore);
     }
   }

@@ -61,7 +61,7 @@ struct AttnParams {
   const int* seqlens_k = nullptr;  // paged: [B]
   int page_size = 0;
   int max_pages = 0;
-  int num_pages = 0;  // pages in k / v (the warp-specialized kernel's TMA maps)
+  int num_pages = 0;       // pages in k / v (the warp-specialized kernel's TMA maps)
   FastDivmod page_divmod;  // by page_size; the launchers set it (callers set page_size only)
 
   // ---- optional boolean mask, True = keep: [B, Sk] (mask_q_stride = 0) or [B, Sq, Sk] --

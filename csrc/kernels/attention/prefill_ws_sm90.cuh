@@ -245,8 +245,12 @@ struct PrefillWs {
       const int entry = static_cast<int>(blockIdx.x) / p.heads_q;
       const int b = p.q_schedule[2 * entry];
       const int start = p.cu_seqlens_q[b];
-      return {p.q_schedule[2 * entry + 1], static_cast<int>(blockIdx.x) % p.heads_q, b, start,
-              p.cu_seqlens_q[b + 1] - start, p.seqlens_k[b]};
+      return {p.q_schedule[2 * entry + 1],
+              static_cast<int>(blockIdx.x) % p.heads_q,
+              b,
+              start,
+              p.cu_seqlens_q[b + 1] - start,
+              p.seqlens_k[b]};
     } else {
       Tile t = prefill_ws_tile(p, static_cast<int>(blockIdx.x));
       t.q_len = p.seqlen_q;
@@ -503,11 +507,13 @@ struct PrefillWs {
         if (row + 8 * h >= t.q_len) continue;
         const float sum = softmax.row_sum[0][h];
         const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
-        Element* o = static_cast<Element*>(p.o_rows) + static_cast<int64_t>(t.q_start + row + 8 * h) * p.o_token_stride +
+        Element* o = static_cast<Element*>(p.o_rows) +
+                     static_cast<int64_t>(t.q_start + row + 8 * h) * p.o_token_stride +
                      static_cast<int64_t>(t.head) * p.o_head_stride + 2 * (lane % 4);
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt) {
-          *reinterpret_cast<uint32_t*>(o + 8 * dt) = pack2<Element>(acc_o[0][dt][2 * h] * inv, acc_o[0][dt][2 * h + 1] * inv);
+          *reinterpret_cast<uint32_t*>(o + 8 * dt) =
+              pack2<Element>(acc_o[0][dt][2 * h] * inv, acc_o[0][dt][2 * h + 1] * inv);
         }
       }
       store_lse(p, t);
@@ -595,9 +601,10 @@ inline const char* prefill_ws_unsupported(const AttnParams& p, int block_n = 0) 
   // Strides of dimensions longer than 1 in 16-byte units (TMA); the others are never stepped.
   const auto ok = [](int64_t size, int64_t stride) { return size <= 1 || (stride % 8 == 0 && stride > 0); };
   if (paged) {
-    if (block_n == 0) block_n = p.head_dim == 64 ? PrefillWsConfig<64>::kBlockN
-                                : p.head_dim == 128 ? PrefillWsConfig<128>::kBlockN
-                                                    : PrefillWsConfig<256>::kBlockN;
+    if (block_n == 0)
+      block_n = p.head_dim == 64    ? PrefillWsConfig<64>::kBlockN
+                : p.head_dim == 128 ? PrefillWsConfig<128>::kBlockN
+                                    : PrefillWsConfig<256>::kBlockN;
     if (p.total_q <= 0 || p.num_pages <= 0) return "total_q and num_pages must be set";
     if (!prefill_ws_pages_fit(p.page_size, block_n)) {
       return "page_size must be a multiple of 16 that divides its key tile, or a multiple of the tile";
@@ -685,14 +692,14 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
     kp.o_token_stride = p.o_token_stride;
     kp.o_head_stride = p.o_head_stride;
   } else {
-    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride,
-                               p.q_token_stride, p.q_head_stride, 64, "q");
-    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride,
-                               p.o_token_stride, p.o_head_stride, 64, "out");
-    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride,
-                               p.k_token_stride, p.k_head_stride, T::kBlockN, "k");
-    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride,
-                               p.v_token_stride, p.v_head_stride, T::kBlockN, "v");
+    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_token_stride,
+                               p.q_head_stride, 64, "q");
+    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_token_stride,
+                               p.o_head_stride, 64, "out");
+    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride, p.k_token_stride,
+                               p.k_head_stride, T::kBlockN, "k");
+    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride, p.v_token_stride,
+                               p.v_head_stride, T::kBlockN, "v");
   }
   kp.lse = p.lse;
   kp.lse_batch_stride = p.lse_batch_stride;
