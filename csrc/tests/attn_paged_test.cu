@@ -323,6 +323,17 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
   int failures = 0;
+  if (argc > 1 && std::string(argv[1]) == "small") {
+    // One small case per kernel, for compute-sanitizer memcheck / racecheck: paged decode (split,
+    // then the combine), the warp-specialized prefill on pages of 16, the cp.async one, scalar.
+    failures += !run_case(true, {1, 1}, {500, 77}, 8, 2, 128, 16, false, AttnImpl::kTensorCore);
+    failures += !run_case(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, 16, true, AttnImpl::kTensorCore);
+    failures += !run_case(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, 16, true, AttnImpl::kTensorCore,
+                          PrefillKernel::kCpAsync);
+    failures += !run_case(false, {33, 5}, {33, 200}, 8, 8, 64, 16, true, AttnImpl::kScalar);
+    std::printf("attn_paged_test small: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+  }
   // An exception (launch error, unsupported shape) fails that case; the others still run.
   auto guarded = [](bool decode, const std::vector<int>& q_lens, const std::vector<int>& k_lens, int hq, int hkv, int d,
                     int page_size, bool causal, AttnImpl impl, PrefillKernel kernel = PrefillKernel::kAuto) {

@@ -262,7 +262,8 @@ static bool run_ws_case(const WsCase& c, PrefillKernel kernel) {
   return ok;
 }
 
-static int prefill_kernels_sweep() {
+// small: one case per prefill kernel (compute-sanitizer runs take minutes per case otherwise).
+static int prefill_kernels_sweep(bool small = false) {
   // clang-format off
   const WsCase cases[] = {
       // tails (Sq, Sk not tile multiples), Sq != Sk under the causal mask (Sq > Sk: rows with no key),
@@ -277,7 +278,8 @@ static int prefill_kernels_sweep() {
   };
   // clang-format on
   int failures = 0;
-  for (const WsCase& c : cases)
+  for (const WsCase& c : cases) {
+    if (small && &c != &cases[1]) continue;  // GQA, batch 2, tails, causal with Sq != Sk
     for (PrefillKernel kernel : {PrefillKernel::kWarpSpecialized, PrefillKernel::kCpAsync}) {
       const std::string label = std::string("prefill ") +
                                 (kernel == PrefillKernel::kWarpSpecialized ? "tc-ws" : "tc-cpasync") + " d" +
@@ -286,6 +288,7 @@ static int prefill_kernels_sweep() {
         return c.fp16 ? run_ws_case<__half>(c, kernel) : run_ws_case<__nv_bfloat16>(c, kernel);
       });
     }
+  }
   return failures;
 }
 
@@ -732,6 +735,9 @@ static int bench_main(int head_dim) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench_main(argc > 2 ? std::atoi(argv[2]) : 0);
+  // `attn_test small`: one small case per kernel (decode and its combine, both tensor-core
+  // prefills, the scalar paths), for compute-sanitizer memcheck / racecheck.
+  const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
     // Small shapes check every head_dim, GQA and tails against the CPU reference; the last
     // rows are the benchmark shapes (their CPU reference takes a few seconds).
     // clang-format off
@@ -744,13 +750,15 @@ int main(int argc, char** argv) {
     };
   // clang-format on
   int failures = 0;
-  for (const Case& c : cases)
+  for (const Case& c : cases) {
+    if (small && &c != &cases[1] && &c != &cases[6]) continue;  // decode d128 (split), prefill d128 GQA causal
     for (AttnImpl impl : {AttnImpl::kTensorCore, AttnImpl::kScalar}) {
       const std::string label = std::string(c.kind) + (impl == AttnImpl::kTensorCore ? " tc" : " scalar") + " d" +
                                 std::to_string(c.d) + " sq" + std::to_string(c.sq) + " sk" + std::to_string(c.sk);
       failures += !kernels::test::run_guarded(label.c_str(), [&] { return run_case(c, impl); });
     }
-  failures += prefill_kernels_sweep();
+  }
+  failures += prefill_kernels_sweep(small);
   std::printf("attn_test: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }
