@@ -87,7 +87,7 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("e4m3",)
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every")
 
 # K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
@@ -136,9 +136,11 @@ class K12FMHA:
 
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
-                 rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False):
+                 rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False,
+                 exp2_fma_every: int = 0):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
+        self.exp2_fma_every = exp2_fma_every  # lab: softmax.exp2_fma for one exponential in every n
         self.causal = causal
         self.dtype = dtype
         self.out_dtype = fp8.OUT_DTYPE
@@ -262,7 +264,8 @@ class K12FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row, P_MAX_OFFSET)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row, P_MAX_OFFSET,
+                                self.exp2_fma_every)
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)

@@ -155,3 +155,48 @@ def test_pin_pv_wait_keeps_the_softmax_under_the_own_pv(name, reports):
     assert pinned["exp2_under_own_pv"] == pinned["exp2"] > 0, pinned
     usage = resource_usage(cubin)
     assert usage["local_bytes"] == 0 and usage["registers"] == reports(name, 128, False)["registers"], usage
+
+
+def test_exp2_fma_every_moves_a_share_of_the_exponentials_off_mufu(reports):
+    """K12's lab knob ``exp2_fma_every=4``: one P exponential in four runs on the FMA / ALU pipes
+    (kernels.cute.softmax.exp2_fma), so the main loop's MUFU.EX2 count drops by a quarter of P's
+    (the two row-scale exponentials stay), at the same registers and without local memory."""
+    from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
+
+    problem = native_problem("k12", AttentionProblem(head_dim=128))
+    default = reports("k12", 128, False)
+    compiled = rung_module("k12").compile_for_inspect(problem, exp2_fma_every=4)
+    cubin = _artifact(compiled.__cubin__, binary=True)
+    facts = main_loop_facts(sass_of(cubin))
+    p_exps = default["sass_facts"]["main_loop"]["exp2"] - 2
+    assert facts["exp2"] == default["sass_facts"]["main_loop"]["exp2"] - p_exps // 4, facts
+    usage = resource_usage(cubin)
+    assert usage["local_bytes"] == 0 and usage["registers"] == default["registers"], usage
+
+
+
+def test_exp2_fma_arithmetic_model():
+    """A float32 model of kernels.cute.softmax.exp2_fma's instruction sequence (the floor by adding
+    1.5 * 2^23 rounded down, the cubic, the integer add into the exponent field): within 1e-4 of
+    exp2 on the range P's exponents take ([-126, 8]), exact at the integers, 0 below -126."""
+    import numpy as np
+
+    from kernels.cute.softmax import EXP2_POLY
+
+    c1, c2, c3 = (np.float32(c) for c in EXP2_POLY)
+    x = np.concatenate([np.linspace(-130, 8, 400_001), np.arange(-126, 9)]).astype(np.float32)
+    xc = np.maximum(x, np.float32(-127))
+    big = np.float32(1.5 * 2**23)
+    xr = (xc.astype(np.float64) + big).astype(np.float32)  # exact here: the sum needs no rounding
+    xr = np.where(xr.astype(np.float64) > xc.astype(np.float64) + big, np.nextafter(xr, -np.inf), xr)  # .rm
+    f = xc - (xr - big)
+    p = (c3 * f + c2) * f
+    p = (p + c1) * f + np.float32(1)
+    bits = (p.view(np.uint32).astype(np.int64) + (xr.view(np.int32).astype(np.int64) << 23)) & 0xFFFFFFFF
+    got = np.where(xc < -126, np.float32(0), bits.astype(np.uint32).view(np.float32))
+    want = np.exp2(x.astype(np.float64))
+    inside = x >= -126
+    assert np.max(np.abs(got[inside] - want[inside]) / want[inside]) < 1e-4
+    integers = np.isin(x, np.arange(-126, 9).astype(np.float32))
+    assert np.array_equal(got[integers], want[integers].astype(np.float32))
+    assert not got[x < -127].any()

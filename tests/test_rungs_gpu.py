@@ -120,6 +120,22 @@ def test_rung_with_pinned_pv_wait(name, head_dim, causal):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
+@pytest.mark.parametrize("name", [n for n in rung_names() if "exp2_fma_every" in rung_module(n).KNOBS])
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
+@pytest.mark.parametrize("causal", (False, True))
+def test_rung_with_exp2_on_fma(name, head_dim, causal):
+    """The lab knob that computes one exponential in two on the FMA pipes (the polynomial of
+    kernels.cute.softmax.exp2_fma): the same answer within the rung's tolerance, masked keys
+    (-inf scores) and rows that see no key included."""
+    module = rung_module(name)
+    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=1111, heads_q=4, heads_kv=2, head_dim=head_dim,
+                             causal=causal)
+    problem = native_problem(name, shape)
+    compiled = module.compile_kernel(problem, exp2_fma_every=2)
+    result = verify_attention(runner(module, compiled), problem, seed=11, with_lse=True)
+    assert result, f"{name} {problem.label()}: {result.reason}"
+
+
 def run_once(module, problem, q, k, v):
     out = empty_output(problem)
     poison(out)
