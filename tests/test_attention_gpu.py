@@ -284,6 +284,31 @@ def check_ragged_prefill(out, lse, q, k, v, cu_seqlens_q, seqlens_k, causal, lab
         check(out[lo:hi].unsqueeze(0), ref, f"{label} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
 
 
+@pytest.mark.parametrize("impl", ("tc", "tc-cpasync"))
+@pytest.mark.parametrize("bad_len", [-5, -300, 10_000])
+def test_paged_prefill_out_of_range_seqlens_k_gives_nan_rows(impl, bad_len):
+    """check_seqlens=False with a seqlens_k entry the page table cannot hold (negative, or past
+    max_pages * page_size): that sequence's rows are NaN (O and LSE), no other page is read and
+    the other sequences are unaffected, on both tensor-core kernels (pages of 16: "tc" runs the
+    warp-specialized one)."""
+    q_lens, k_lens, hq, hkv, d = [70, 130, 40], [90, 400, 64], 8, 2, 128
+    k, v = rand(3, 400, hkv, d, seed=41), rand(3, 400, hkv, d, seed=42)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(1))
+    q = rand(sum(q_lens), hq, d, seed=43)
+    cu = torch.tensor([0, 70, 200, 240], dtype=torch.int32, device=DEV)
+    lens = torch.tensor([k_lens[0], bad_len, k_lens[2]], dtype=torch.int32, device=DEV)
+    lse = torch.empty(hq, q.shape[0], device=DEV)
+    out = ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=True, impl=impl, lse=lse,
+                            check_seqlens=False)
+    torch.cuda.synchronize()
+    assert out[70:200].isnan().all() and lse[:, 70:200].isnan().all()
+    good = torch.tensor(k_lens, dtype=torch.int32, device=DEV)
+    for lo, hi, bi in ((0, 70, 0), (200, 240, 2)):
+        ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=True,
+                                           key_lens=good[bi:bi + 1])
+        check(out[lo:hi].unsqueeze(0), ref, f"{impl} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
+
+
 def test_paged_decode_cuda_graph_replay():
     b, hq, hkv, d, page = 8, 32, 8, 128, 16
     q, k, v = qkv(b, 1, 1024, hq, hkv, d, seed=31)

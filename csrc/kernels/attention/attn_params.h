@@ -13,8 +13,8 @@ enum class AttnImpl : int { kTensorCore = 0, kScalar = 1 };
 
 // Which tensor-core prefill kernel run_prefill launches (AttnImpl::kTensorCore only).
 enum class PrefillKernel : int {
-  // kWarpSpecialized where it applies (a Hopper GPU, dense Q on contiguous KV, no boolean
-  // mask, TMA-compatible strides), else kCpAsync.
+  // kWarpSpecialized where it applies (a Hopper GPU, dense Q on contiguous KV or packed Q on
+  // pages that tile its key tiles, no boolean mask, TMA-compatible strides), else kCpAsync.
   kAuto = 0,
   // prefill_ws_sm90.cuh: a TMA producer warpgroup and two or three WGMMA consumer warpgroups;
   // anything it does not take raises (ValueError; NotImplementedError off Hopper).

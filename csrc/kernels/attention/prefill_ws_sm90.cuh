@@ -81,6 +81,7 @@ struct PrefillWsParams {
   const int* page_table = nullptr;    // [batch, page_table_batch_stride]
   int64_t page_table_batch_stride = 0;
   int page_size = 0;
+  int max_pages = 0;       // a seqlens_k entry outside [0, max_pages * page_size] gives NaN rows
   void* o_rows = nullptr;  // O boxes cut by a sequence's end are stored through this, row by row
   int64_t o_token_stride = 0, o_head_stride = 0;
 };
@@ -92,6 +93,7 @@ struct PrefillWsParams {
 struct PrefillWsTile {
   int m_block, head, batch;
   int q_start = 0, q_len = 0, k_len = 0;  // the sequence's first row in q / o, its rows and keys
+  bool k_len_ok = true;                   // paged: seqlens_k in range (else no key is read, O and LSE NaN)
 };
 
 __host__ __device__ inline PrefillWsTile prefill_ws_tile(const PrefillWsParams& p, int idx) {
@@ -245,12 +247,17 @@ struct PrefillWs {
       const int entry = static_cast<int>(blockIdx.x) / p.heads_q;
       const int b = p.q_schedule[2 * entry];
       const int start = p.cu_seqlens_q[b];
+      // A length the page table cannot hold would read other sequences' page ids (or past the
+      // table): as in the cp.async kernel, such a sequence reads no key and writes NaN.
+      const int len = p.seqlens_k[b];
+      const bool ok = len >= 0 && static_cast<int64_t>(len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
       return {p.q_schedule[2 * entry + 1],
               static_cast<int>(blockIdx.x) % p.heads_q,
               b,
               start,
               p.cu_seqlens_q[b + 1] - start,
-              p.seqlens_k[b]};
+              ok ? len : 0,
+              ok};
     } else {
       Tile t = prefill_ws_tile(p, static_cast<int>(blockIdx.x));
       t.q_len = p.seqlen_q;
@@ -320,7 +327,7 @@ struct PrefillWs {
     for (int wg = 0; wg < q_boxes; ++wg) {
       tma_load_5d(s.q(wg), &p.q, s.q_full(), 0, t.q_start + row0 + 64 * wg, 0, t.head, kPaged ? 0 : t.batch);
     }
-    if (n_tiles == 0) return;
+    if (n_tiles <= 0) return;
     const int hkv = t.head / p.group;
     const auto load_k = [&](int n) {
       load_kv(p, &p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, hkv, t);
@@ -466,7 +473,7 @@ struct PrefillWs {
         const float sum = softmax.row_sum[0][h];
         // rowsum >= 1 once a row saw a key (the element that set its max counts 1): the
         // approximate reciprocal needs no slow path (an IEEE division calls one).
-        const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        const float inv = !t.k_len_ok ? NAN : sum > 0.f ? __fdividef(1.f, sum) : 0.f;
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt) {
           // 4-byte stores: the 8 rows of a store land in 8 different 16-byte bank groups (swizzle)
@@ -494,7 +501,7 @@ struct PrefillWs {
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h < t.q_len) {
           lse[static_cast<int64_t>(t.q_start + row + 8 * h) * p.lse_token_stride] =
-              row_lse(softmax.row_max[0][h], softmax.row_sum[0][h], p.scale_log2);
+              t.k_len_ok ? row_lse(softmax.row_max[0][h], softmax.row_sum[0][h], p.scale_log2) : NAN;
         }
       }
     }
@@ -506,7 +513,7 @@ struct PrefillWs {
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h >= t.q_len) continue;
         const float sum = softmax.row_sum[0][h];
-        const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        const float inv = !t.k_len_ok ? NAN : sum > 0.f ? __fdividef(1.f, sum) : 0.f;
         Element* o = static_cast<Element*>(p.o_rows) +
                      static_cast<int64_t>(t.q_start + row + 8 * h) * p.o_token_stride +
                      static_cast<int64_t>(t.head) * p.o_head_stride + 2 * (lane % 4);
@@ -583,7 +590,7 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
 // Paged K / V: the kernel's page_size-row boxes must tile its kBlockN-key tiles, or one tile
 // must lie in one page; 16-row boxes keep the 1024-byte swizzle alignment.
 inline bool prefill_ws_pages_fit(int page_size, int block_n) {
-  return page_size % 16 == 0 && (block_n % page_size == 0 || page_size % block_n == 0);
+  return page_size > 0 && page_size % 16 == 0 && (block_n % page_size == 0 || page_size % block_n == 0);
 }
 
 // Why the warp-specialized kernel cannot run this call (nullptr: it can); block_n: the
@@ -688,6 +695,7 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
     kp.page_table = p.page_table;
     kp.page_table_batch_stride = p.page_table_batch_stride;
     kp.page_size = p.page_size;
+    kp.max_pages = p.max_pages;
     kp.o_rows = p.o;
     kp.o_token_stride = p.o_token_stride;
     kp.o_head_stride = p.o_head_stride;
