@@ -470,10 +470,7 @@ struct PrefillWs {
       const int warp_row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float sum = softmax.row_sum[0][h];
-        // rowsum >= 1 once a row saw a key (the element that set its max counts 1): the
-        // approximate reciprocal needs no slow path (an IEEE division calls one).
-        const float inv = !t.k_len_ok ? NAN : sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        const float inv = inverse_row_sum(h, t);
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt) {
           // 4-byte stores: the 8 rows of a store land in 8 different 16-byte bank groups (swizzle)
@@ -491,6 +488,14 @@ struct PrefillWs {
       }
       store_lse(p, t);
       if (store_thread) tma_store_wait_read<0>();  // shared memory must outlive the store's reads
+    }
+
+    // O's factor for fragment row h: 1 / rowsum, 0 for a row that saw no key, NaN where the
+    // sequence's seqlens_k was out of range. rowsum >= 1 once a row saw a key (the element that
+    // set its max counts 1): the approximate reciprocal needs no slow path (IEEE division has one).
+    __device__ __forceinline__ float inverse_row_sum(int h, const Tile& t) const {
+      const float sum = softmax.row_sum[0][h];
+      return !t.k_len_ok ? NAN : sum > 0.f ? __fdividef(1.f, sum) : 0.f;
     }
 
     // LSE of this thread's two rows (from the quad's lane 0), rows past the sequence skipped.
@@ -512,8 +517,7 @@ struct PrefillWs {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h >= t.q_len) continue;
-        const float sum = softmax.row_sum[0][h];
-        const float inv = !t.k_len_ok ? NAN : sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        const float inv = inverse_row_sum(h, t);
         Element* o = static_cast<Element*>(p.o_rows) +
                      static_cast<int64_t>(t.q_start + row + 8 * h) * p.o_token_stride +
                      static_cast<int64_t>(t.head) * p.o_head_stride + 2 * (lane % 4);
@@ -589,6 +593,16 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
 
 // Paged K / V: the kernel's page_size-row boxes must tile its kBlockN-key tiles, or one tile
 // must lie in one page; 16-row boxes keep the 1024-byte swizzle alignment.
+// The extents of the TMA views: dense Q [batch, seqlen_q] and K / V [batch, seqlen_k] rows;
+// packed Q one sequence of total_q rows, paged K / V num_pages blocks of page_size rows.
+struct PrefillWsExtents {
+  int64_t q_batch, q_tokens, kv_blocks, kv_tokens;
+};
+inline PrefillWsExtents prefill_ws_extents(const AttnParams& p) {
+  if (p.page_table != nullptr) return {1, p.total_q, p.num_pages, p.page_size};
+  return {p.batch, p.seqlen_q, p.batch, p.seqlen_k};
+}
+
 inline bool prefill_ws_pages_fit(int page_size, int block_n) {
   return page_size > 0 && page_size % 16 == 0 && (block_n % page_size == 0 || page_size % block_n == 0);
 }
@@ -605,8 +619,6 @@ inline const char* prefill_ws_unsupported(const AttnParams& p, int block_n = 0) 
   if (!aligned(p.q) || !aligned(p.k) || !aligned(p.v) || !aligned(p.o)) {
     return "q, k, v and out must be 16-byte aligned (TMA)";
   }
-  // Strides of dimensions longer than 1 in 16-byte units (TMA); the others are never stepped.
-  const auto ok = [](int64_t size, int64_t stride) { return size <= 1 || (stride % 8 == 0 && stride > 0); };
   if (paged) {
     if (block_n == 0)
       block_n = p.head_dim == 64    ? PrefillWsConfig<64>::kBlockN
@@ -616,23 +628,19 @@ inline const char* prefill_ws_unsupported(const AttnParams& p, int block_n = 0) 
     if (!prefill_ws_pages_fit(p.page_size, block_n)) {
       return "page_size must be a multiple of 16 that divides its key tile, or a multiple of the tile";
     }
-    const bool q_ok = ok(p.total_q, p.q_token_stride) && ok(p.heads_q, p.q_head_stride) &&
-                      ok(p.total_q, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
-    const bool kv_ok = ok(p.num_pages, p.k_block_stride) && ok(p.page_size, p.k_token_stride) &&
-                       ok(p.heads_kv, p.k_head_stride) && ok(p.num_pages, p.v_block_stride) &&
-                       ok(p.page_size, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
-    if (!q_ok || !kv_ok) return "strides must be positive multiples of 8 elements (16 bytes, TMA)";
-    // Last: plan_packed_q_schedule asks with this set, and the reasons above are the caller's.
-    if (!p.q_schedule_per_head) return "its packed-Q schedule is per query head (plan_packed_q_schedule)";
-    return nullptr;
   }
-  const bool q_ok = ok(p.batch, p.q_batch_stride) && ok(p.seqlen_q, p.q_token_stride) &&
-                    ok(p.heads_q, p.q_head_stride) && ok(p.batch, p.o_batch_stride) &&
-                    ok(p.seqlen_q, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
-  const bool kv_ok = ok(p.batch, p.k_block_stride) && ok(p.seqlen_k, p.k_token_stride) &&
-                     ok(p.heads_kv, p.k_head_stride) && ok(p.batch, p.v_block_stride) &&
-                     ok(p.seqlen_k, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
+  // Strides of dimensions longer than 1 in 16-byte units (TMA); the others are never stepped.
+  const auto ok = [](int64_t size, int64_t stride) { return size <= 1 || (stride % 8 == 0 && stride > 0); };
+  const PrefillWsExtents e = prefill_ws_extents(p);
+  const bool q_ok = ok(e.q_batch, p.q_batch_stride) && ok(e.q_tokens, p.q_token_stride) &&
+                    ok(p.heads_q, p.q_head_stride) && ok(e.q_batch, p.o_batch_stride) &&
+                    ok(e.q_tokens, p.o_token_stride) && ok(p.heads_q, p.o_head_stride);
+  const bool kv_ok = ok(e.kv_blocks, p.k_block_stride) && ok(e.kv_tokens, p.k_token_stride) &&
+                     ok(p.heads_kv, p.k_head_stride) && ok(e.kv_blocks, p.v_block_stride) &&
+                     ok(e.kv_tokens, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
   if (!q_ok || !kv_ok) return "strides must be positive multiples of 8 elements (16 bytes, TMA)";
+  // Last: plan_packed_q_schedule asks with this set, and the reasons above are the caller's.
+  if (paged && !p.q_schedule_per_head) return "its packed-Q schedule is per query head (plan_packed_q_schedule)";
   return nullptr;
 }
 
@@ -677,18 +685,19 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
         "prefill: heads_q must be group * heads_kv");
 
   PrefillWsParams kp;
+  // K / V boxes: whole tiles, or (pages smaller than a tile) one page_size-row box per panel.
+  const bool page_boxes = paged && p.page_size < T::kBlockN;
+  const int kv_rows = page_boxes ? p.page_size : T::kBlockN, kv_panels = page_boxes ? 1 : T::kD / 64;
+  const PrefillWsExtents e = prefill_ws_extents(p);
+  make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, e.q_batch, e.q_tokens, p.heads_q, p.q_batch_stride, p.q_token_stride,
+                             p.q_head_stride, 64, "q");
+  make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, e.q_batch, e.q_tokens, p.heads_q, p.o_batch_stride, p.o_token_stride,
+                             p.o_head_stride, 64, "out");
+  make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, e.kv_blocks, e.kv_tokens, p.heads_kv, p.k_block_stride,
+                             p.k_token_stride, p.k_head_stride, kv_rows, "k", kv_panels);
+  make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, e.kv_blocks, e.kv_tokens, p.heads_kv, p.v_block_stride,
+                             p.v_token_stride, p.v_head_stride, kv_rows, "v", kv_panels);
   if (paged) {
-    // Packed Q: one sequence of total_q rows; K / V: pages of page_size rows.
-    const int kv_rows = p.page_size >= T::kBlockN ? T::kBlockN : p.page_size;
-    const int kv_panels = p.page_size >= T::kBlockN ? T::kD / 64 : 1;
-    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, 1, p.total_q, p.heads_q, 0, p.q_token_stride, p.q_head_stride, 64,
-                               "q");
-    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, 1, p.total_q, p.heads_q, 0, p.o_token_stride, p.o_head_stride, 64,
-                               "out");
-    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.num_pages, p.page_size, p.heads_kv, p.k_block_stride,
-                               p.k_token_stride, p.k_head_stride, kv_rows, "k_cache", kv_panels);
-    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.num_pages, p.page_size, p.heads_kv, p.v_block_stride,
-                               p.v_token_stride, p.v_head_stride, kv_rows, "v_cache", kv_panels);
     kp.cu_seqlens_q = p.cu_seqlens_q;
     kp.q_schedule = p.q_schedule;
     kp.seqlens_k = p.seqlens_k;
@@ -699,15 +708,6 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
     kp.o_rows = p.o;
     kp.o_token_stride = p.o_token_stride;
     kp.o_head_stride = p.o_head_stride;
-  } else {
-    make_prefill_ws_map<T::kD>(&kp.q, p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_token_stride,
-                               p.q_head_stride, 64, "q");
-    make_prefill_ws_map<T::kD>(&kp.o, p.o, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_token_stride,
-                               p.o_head_stride, 64, "out");
-    make_prefill_ws_map<T::kD>(&kp.k, p.k, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.k_block_stride, p.k_token_stride,
-                               p.k_head_stride, T::kBlockN, "k");
-    make_prefill_ws_map<T::kD>(&kp.v, p.v, p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.v_block_stride, p.v_token_stride,
-                               p.v_head_stride, T::kBlockN, "v");
   }
   kp.lse = p.lse;
   kp.lse_batch_stride = p.lse_batch_stride;
