@@ -11,7 +11,8 @@
 //   fp8_test --time-only SUB   no correctness cases; check and time the variants whose label
 //                              contains SUB (e.g. "bn192", "fast", "default"; "splitk": the
 //                              decode shapes M = 1 / 16 / 128, planner default (split-K
-//                              where it picks it), split-K off, and forced split counts)
+//                              where it picks it), split-K off, and forced split counts;
+//                              "gemv": the GEMV kernel's tile variants at M = 1 and 16)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -418,8 +419,8 @@ std::vector<TimedVariant> timed_variants() {
 // Sustained timing, as the Python harness: launch for >= warmup_ms of GPU time (clocks and
 // power settle; a short burst reads up to 15% fast), then time each launch between its own
 // pair of events until >= measure_ms have been timed, and take the median.
-float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, float warmup_ms = 200.f,
-                          float measure_ms = 300.f) {
+template <class Launch>
+float sustained_median_ms_of(Launch&& launch, float warmup_ms = 200.f, float measure_ms = 300.f) {
   cudaEvent_t start, stop;
   KERNELS_CUDA_CHECK(cudaEventCreate(&start));
   KERNELS_CUDA_CHECK(cudaEventCreate(&stop));
@@ -428,7 +429,7 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   for (int batch = 1; warm < warmup_ms; batch = std::min(batch * 2, 64)) {
     float ms = 0.f;
     KERNELS_CUDA_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < batch; ++i) run_plan(p, req);
+    for (int i = 0; i < batch; ++i) launch();
     KERNELS_CUDA_CHECK(cudaEventRecord(stop));
     KERNELS_CUDA_CHECK(cudaEventSynchronize(stop));
     KERNELS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -438,7 +439,7 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   // at most 4000, queued back to back
   float one = 0.f;
   KERNELS_CUDA_CHECK(cudaEventRecord(start));
-  run_plan(p, req);
+  launch();
   KERNELS_CUDA_CHECK(cudaEventRecord(stop));
   KERNELS_CUDA_CHECK(cudaEventSynchronize(stop));
   KERNELS_CUDA_CHECK(cudaEventElapsedTime(&one, start, stop));
@@ -448,7 +449,7 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   // consecutive launches share an event: launch r runs between events[r] and events[r + 1]
   KERNELS_CUDA_CHECK(cudaEventRecord(events[0]));
   for (int r = 0; r < reps; ++r) {
-    run_plan(p, req);
+    launch();
     KERNELS_CUDA_CHECK(cudaEventRecord(events[r + 1]));
   }
   KERNELS_CUDA_CHECK(cudaEventSynchronize(events.back()));
@@ -459,6 +460,10 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   cudaEventDestroy(stop);
   std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
   return ms[reps / 2];
+}
+
+float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req) {
+  return sustained_median_ms_of([&] { run_plan(p, req); });
 }
 
 // Every variant on one n^3 problem: checked against the mma.sync path (relative Frobenius
@@ -640,6 +645,86 @@ bool time_decode(const char* only) {
       }
       std::printf("\n");
     }
+  }
+  return ok;
+}
+
+// The GEMV kernel's tiles (GemvTiles<n-tiles per block, warps, chunks in flight>) on M = 1 and
+// 16, e4m3 x e4m3, each checked against the mma.sync path and timed: the default (the planner's
+// GemvPolicy) first. Labels start with "gemv".
+struct GemvVariant {
+  const char* name;
+  void (*launch)(const fp8::GemmParams&, cudaStream_t);
+  int cols_per_block, threads;
+};
+
+template <int kNTiles, int kWarps, int kUnroll>
+GemvVariant gemv_variant(const char* name) {
+  using Tiles = fp8::gemm::GemvTiles<kNTiles, kWarps, kUnroll>;
+  return {name, &fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>, Tiles::kColsPerBlock, Tiles::kThreads};
+}
+
+bool time_gemv(const char* only) {
+  // clang-format off
+  const GemvVariant variants[] = {
+      gemv_variant<2, 8, 4>("n2w8u4"), gemv_variant<4, 8, 4>("n4w8u4"), gemv_variant<4, 8, 2>("n4w8u2"),
+      gemv_variant<1, 8, 4>("n1w8u4"), gemv_variant<2, 4, 4>("n2w4u4"), gemv_variant<2, 8, 8>("n2w8u8"),
+      gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2")};
+  const DecodeShape shapes[] = {{1, 4096, 4096}, {1, 11008, 11008}, {1, 14336, 4096}, {1, 4096, 14336},
+                                {16, 4096, 4096}, {16, 11008, 11008}, {16, 14336, 4096}, {16, 4096, 14336}};
+  // clang-format on
+  bool ok = true;
+  std::vector<std::string> lines;
+  for (const DecodeShape& shape : shapes) {
+    char label[64];
+    std::snprintf(label, sizeof(label), "gemv M=%lld N=%lld K=%lld", (long long)shape.m, (long long)shape.n,
+                  (long long)shape.k);
+    if (only != nullptr && std::string(label).find(only) == std::string::npos) continue;
+    GemmCase gc{shape.m, shape.n, shape.k, Format::kE4M3, Format::kE4M3, 0, 0, false};
+    DeviceGemm g = make_gemm(gc, 9);
+    const int64_t elems = shape.m * shape.n;
+    __nv_bfloat16* d_ref = nullptr;
+    KERNELS_CUDA_CHECK(cudaMalloc(&d_ref, elems * 2));
+    KERNELS_CUDA_CHECK(cudaMemset(d_ref, 0xFF, elems * 2));
+    fp8::GemmParams p_ref = g.p;
+    p_ref.d = d_ref;
+    const bool ref_ran = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0);
+    KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto ref = download(d_ref, elems);
+    std::string line = label;
+    line.resize(34, ' ');
+    for (const GemvVariant& v : variants) {
+      KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, elems * 2));
+      const bool launched = ref_ran && kernels::test::runs("fp8 gemv", [&] { v.launch(g.p, nullptr); });
+      KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = download(static_cast<const __nv_bfloat16*>(g.p.d), elems);
+      double num = 0.0, den = 0.0;
+      for (int64_t i = 0; i < elems; ++i) {
+        const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
+        num += (x - r) * (x - r);
+        den += r * r;
+      }
+      const double rel = std::sqrt(num / den);
+      const bool good = launched && rel < 2e-3;  // as the decode rows' promoted plans
+      const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p, nullptr); }) : 0.f;
+      const double tbps = good ? double(shape.n) * shape.k / (ms * 1e-3) / 1e12 : 0.0;  // B's bytes
+      std::printf("%s time %s %s: rel_err_vs_mma_sync=%.2e %8.2f us %5.2f TB/s (B)\n", good ? "PASS" : "FAIL", label,
+                  v.name, rel, ms * 1e3, tbps);
+      char cell[32];
+      if (good) std::snprintf(cell, sizeof(cell), " %7.2f", ms * 1e3);
+      else std::snprintf(cell, sizeof(cell), " %7s", "FAIL");
+      line += cell;
+      ok = ok && good;
+    }
+    lines.push_back(line);
+    cudaFree(d_ref);
+    free_gemm(g);
+  }
+  if (!lines.empty()) {
+    std::printf("\n%-34s", "gemv shape (us)");
+    for (const GemvVariant& v : variants) std::printf(" %7s", v.name);
+    std::printf("   (median of sustained launches; nNwWuU: n8 tiles, warps, chunks in flight)\n");
+    for (const auto& line : lines) std::printf("%s\n", line.c_str());
   }
   return ok;
 }
@@ -885,6 +970,7 @@ int main(int argc, char** argv) {
         std::printf("%-40s %8.0f %8.0f\n", labels[i].c_str(), t4096[i], i < t8192.size() ? t8192[i] : 0.0);
     }
     failures += !time_decode(time_only);
+    failures += !time_gemv(time_only);
   }
   std::printf("fp8_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;

@@ -38,10 +38,9 @@
 
 namespace kernels::fp8::gemm {
 
-template <Format FA, Format FB>
-__global__ void __launch_bounds__(GemvPolicy::kThreads) gemv_kernel(const GemmParams p) {
+template <Format FA, Format FB, class P = GemvPolicy>
+__global__ void __launch_bounds__(P::kThreads) gemv_kernel(const GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  using P = GemvPolicy;
   __shared__ float partial[P::kWarps - 1][P::kNTiles][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
   const int64_t n0 = int64_t(blockIdx.x) * P::kColsPerBlock;
@@ -123,12 +122,12 @@ __global__ void __launch_bounds__(GemvPolicy::kThreads) gemv_kernel(const GemmPa
 #endif
 }
 
-template <Format FA, Format FB>
+template <Format FA, Format FB, class P = GemvPolicy>
 void launch_gemv(const GemmParams& p, cudaStream_t stream) {
-  check(p.m <= GemvPolicy::kMaxRows, "fp8 gemm: the GEMV path takes M <= ", GemvPolicy::kMaxRows, ", got M=", p.m);
-  const int64_t blocks = ceil_div<int64_t>(p.n, GemvPolicy::kColsPerBlock);
+  check(p.m <= P::kMaxRows, "fp8 gemm: the GEMV path takes M <= ", P::kMaxRows, ", got M=", p.m);
+  const int64_t blocks = ceil_div<int64_t>(p.n, P::kColsPerBlock);
   check(blocks <= 0x7fffffff, "fp8 gemm: N too large for the GEMV grid, got N=", p.n);
-  gemv_kernel<FA, FB><<<dim3(static_cast<unsigned>(blocks)), GemvPolicy::kThreads, 0, stream>>>(p);
+  gemv_kernel<FA, FB, P><<<dim3(static_cast<unsigned>(blocks)), P::kThreads, 0, stream>>>(p);
   check_launch("fp8 gemv_kernel");
 }
 

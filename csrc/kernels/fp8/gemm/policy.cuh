@@ -114,15 +114,18 @@ struct Sm89Policy {
 
 // The GEMV kernel (gemv.cuh): mma.sync m16n8k32 on M <= 16 rows, B streamed from global memory
 // straight into the B fragments. A block owns kNTiles x 8 columns; its warps split K.
-struct GemvPolicy {
-  static constexpr int kMaxRows = 16;  // M up to this takes the GEMV path (one m16 MMA row tile)
-  static constexpr int kWarps = 8;     // per block, each a slice of K
+// GemvPolicy is what the planner launches; fp8_test times other GemvTiles against it.
+template <int kNTiles_ = 2, int kWarps_ = 8, int kUnroll_ = 4>
+struct GemvTiles {
+  static constexpr int kMaxRows = 16;     // M up to this takes the GEMV path (one m16 MMA row tile)
+  static constexpr int kWarps = kWarps_;  // per block, each a slice of K
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kNTiles = 2;  // n8 tiles per block (B rows a warp streams side by side)
-  static constexpr int kUnroll = 4;  // 64-byte k chunks per row in flight per warp
-  static constexpr int kChunk = 64;  // k per chunk: 4 lanes x 16 bytes, two k32 MMA steps
+  static constexpr int kNTiles = kNTiles_;  // n8 tiles per block (B rows a warp streams side by side)
+  static constexpr int kUnroll = kUnroll_;  // 64-byte k chunks per row in flight per warp
+  static constexpr int kChunk = 64;         // k per chunk: 4 lanes x 16 bytes, two k32 MMA steps
   static constexpr int kColsPerBlock = kNTiles * 8;
 };
+using GemvPolicy = GemvTiles<>;
 
 // kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
 enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
