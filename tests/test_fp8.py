@@ -351,7 +351,9 @@ def test_gemm_small_m(m, guards):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
-@pytest.mark.parametrize("n, k", [(1, 16), (17, 272), (333, 1040), (4112, 4096)], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "n, k", [(1, 16), (17, 272), (333, 1040), (4112, 4096), (333, 8192), (1001, 11024)], ids=lambda v: str(v)
+)
 @pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
 def test_gemv_matches_reference(m, n, k, da, db, guards):
     """The GEMV path (what M <= 16 runs): every format pair, tails in N and K, the epilogue's

@@ -122,6 +122,14 @@ int main() {
                !gemv.persistent && gemm_workspace_bytes(gemv, m, 11008) == 0 && plan_supported(gemv),
            "GEMV plan", m, 11008, 4096);
   }
+  // At K >= GemvLongK::kMinK one n8 tile per block (twice the blocks).
+  for (int64_t k : {8192, 11008, 14336}) {
+    const GemmPlan gemv = plan_of(16, 11008, k);
+    expect(gemv.path == Path::kGemv && gemv.block_n == GemvLongK::kColsPerBlock && gemv.grid == 11008 / 8 &&
+               plan_supported(gemv),
+           "long-K GEMV plan", 16, 11008, k);
+  }
+  expect(plan_of(1, 4096, 8191).block_n == GemvPolicy::kColsPerBlock, "GEMV below the long K", 1, 4096, 8191);
   expect(plan_of(17, 4096, 4096).path == Path::kWgmma, "M = 17 is not a GEMV", 17, 4096, 4096);
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);

@@ -305,7 +305,9 @@ void launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream)
 template <Format FA, Format FB>
 void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
-  if (plan.path == Path::kGemv) return launch_gemv<FA, FB>(p, stream);
+  if (plan.path == Path::kGemv)
+    return plan.block_n == GemvLongK::kColsPerBlock ? launch_gemv<FA, FB, GemvLongK>(p, stream)
+                                                    : launch_gemv<FA, FB>(p, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
     case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);

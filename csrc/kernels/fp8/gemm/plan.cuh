@@ -201,7 +201,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   } else if (plan.path == Path::kGemv) {
     // one m16 tile (a forced GEMV with M > kMaxRows: kMaxRows + 1, unsupported)
     plan.block_m = m <= GemvPolicy::kMaxRows ? GemvPolicy::kMaxRows : GemvPolicy::kMaxRows + 1;
-    plan.block_n = GemvPolicy::kColsPerBlock;
+    plan.block_n = k >= GemvLongK::kMinK ? GemvLongK::kColsPerBlock : GemvPolicy::kColsPerBlock;
     plan.cluster = ClusterMode::kNone;
   } else {
     plan.block_m = Sm89Policy::kBM;
@@ -232,7 +232,9 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
 
 // A plan launch_gemm can run: a compiled (block_n, accumulation) pair and valid other fields.
 inline bool plan_supported(const GemmPlan& plan) {
-  if (plan.path == Path::kGemv) return plan.split_k == 1 && plan.block_m <= GemvPolicy::kMaxRows;
+  if (plan.path == Path::kGemv)
+    return plan.split_k == 1 && plan.block_m <= GemvPolicy::kMaxRows &&
+           (plan.block_n == GemvPolicy::kColsPerBlock || plan.block_n == GemvLongK::kColsPerBlock);
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;

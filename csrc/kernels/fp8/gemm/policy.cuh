@@ -114,7 +114,8 @@ struct Sm89Policy {
 
 // The GEMV kernel (gemv.cuh): mma.sync m16n8k32 on M <= 16 rows, B streamed from global memory
 // straight into the B fragments. A block owns kNTiles x 8 columns; its warps split K.
-// GemvPolicy is what the planner launches; fp8_test times other GemvTiles against it.
+// The planner launches GemvPolicy, or GemvLongK at K >= GemvLongK::kMinK; fp8_test times other
+// GemvTiles against them.
 template <int kNTiles_ = 2, int kWarps_ = 8, int kUnroll_ = 4>
 struct GemvTiles {
   static constexpr int kMaxRows = 16;     // M up to this takes the GEMV path (one m16 MMA row tile)
@@ -126,6 +127,14 @@ struct GemvTiles {
   static constexpr int kColsPerBlock = kNTiles * 8;
 };
 using GemvPolicy = GemvTiles<>;
+// One n8 tile per block at long K: twice the blocks, so N = 11008 fills whole waves (1376 blocks of
+// 8 columns, not 688 of 16 over 528 slots) and each block's K slice still hides the load latency.
+// H200, fp8_test --time-only gemv (us, M = 1 / 16): N = K = 11008 52.3 / 53.0 against 57.5 / 58.8
+// with two tiles, N = 4096 K = 14336 29.9 / 30.5 against 30.7 / 30.9; at K = 4096 two tiles win
+// (N = 14336: 23.7 against 26.2).
+struct GemvLongK : GemvTiles<1, 8, 4> {
+  static constexpr int64_t kMinK = 8192;
+};
 
 // kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
 enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
