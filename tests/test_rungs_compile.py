@@ -174,7 +174,6 @@ def test_exp2_fma_every_moves_a_share_of_the_exponentials_off_mufu(reports):
     assert usage["local_bytes"] == 0 and usage["registers"] == default["registers"], usage
 
 
-
 def test_exp2_fma_arithmetic_model():
     """A float32 model of kernels.cute.softmax.exp2_fma's instruction sequence (the floor by adding
     1.5 * 2^23 rounded down, the cubic, the integer add into the exponent field): within 1e-4 of

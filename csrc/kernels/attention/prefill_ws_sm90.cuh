@@ -591,8 +591,6 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
 
 // ---- host ------------------------------------------------------------------------------------
 
-// Paged K / V: the kernel's page_size-row boxes must tile its kBlockN-key tiles, or one tile
-// must lie in one page; 16-row boxes keep the 1024-byte swizzle alignment.
 // The extents of the TMA views: dense Q [batch, seqlen_q] and K / V [batch, seqlen_k] rows;
 // packed Q one sequence of total_q rows, paged K / V num_pages blocks of page_size rows.
 struct PrefillWsExtents {
@@ -603,6 +601,8 @@ inline PrefillWsExtents prefill_ws_extents(const AttnParams& p) {
   return {p.batch, p.seqlen_q, p.batch, p.seqlen_k};
 }
 
+// Paged K / V: the kernel's page_size-row boxes must tile its kBlockN-key tiles, or one tile
+// must lie in one page; 16-row boxes keep the 1024-byte swizzle alignment.
 inline bool prefill_ws_pages_fit(int page_size, int block_n) {
   return page_size > 0 && page_size % 16 == 0 && (block_n % page_size == 0 || page_size % block_n == 0);
 }
