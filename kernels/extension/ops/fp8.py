@@ -18,7 +18,9 @@ decode step calls them once per linear layer, where the host is all there is.
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync /
   2 GEMV (M <= 16: one mma.sync m16n8k32 row tile, b streamed from global memory into its
   fragments, fp32 accumulation; what auto picks for M <= 16 unless `block_n`, `persistent` or
-  `split_k` ask for the tiled kernels);
+  `split_k` ask for the tiled kernels) / 3 swap-AB GEMV (M <= 16, sm_90a: 128 rows of b in
+  WGMMA's M slot, a's rows in its n16, fed by a 12-stage TMA ring, every 128-deep k-block
+  promoted to fp32, split-K inside a thread-block cluster; only when asked for);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in
@@ -159,7 +161,7 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
 MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
 
 
-PATHS = (-1, 0, 1, 2)
+PATHS = (-1, 0, 1, 2, 3)
 BLOCK_NS = (0, 64, 128, 176, 192, 256)
 PERSISTENT = (-1, 0, 1)
 
@@ -190,8 +192,10 @@ def check_path_on_device(device, path) -> None:
     cc = _capability(device.index if device.index is not None else torch.cuda.current_device())
     if cc < (8, 9):
         raise NotImplementedError(f"fp8 gemm needs sm_89 or newer, {device} is sm_{cc[0]}{cc[1]}")
-    if path == 0 and cc != (9, 0):
-        raise NotImplementedError(f"the WGMMA path (path=0) needs sm_90a, {device} is sm_{cc[0]}{cc[1]}")
+    if path in (0, 3) and cc != (9, 0):
+        name = "WGMMA" if path == 0 else "gemv_tma"
+        raise NotImplementedError(f"the {name} path (path={path}) needs sm_90a, "
+                                  f"{device} is sm_{cc[0]}{cc[1]}")
 
 
 # ---- quantize ----------------------------------------------------------------------------------

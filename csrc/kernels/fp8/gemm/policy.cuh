@@ -136,9 +136,60 @@ struct GemvLongK : GemvTiles<1, 8, 4> {
   static constexpr int64_t kMinK = 8192;
 };
 
-// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
-enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
+// The swap-AB GEMV (gemv_tma.cuh, Path::kGemvTma, sm_90a): WGMMA m64n16k32 with 128 rows of B in
+// WGMMA's M slot (64 per consumer warpgroup) and A's M <= 16 rows in its N slot, fed by a TMA
+// ring of kStages stages. The member names are Sm90Mainloop's (mainloop.cuh), which runs the
+// ring with the operands swapped: its "A" tile (kBM rows) is B's, its "B" tile (kBN rows) A's.
+// A block owns kBM output columns; split-K across the blocks of a cluster (splits_for).
+struct GemvTmaPolicy {
+  static constexpr int kMaxRows = 16;  // M up to this: WGMMA n16, rows past M zero-filled by TMA
+  static constexpr int kBM = 128;      // B rows (output columns) per block: WGMMA M, 2 x 64
+  static constexpr int kBN = kMaxRows;
+  static constexpr int kBK = 128;  // one 128-byte swizzle row per tile row, four k32 WGMMAs
+  static constexpr int kConsumers = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStageBytesA = kBM * kBK;  // B's box: 16 KiB
+  static constexpr int kStageBytesB = kBN * kBK;  // A's box: 2 KiB (rows >= M zero-filled, still counted)
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
+  static constexpr int kAlignSlack = 1024;          // 128B-swizzled tiles start 1024-aligned
+  // The block's fp32 totals, [m][n] with rows of kBM + 4 floats: the fragment stores (8 n x 4
+  // m per instruction) hit 32 banks; split-K's rank 0 reads the others' through DSMEM.
+  static constexpr int kTotalsPitch = kBM + 4;
+  static constexpr int kTotalsBytes = kBN * kTotalsPitch * 4;
+  static constexpr int kMaxStages = 16;
+  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack - kTotalsBytes) / kStageBytes;  // 12
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kTotalsBytes + kAlignSlack;
+  static constexpr int kAccRegs = 64 * kBN / 128;  // m64n16: 8 per thread
+  // Every 128-deep k-block into a fresh partial, promoted into fp32 registers; two partials so
+  // the next k-block is issued before waiting for this one (accumulators are tiny here).
+  static constexpr AccumMode kAccum = AccumMode::kPromotePingPong;
+  static constexpr int kMaxSplits = 8;  // cluster size (portable limit)
+  static_assert(kStages >= 2 && kSmemBytes <= kSm90SmemLimit, "GEMV TMA ring does not fit");
 
-inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : p == Path::kMmaSync ? "mma_sync" : "gemv"; }
+  // K splits (= cluster size): the largest power of two up to kMaxSplits with splits x tiles
+  // <= the SM count and at least one k-block per split; 1 when the tiles alone fill the SMs.
+  static constexpr int splits_for(int64_t n, int64_t k, int num_sms) {
+    const int64_t tiles = (n + kBM - 1) / kBM, k_blocks = (k + kBK - 1) / kBK;
+    int splits = 1;
+    while (2 * splits <= kMaxSplits && 2 * splits * tiles <= num_sms && 2 * splits <= k_blocks) splits *= 2;
+    return splits;
+  }
+};
+
+// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
+// kGemvTma: M <= GemvTmaPolicy::kMaxRows (gemv_tma.cuh), sm_90a; only when forced (for now).
+enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2, kGemvTma = 3 };
+
+inline const char* path_name(Path p) {
+  switch (p) {
+    case Path::kWgmma: return "wgmma";
+    case Path::kMmaSync: return "mma_sync";
+    case Path::kGemv: return "gemv";
+    case Path::kGemvTma: return "gemv_tma";
+  }
+  return "?";
+}
 
 }  // namespace kernels::fp8::gemm
