@@ -6,7 +6,8 @@
 // PlannerDefaults (k-blocks per split, waves, only when tiles < SMs), and the decode shapes of
 // results/h200/fp8.json get the split counts listed below; forced counts are capped at the
 // k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
-// workspace size follows the plan; the launch checks throw the errors of common/errors.h.
+// workspace size follows the plan; the swap-AB TMA GEMV (Path::kGemvTma) is planned only when
+// forced, with its in-cluster split counts; the launch checks throw the errors of common/errors.h.
 // Prints the decode plans and "N failure(s)".
 #include <cstdint>
 #include <cstdio>
@@ -57,6 +58,7 @@ int main() {
       for (int64_t k : depths) {
         const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
         expect(PlannerDefaults::kAutoSplitK || automatic.split_k == 1, "split while kAutoSplitK is off", m, n, k);
+        expect(automatic.path != Path::kGemvTma, "the planner picked gemv_tma on its own", m, n, k);
         const GemmPlan modelled = model_plan(m, n, k);
         const int64_t k_blocks = ceil_div<int64_t>(k, 128);
         expect(off.split_k == 1, "split_k = 1 request splits", m, n, k);
@@ -134,6 +136,37 @@ int main() {
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);
   expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
+  // The swap-AB TMA GEMV, forced: 128 columns per block, grid = splits x tiles with splits the
+  // largest power of two <= 8 that keeps splits x tiles <= 132 and splits <= the k-blocks; its
+  // split-K lives in a cluster (split_k 1, no workspace). M > 16: unsupported.
+  struct TmaExpected {
+    int64_t m, n, k;
+    int tiles, splits;
+  };
+  // clang-format off
+  const TmaExpected tma_expected[] = {
+      {1, 11008, 11008, 86, 1}, {16, 11008, 11008, 86, 1}, {1, 14336, 4096, 112, 1}, {1, 4096, 4096, 32, 4},
+      {16, 4096, 14336, 32, 4}, {1, 2048, 4096, 16, 8},    {3, 200, 1040, 2, 8},     {8, 200, 272, 2, 2},
+      {1, 17, 16, 1, 1},        {16, 4112, 11008, 33, 4},  {1, 8448, 4096, 66, 2},   {1, 8576, 4096, 67, 1},
+  };
+  // clang-format on
+  for (const TmaExpected& e : tma_expected) {
+    const GemmPlan plan = plan_of(e.m, e.n, e.k, 0, int(Path::kGemvTma));
+    std::printf("plan gemv_tma M=%-3lld N=%-6lld K=%-6lld tiles=%-4d grid=%-4d (splits %d)\n", (long long)e.m,
+                (long long)e.n, (long long)e.k, plan.tiles, plan.grid, plan.tiles > 0 ? plan.grid / plan.tiles : 0);
+    expect(plan.path == Path::kGemvTma && plan.block_m == GemvTmaPolicy::kMaxRows && plan.block_n == 128 &&
+               plan.tiles == e.tiles && plan.grid == e.tiles * e.splits && plan.split_k == 1 && !plan.persistent &&
+               plan.accum == AccumMode::kPromotePingPong && gemm_workspace_bytes(plan, e.m, e.n) == 0 &&
+               plan_supported(plan),
+           "gemv_tma plan", e.m, e.n, e.k);
+    expect(GemvTmaPolicy::splits_for(e.n, e.k, kSms) == e.splits, "gemv_tma splits", e.m, e.n, e.k);
+  }
+  expect(plan_of(1, 4096, 256, 0, int(Path::kGemvTma)).grid == 32 * 2, "gemv_tma splits capped at the k-blocks", 1,
+         4096, 256);
+  expect(plan_of(16, 4096, 4096, 4, int(Path::kGemvTma)).split_k == 1, "gemv_tma takes no split_k", 16, 4096, 4096);
+  expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemvTma))), "forced gemv_tma at M = 17", 17, 4096, 4096);
+  expect(GemvTmaPolicy::kStages == 12 && GemvTmaPolicy::kSmemBytes <= kSm90SmemLimit, "gemv_tma ring of 12 stages", 0,
+         0, 0);
   GemmPlan too_many = plan_of(1, 4096, 4096, 2);
   too_many.split_k = kMaxSplitK + 1;
   expect(!plan_supported(too_many), "split_k above kMaxSplitK accepted", 1, 4096, 4096);

@@ -12,7 +12,9 @@
 //                              contains SUB (e.g. "bn192", "fast", "default"; "splitk": the
 //                              decode shapes M = 1 / 16 / 128, planner default (split-K
 //                              where it picks it), split-K off, and forced split counts;
-//                              "gemv": the GEMV kernel's tile variants at M = 1 and 16)
+//                              "gemv": the GEMV kernel's tile variants at M = 1 and 16,
+//                              beside the swap-AB TMA GEMV (gemv_tma.cuh) with its own split
+//                              count and with 1 and 2 forced)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -250,6 +253,8 @@ fp8::gemm::GemmPlan plan_of(const GemmCase& gc) {
 std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.path == fp8::gemm::Path::kMmaSync) return "mma_sync";
   if (plan.path == fp8::gemm::Path::kGemv) return "gemv m" + std::to_string(plan.block_m);
+  if (plan.path == fp8::gemm::Path::kGemvTma)  // planned splits (the launcher may take fewer: launch_gemv_tma_splits)
+    return "gemv_tma s" + std::to_string(plan.tiles > 0 ? plan.grid / plan.tiles : 1);
   std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
   if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += "2";
   if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);
@@ -275,7 +280,9 @@ bool test_gemm(const GemmCase& gc) {
   bool ok = launched;
   const auto d = download(static_cast<__nv_bfloat16*>(g.p.d), gc.m * gc.n);
   bool deterministic = true;
-  if (plan.split_k > 1) {
+  // the TMA GEMV's split-K inside a cluster (grid = splits x tiles), summed in rank order
+  const bool cluster_split = plan.path == fp8::gemm::Path::kGemvTma && plan.grid > plan.tiles;
+  if (plan.split_k > 1 || cluster_split) {
     // the split-K reduction sums in split order: a second run gives the same bits
     KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, gc.m * gc.n * 2));
     const bool again_ran = run_plan(g.p, request_of(gc), gc.sms);  // always runs (no && short-circuit)
@@ -651,17 +658,26 @@ bool time_decode(const char* only) {
 
 // The GEMV kernel's tiles (GemvTiles<n-tiles per block, warps, chunks in flight>) on M = 1 and
 // 16, e4m3 x e4m3, each checked against the mma.sync path and timed: the default (the planner's
-// GemvPolicy) first. Labels start with "gemv".
+// GemvPolicy) first; then the swap-AB TMA GEMV (gemv_tma.cuh, Path::kGemvTma) with the split
+// count of the SM count ("tma") and with 1 / 2 splits forced. Labels start with "gemv".
 struct GemvVariant {
   const char* name;
-  void (*launch)(const fp8::GemmParams&, cudaStream_t);
-  int cols_per_block, threads;
+  std::function<void(const fp8::GemmParams&)> launch;  // on the default stream
 };
 
 template <int kNTiles, int kWarps, int kUnroll>
 GemvVariant gemv_variant(const char* name) {
   using Tiles = fp8::gemm::GemvTiles<kNTiles, kWarps, kUnroll>;
-  return {name, &fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>, Tiles::kColsPerBlock, Tiles::kThreads};
+  return {name, [](const fp8::GemmParams& p) { fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>(p, 0); }};
+}
+
+// splits 0: GemvTmaPolicy::splits_for on the device's SM count, fewer where the device holds
+// fewer clusters at once (what Path::kGemvTma runs); else exactly that many
+GemvVariant gemv_tma_variant(const char* name, int splits) {
+  return {name, [splits](const fp8::GemmParams& p) {
+            if (splits > 0) fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(p, splits, 0, false);
+            else fp8::gemm::launch_gemv_tma<Format::kE4M3, Format::kE4M3>(p, g_sms, 0);
+          }};
 }
 
 bool time_gemv(const char* only) {
@@ -669,7 +685,8 @@ bool time_gemv(const char* only) {
   const GemvVariant variants[] = {
       gemv_variant<2, 8, 4>("n2w8u4"), gemv_variant<4, 8, 4>("n4w8u4"), gemv_variant<4, 8, 2>("n4w8u2"),
       gemv_variant<1, 8, 4>("n1w8u4"), gemv_variant<2, 4, 4>("n2w4u4"), gemv_variant<2, 8, 8>("n2w8u8"),
-      gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2")};
+      gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2"), gemv_tma_variant("tma", 0),
+      gemv_tma_variant("tma-s1", 1), gemv_tma_variant("tma-s2", 2)};
   const DecodeShape shapes[] = {{1, 4096, 4096}, {1, 11008, 11008}, {1, 14336, 4096}, {1, 4096, 14336},
                                 {16, 4096, 4096}, {16, 11008, 11008}, {16, 14336, 4096}, {16, 4096, 14336}};
   // clang-format on
@@ -693,9 +710,14 @@ bool time_gemv(const char* only) {
     const auto ref = download(d_ref, elems);
     std::string line = label;
     line.resize(34, ' ');
+    // what the "tma" column runs (Path::kGemvTma): planned splits, and those the device holds
+    const int planned = fp8::gemm::GemvTmaPolicy::splits_for(shape.n, shape.k, g_sms);
+    std::printf("     %s gemv_tma: %lld tiles, %d splits planned, %d launched (clusters the device holds)\n", label,
+                (long long)kernels::ceil_div<int64_t>(shape.n, fp8::gemm::GemvTmaPolicy::kBM), planned,
+                fp8::gemm::gemv_tma_fit_splits<Format::kE4M3, Format::kE4M3>(shape.n, planned));
     for (const GemvVariant& v : variants) {
       KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, elems * 2));
-      const bool launched = ref_ran && kernels::test::runs("fp8 gemv", [&] { v.launch(g.p, nullptr); });
+      const bool launched = ref_ran && kernels::test::runs("fp8 gemv", [&] { v.launch(g.p); });
       KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = download(static_cast<const __nv_bfloat16*>(g.p.d), elems);
       double num = 0.0, den = 0.0;
@@ -706,7 +728,7 @@ bool time_gemv(const char* only) {
       }
       const double rel = std::sqrt(num / den);
       const bool good = launched && rel < 2e-3;  // as the decode rows' promoted plans
-      const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p, nullptr); }) : 0.f;
+      const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p); }) : 0.f;
       const double tbps = good ? double(shape.n) * shape.k / (ms * 1e-3) / 1e12 : 0.0;  // B's bytes
       std::printf("%s time %s %s: rel_err_vs_mma_sync=%.2e %8.2f us %5.2f TB/s (B)\n", good ? "PASS" : "FAIL", label,
                   v.name, rel, ms * 1e3, tbps);
@@ -723,7 +745,9 @@ bool time_gemv(const char* only) {
   if (!lines.empty()) {
     std::printf("\n%-34s", "gemv shape (us)");
     for (const GemvVariant& v : variants) std::printf(" %7s", v.name);
-    std::printf("   (median of sustained launches; nNwWuU: n8 tiles, warps, chunks in flight)\n");
+    std::printf(
+        "   (median of sustained launches; nNwWuU: n8 tiles, warps, chunks in flight; tma: gemv_tma, -sS: S "
+        "splits)\n");
     for (const auto& line : lines) std::printf("%s\n", line.c_str());
   }
   return ok;
@@ -769,6 +793,28 @@ int correctness_cases() {
           cases.push_back({m, n, k, e4, e5, 2, 0, true});
           cases.push_back({m, n, k, e5, e4, 2, 0, false});
         }
+      }
+  }
+  if (hopper) {
+    // The swap-AB TMA GEMV (path 3, forced only; sm_90a): M inside WGMMA's n16 (rows past M
+    // zero-filled by TMA), N tails in its 128-column tiles (17: one partial tile, 200: two,
+    // 4112: 33, the last 16 wide), K tails in its 128-deep k-blocks (16: one partial, 272 and
+    // 1040: 3 and 9 with a 16-deep tail, 11008: 86, many times round the 12-stage ring), split-K
+    // inside a cluster (132 SMs: 1 split at K = 16, 2 at 272, 8 for N = 17 / 200 at K >= 1040,
+    // 4 for N = 4112; a split of 1 or 2 k-blocks), every format pair, extras on and off; then
+    // one block per tile at long K (the planner sees one SM: no split).
+    const Format e4 = Format::kE4M3, e5 = Format::kE5M2;
+    const std::pair<Format, Format> pairs[] = {{e4, e4}, {e4, e5}, {e5, e4}};
+    for (const auto& [fa, fb] : pairs)
+      for (int64_t m : {1, 3, 8, 16})
+        for (int64_t n : {17, 200, 4112})
+          for (int64_t k : {16, 272, 1040, 11008})
+            for (bool extras : {false, true}) cases.push_back({m, n, k, fa, fb, 3, 0, extras});
+    for (int64_t m : {1, 16})
+      for (int64_t k : {1040, 11008}) {
+        GemmCase unsplit{m, 200, k, e4, e4, 3, 0, m == 16};
+        unsplit.sms = 1;
+        cases.push_back(unsplit);
       }
   }
   if (hopper) {
@@ -929,9 +975,15 @@ int correctness_cases() {
       failures += !rejects<kernels::ValueError>(
           "split_k > kMaxSplitK", [&] { fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0); },
           "unsupported plan");
+      // the TMA GEMV takes M <= 16 (g is 64 x 64)
+      failures += !rejects<kernels::ValueError>(
+          "gemv_tma at M = 64", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kGemvTma), 0)); },
+          "gemv_tma: M <= 16");
     } else {
       failures += !rejects<kernels::NotImplementedError>(
           "wgmma path off Hopper", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kWgmma), 0)); }, "sm_90a");
+      failures += !rejects<kernels::NotImplementedError>(
+          "gemv_tma path off Hopper", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kGemvTma), 0)); }, "sm_90a");
     }
     free_gemm(g);
   }
