@@ -49,6 +49,17 @@ std::vector<T> download(const T* dev, size_t n) {
   return host;
 }
 
+// ||got - ref||_F / ||ref||_F over bf16 outputs (the timing tables' check against mma.sync)
+double relative_frobenius(const std::vector<__nv_bfloat16>& ref, const std::vector<__nv_bfloat16>& got) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
+    num += (x - r) * (x - r);
+    den += r * r;
+  }
+  return std::sqrt(num / den);
+}
+
 uint8_t encode(float v, Format f) { return f == Format::kE4M3 ? __nv_fp8_e4m3(v).__x : __nv_fp8_e5m2(v).__x; }
 
 float decode(uint8_t bits, Format f) {
@@ -506,13 +517,7 @@ bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, s
     const bool launched = run_plan(g.p, req);
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
     KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, n * n * 2, cudaMemcpyDeviceToHost));
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n * n; ++i) {
-      const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
-      num += (x - r) * (x - r);
-      den += r * r;
-    }
-    const double rel = std::sqrt(num / den);
+    const double rel = relative_frobenius(ref, got);
     const bool fast_accum = plan.path == fp8::gemm::Path::kWgmma && plan.accum == fp8::gemm::AccumMode::kFast;
     const bool good = launched && rel < (fast_accum ? 1e-2 : 1e-3);
     const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
@@ -618,13 +623,7 @@ bool time_decode(const char* only) {
       const bool launched = run_plan(g.p, req);
       KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
       KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, elems * 2, cudaMemcpyDeviceToHost));
-      double num = 0.0, den = 0.0;
-      for (int64_t i = 0; i < elems; ++i) {
-        const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
-        num += (x - r) * (x - r);
-        den += r * r;
-      }
-      const double rel = std::sqrt(num / den);
+      const double rel = relative_frobenius(ref, got);
       const bool good = launched && rel < decode_rel_tolerance(plan);
       const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
       const double tf = good ? 2.0 * shape.m * shape.n * shape.k / (ms * 1e-3) / 1e12 : 0.0;
@@ -720,13 +719,7 @@ bool time_gemv(const char* only) {
       const bool launched = ref_ran && kernels::test::runs("fp8 gemv", [&] { v.launch(g.p); });
       KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = download(static_cast<const __nv_bfloat16*>(g.p.d), elems);
-      double num = 0.0, den = 0.0;
-      for (int64_t i = 0; i < elems; ++i) {
-        const double r = __bfloat162float(ref[i]), x = __bfloat162float(got[i]);
-        num += (x - r) * (x - r);
-        den += r * r;
-      }
-      const double rel = std::sqrt(num / den);
+      const double rel = relative_frobenius(ref, got);
       const bool good = launched && rel < 2e-3;  // as the decode rows' promoted plans
       const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p); }) : 0.f;
       const double tbps = good ? double(shape.n) * shape.k / (ms * 1e-3) / 1e12 : 0.0;  // B's bytes
