@@ -32,8 +32,8 @@
       "+f"(d[i + 7])
 #define KERNELS_WGMMA_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define KERNELS_WGMMA_ACC8(d) KERNELS_WGMMA_ACC8_AT(d, 0)
-#define KERNELS_WGMMA_ACC32(d) \
-  KERNELS_WGMMA_ACC8_AT(d, 0), KERNELS_WGMMA_ACC8_AT(d, 8), KERNELS_WGMMA_ACC8_AT(d, 16), KERNELS_WGMMA_ACC8_AT(d, 24)
+#define KERNELS_WGMMA_ACC16(d) KERNELS_WGMMA_ACC8_AT(d, 0), KERNELS_WGMMA_ACC8_AT(d, 8)
+#define KERNELS_WGMMA_ACC32(d) KERNELS_WGMMA_ACC16(d), KERNELS_WGMMA_ACC8_AT(d, 16), KERNELS_WGMMA_ACC8_AT(d, 24)
 #define KERNELS_WGMMA_ACC40(d) KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8_AT(d, 32)
 #define KERNELS_WGMMA_ACC64(d)                                                                                      \
   KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8_AT(d, 32), KERNELS_WGMMA_ACC8_AT(d, 40), KERNELS_WGMMA_ACC8_AT(d, 48), \
@@ -46,9 +46,11 @@
       KERNELS_WGMMA_ACC8_AT(d, 120)
 #define KERNELS_WGMMA_ACC4_REGS "%0, %1, %2, %3"
 #define KERNELS_WGMMA_ACC8_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
-#define KERNELS_WGMMA_ACC32_REGS                                                                                   \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define KERNELS_WGMMA_ACC16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define KERNELS_WGMMA_ACC32_REGS \
+  KERNELS_WGMMA_ACC16_REGS       \
+  ", "                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KERNELS_WGMMA_ACC40_REGS \
   KERNELS_WGMMA_ACC32_REGS       \
   ", "                           \
