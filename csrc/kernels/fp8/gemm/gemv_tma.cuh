@@ -1,6 +1,6 @@
-// FP8 GEMV for decode-sized M on Hopper, swap-AB on WGMMA fed by a deep TMA ring
-// (Path::kGemvTma, sm_90a; forced only until the GPU has compared it with gemv.cuh):
-// D[M, N] = A[M, K] @ B[N, K]^T with M <= 16.
+// FP8 GEMV / skinny GEMM for M <= 128 on Hopper, swap-AB on WGMMA fed by a deep TMA ring
+// (Path::kGemvTma, sm_90a; forced only until the GPU has compared it with gemv.cuh and the tiled
+// kernel): D[M, N] = A[M, K] @ B[N, K]^T with M <= 128.
 //
 // Why: on an H200 (Nsight Compute, M = 1, N = K = 11008, e4m3) the mma.sync GEMV of gemv.cuh
 // (GemvTiles<1, 8, 4>, 1376 blocks x 256 threads) took 54 us at 47% of DRAM bandwidth
@@ -12,27 +12,38 @@
 // WGMMA's M slot and the activation rows (M padded to 8) its N slot, and streams B through a
 // 12-stage ring of 128-byte k-stages with one producer and two consumer warpgroups. Bandwidth
 // there comes from the bytes in flight per SM (the ring), not from issuing loads.
+// Up to M = 128 the same layout serves skinny GEMMs: the tiled WGMMA kernel's 128 x 128 tiles of
+// D give N = 4096 only 32 tiles (100 of 132 SMs idle; H200, graph replay, 0.66-0.69x cuBLASLt
+// at M = 128, N = 4096, K = 4096 / 11008 / 14336), and its split-K goes through a workspace and a
+// second kernel; here the split-K stays inside a cluster. A's rows take the narrowest WGMMA n of
+// 16, 32, 64 and 128 that holds M (GemvTmaTiles<width>, GemvTmaPolicy::width_for), so M = 17
+// loads and multiplies 32 rows, not 128; every width streams the same 128 rows of B per block.
 //
-// This kernel does the same:
+// The kernel takes cuBLASLt's layout, for every width:
 //   warpgroup 0     one elected thread issues the TMA loads: per 128-deep k-block a box of 128
-//                   rows of B (16 KiB) and one of A's 16 rows (2 KiB; rows >= M lie outside the
-//                   tensor map, TMA zero-fills them), both 128B-swizzled, into a ring of
-//                   GemvTmaPolicy::kStages (12) stages.
-//   warpgroups 1-2  64 rows of B each: wgmma m64n16k32 .f32.<FB>.<FA> (B's tile is WGMMA's A
-//                   operand, A's tile its B operand, both K-major from shared memory), four per
-//                   k-block, each k-block into a fresh partial accumulator that is added into
-//                   fp32 registers (FP8 WGMMA accumulates with reduced precision); two partials
-//                   ping-pong, so k-block kb + 1 is issued before kb is waited for.
+//                   rows of B (16 KiB) and one of A's kBN rows (kBN x 128 B; rows >= M lie
+//                   outside the tensor map, TMA zero-fills them), both 128B-swizzled, into a ring
+//                   of kStages stages (12 / 10 / 8 / 5 at kBN 16 / 32 / 64 / 128: what 227 KiB
+//                   holds beside the fp32 totals, policy.cuh).
+//   warpgroups 1-2  64 rows of B each: wgmma m64nXk32 .f32.<FB>.<FA> with X = kBN (B's tile is
+//                   WGMMA's A operand, A's tile its B operand, both K-major from shared memory),
+//                   four per k-block, each k-block into a fresh partial accumulator that is added
+//                   into fp32 registers (FP8 WGMMA accumulates with reduced precision). Up to
+//                   kBN 64 two partials ping-pong, so k-block kb + 1 is issued before kb is waited
+//                   for; at kBN 128 three sets of 64 accumulators would spill (384 threads, no
+//                   setmaxnreg: 168 registers), so it promotes one partial per k-block (kPromote).
 // The ring and the consumers' loop are Sm90Mainloop's (mainloop.cuh) instantiated with the
-// operands swapped (GemvTmaPolicy names B's tile "A").
+// operands swapped (GemvTmaTiles names B's tile "A").
 //
 // Split-K when N / 128 tiles leave SMs idle: grid (splits, tiles), clusters of `splits` blocks
 // along x (GemvTmaPolicy::splits_for: a power of two up to 8 with splits x tiles <= SMs), each
 // block a contiguous range of k-blocks (split_k_range). Every block writes its fp32 totals to
 // its own shared buffer ([m][n], transposed from the fragment: rows of the fragment are n,
-// columns m); after a cluster barrier rank 0 reads the others' buffers through distributed
-// shared memory in rank order (deterministic), adds them and runs the epilogue; a second
-// cluster barrier keeps the others alive until it has read. No workspace, no second kernel.
+// columns m; n swizzled by m against bank conflicts); after a cluster barrier each block takes
+// 1 / splits of the outputs, reads every block's totals for them through distributed shared
+// memory (its own locally) and adds them in rank order (deterministic, and the same sum
+// whichever block adds), then runs the epilogue on them; a second cluster barrier keeps every
+// block alive until the others have read. No workspace, no second kernel.
 // The epilogue (scales, row / column scales, bias, bf16, M / N predication) is the GEMM's,
 // one bf16 pair along n per thread and step, coalesced along n.
 // K % 16 == 0 and 16-byte aligned rows, as for the GEMM; K tails are zero-filled by TMA.
@@ -58,8 +69,8 @@
 namespace kernels::fp8::gemm {
 
 // map_b: B [N, K] in boxes of kBM rows x kBK bytes; map_a: A [M, K] in boxes of kBN rows x kBK.
-// Block (x, y): split x (its cluster rank) of n-tile y.
-template <Format FA, Format FB, class P = GemvTmaPolicy>
+// Block (x, y): split x (its cluster rank) of n-tile y. P: GemvTmaTiles<16 / 32 / 64 / 128>.
+template <Format FA, Format FB, class P>
 __global__ void __launch_bounds__(P::kThreads, 1)
     gemv_tma_kernel(const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_a,
                     const GemmParams p) {
@@ -99,51 +110,70 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < P::kAccRegs; ++i) acc[i] = 0.f;
     PipelineState st;
-    // scale 1: alpha is the epilogue's (store_pair), after the cluster's sum
+    // scale 1: alpha is the epilogue's (store_pair), after the cluster's sum; one k-block per
+    // promotion in either mode (P::kAccum)
     Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, ring, 1, 1.f);
-    // m64n16 fragment: acc[4j + 2h + e] is (row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e),
-    // row = n (B's row in the tile), column = m (A's row): totals[m][n].
+    // m64nX fragment: acc[4j + 2h + e] is (row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e),
+    // row = n (B's row in the tile), column = m (A's row): totals[m][n] (P::totals_index).
     const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
     const int n = consumer * 64 + warp * 16 + lane / 4, m = 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < P::kBN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        totals[(8 * j + m) * P::kTotalsPitch + n + 8 * h] = acc[4 * j + 2 * h];
-        totals[(8 * j + m + 1) * P::kTotalsPitch + n + 8 * h] = acc[4 * j + 2 * h + 1];
+        totals[P::totals_index(8 * j + m, n + 8 * h)] = acc[4 * j + 2 * h];
+        totals[P::totals_index(8 * j + m + 1, n + 8 * h)] = acc[4 * j + 2 * h + 1];
       }
   }
-  // Every block's totals are written and, in a cluster, visible to rank 0.
+  // Every block's totals are written and, in a cluster, visible to the whole cluster.
   if (splits > 1) cluster_sync();
   else __syncthreads();
 
-  if (rank == 0) {
+  // The cluster's sum and the epilogue, shared out: block `rank` takes the rank-th of `splits`
+  // contiguous ranges of the (m, column pair) items and sums each item over all the blocks'
+  // totals in rank order (the same sum, whichever block runs it, every run).
+  {
     const Epilogue epi = Epilogue::make(p);
     constexpr int kPairs = P::kBM / 2;
     const int rows = p.m < P::kBN ? int(p.m) : P::kBN;
+    const int items = rows * kPairs;
+    const int begin = int(uint32_t(rank) * uint32_t(items) / uint32_t(splits));
+    const int end = int((uint32_t(rank) + 1u) * uint32_t(items) / uint32_t(splits));
     const int64_t n0 = int64_t(n_tile) * P::kBM;
-    for (int i = int(threadIdx.x); i < rows * kPairs; i += P::kThreads) {
+    for (int i = begin + int(threadIdx.x); i < end; i += P::kThreads) {
       const int m = i / kPairs, n = 2 * (i % kPairs);
-      const float* own = totals + m * P::kTotalsPitch + n;
-      float2 sum = *reinterpret_cast<const float2*>(own);
-      for (int r = 1; r < splits; ++r) {  // rank order: the same sum every run
-        const float2 v = ld_shared_cluster_f32x2(cluster_map_shared(smem_addr(own), uint32_t(r)));
-        sum.x += v.x;
-        sum.y += v.y;
+      const float* own = totals + P::totals_index(m, n);
+      float2 sum;
+      if (splits == 1) {
+        sum = *reinterpret_cast<const float2*>(own);
+      } else {
+        // every block's pair first (the loads in flight together), then the adds in rank order
+        float2 v[GemvTmaPolicy::kMaxSplits];
+#pragma unroll
+        for (int r = 0; r < GemvTmaPolicy::kMaxSplits; ++r)
+          if (r < splits)
+            v[r] = uint32_t(r) == rank ? *reinterpret_cast<const float2*>(own)
+                                       : ld_shared_cluster_f32x2(cluster_map_shared(smem_addr(own), uint32_t(r)));
+        sum = v[0];
+#pragma unroll
+        for (int r = 1; r < GemvTmaPolicy::kMaxSplits; ++r)
+          if (r < splits) {
+            sum.x += v[r].x;
+            sum.y += v[r].y;
+          }
       }
       epi.store_pair(m, n0 + n, sum.x, sum.y);
     }
   }
-  // Rank 0 has read every block's totals: the others may exit now.
+  // Every block has read the others' totals: they may exit now.
   if (splits > 1) cluster_sync();
 #endif
 }
 
 // Co-resident clusters of `splits` blocks of this kernel on the current device (cached per
 // device and size); 0 when the query fails.
-template <Format FA, Format FB>
+template <Format FA, Format FB, class P>
 int gemv_tma_max_active_clusters(int splits) {
-  using P = GemvTmaPolicy;
   static int cached[64][4] = {};  // splits 1, 2, 4, 8
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
@@ -158,7 +188,7 @@ int gemv_tma_max_active_clusters(int splits) {
     config.attrs = &attr;
     config.numAttrs = 1;
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemv_tma_kernel<FA, FB>, &config) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemv_tma_kernel<FA, FB, P>, &config) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -168,46 +198,58 @@ int gemv_tma_max_active_clusters(int splits) {
 }
 
 // The kernel's dynamic shared memory opt-in (once per device).
-template <Format FA, Format FB>
+template <Format FA, Format FB, class P>
 void gemv_tma_opt_in() {
   static SmemOptIn opt_in;
-  opt_in.ensure(gemv_tma_kernel<FA, FB>, GemvTmaPolicy::kSmemBytes);
+  opt_in.ensure(gemv_tma_kernel<FA, FB, P>, P::kSmemBytes);
+}
+
+// Calls f.template operator()<GemvTmaTiles<w>>() for the width w = GemvTmaPolicy::width_for(m)
+// (M <= GemvTmaPolicy::kMaxRows; checked by the launcher).
+template <class F>
+decltype(auto) with_gemv_tma_tiles(int64_t m, F&& f) {
+  switch (GemvTmaPolicy::width_for(m)) {
+    case 16: return f.template operator()<GemvTmaTiles<16>>();
+    case 32: return f.template operator()<GemvTmaTiles<32>>();
+    case 64: return f.template operator()<GemvTmaTiles<64>>();
+    default: return f.template operator()<GemvTmaTiles<128>>();
+  }
 }
 
 // The split count a launch of N columns with `splits` requested runs: halved while the device
 // cannot hold all the tiles' clusters at once (cudaOccupancyMaxActiveClusters: a GPC holds
 // whole clusters only, so 132 SMs may take fewer than 33 clusters of 4, and a second wave of
 // clusters would cost more than the split saves).
-template <Format FA, Format FB>
-int gemv_tma_fit_splits(int64_t n, int splits) {
-  gemv_tma_opt_in<FA, FB>();  // the occupancy query needs the kernel's shared memory allowed
-  const int64_t tiles = ceil_div<int64_t>(n, GemvTmaPolicy::kBM);
+template <Format FA, Format FB, class P>
+int gemv_tma_fit_splits_of(int64_t n, int splits) {
+  gemv_tma_opt_in<FA, FB, P>();  // the occupancy query needs the kernel's shared memory allowed
+  const int64_t tiles = ceil_div<int64_t>(n, P::kBM);
   while (splits > 1) {
-    const int clusters = gemv_tma_max_active_clusters<FA, FB>(splits);
+    const int clusters = gemv_tma_max_active_clusters<FA, FB, P>(splits);
     if (clusters == 0 || tiles <= clusters) break;
     splits /= 2;
   }
   return splits;
 }
 
-// One launch with `splits` (1, 2, 4 or 8) blocks per n-tile: with fit_clusters as many as
-// gemv_tma_fit_splits allows, without it exactly `splits` (timing).
+// As above for the kernel that M rows run (its width, GemvTmaPolicy::width_for).
 template <Format FA, Format FB>
-void launch_gemv_tma_splits(const GemmParams& p, int splits, cudaStream_t stream, bool fit_clusters = true) {
-  using P = GemvTmaPolicy;
-  check(p.m <= P::kMaxRows, "fp8 gemm: the gemv_tma path takes M <= ", P::kMaxRows, ", got M=", p.m);
-  check(splits == 1 || splits == 2 || splits == 4 || splits == 8,
-        "fp8 gemm: the gemv_tma path splits K over 1, 2, 4 or 8 blocks, got ", splits);
-  if (p.m == 0 || p.n == 0) return;
-  check(p.k > 0, "fp8 gemm: the gemv_tma path needs K > 0 (TMA describes K), got K=", p.k);
+int gemv_tma_fit_splits(int64_t m, int64_t n, int splits) {
+  return with_gemv_tma_tiles(m, [&]<class P>() { return gemv_tma_fit_splits_of<FA, FB, P>(n, splits); });
+}
+
+// One launch of the width-P kernel with `splits` (1, 2, 4 or 8) blocks per n-tile: with
+// fit_clusters as many as gemv_tma_fit_splits allows, without it exactly `splits` (timing).
+template <Format FA, Format FB, class P>
+void launch_gemv_tma_tiles(const GemmParams& p, int splits, cudaStream_t stream, bool fit_clusters) {
   const int64_t tiles = ceil_div<int64_t>(p.n, P::kBM);
   check(tiles <= 65535, "fp8 gemm: N too large for the gemv_tma grid (65535 tiles of 128), got N=", p.n);
   CUtensorMap map_b, map_a;
   make_kmajor_map(&map_b, p.b, p.n, p.k, p.ldb, P::kBM, P::kBK);
   make_kmajor_map(&map_a, p.a, p.m, p.k, p.lda, P::kBN, P::kBK);
-  auto kernel = gemv_tma_kernel<FA, FB>;
-  gemv_tma_opt_in<FA, FB>();
-  if (fit_clusters) splits = gemv_tma_fit_splits<FA, FB>(p.n, splits);
+  auto kernel = gemv_tma_kernel<FA, FB, P>;
+  gemv_tma_opt_in<FA, FB, P>();
+  if (fit_clusters) splits = gemv_tma_fit_splits_of<FA, FB, P>(p.n, splits);
   const dim3 grid(unsigned(splits), unsigned(tiles), 1);
   if (splits == 1) {
     kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_b, map_a, p);
@@ -223,6 +265,19 @@ void launch_gemv_tma_splits(const GemmParams& p, int splits, cudaStream_t stream
   config.attrs = &attr;
   config.numAttrs = 1;
   check_launch("fp8 gemv_tma_kernel (cluster)", cudaLaunchKernelEx(&config, kernel, map_b, map_a, p));
+}
+
+// One launch with `splits` (1, 2, 4 or 8) blocks per n-tile, on the narrowest width that holds
+// M (16, 32, 64 or 128 rows); M > GemvTmaPolicy::kMaxRows is refused.
+template <Format FA, Format FB>
+void launch_gemv_tma_splits(const GemmParams& p, int splits, cudaStream_t stream, bool fit_clusters = true) {
+  check(p.m <= GemvTmaPolicy::kMaxRows, "fp8 gemm: the gemv_tma path takes M <= ", GemvTmaPolicy::kMaxRows,
+        " (WGMMA n 16 / 32 / 64 / 128), got M=", p.m);
+  check(splits == 1 || splits == 2 || splits == 4 || splits == 8,
+        "fp8 gemm: the gemv_tma path splits K over 1, 2, 4 or 8 blocks, got ", splits);
+  if (p.m == 0 || p.n == 0) return;
+  check(p.k > 0, "fp8 gemm: the gemv_tma path needs K > 0 (TMA describes K), got K=", p.k);
+  with_gemv_tma_tiles(p.m, [&]<class P>() { launch_gemv_tma_tiles<FA, FB, P>(p, splits, stream, fit_clusters); });
 }
 
 // The split count from the problem and the SM count (GemvTmaPolicy::splits_for), then as above.
