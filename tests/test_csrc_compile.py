@@ -243,6 +243,55 @@ def test_fp8_gemv_runs_on_the_tensor_cores(compiled):
         assert len(re.findall(r"\bLDG\.E\.(?:EF\.)?(?:CONSTANT\.)?128\b", text)) >= 8, "B and A in 16-byte loads"
 
 
+# ---- the swap-AB TMA GEMV (csrc/kernels/fp8/gemm/gemv_tma.cuh), as fp8_test.cu instantiates it -----
+
+FP8_NAMES = {"0": "E4M3", "1": "E5M2"}
+
+
+@needs_nvcc
+def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(compiled):
+    """Every format pair's swap-AB GEMV kernel at every width (A's rows in WGMMA n 16 / 32 / 64 /
+    128): fp8 WGMMA m64nXk32 with the weight's format in the A slot (.F32.<FB>.<FA>), four per
+    k-block and the first of each fresh, two groups in flight up to n64 (ping-pong promotion) and
+    one at n128 (one partial: three sets of 64 accumulators would spill), TMA loads, the totals
+    through shared memory (STS / LDS, not generic stores), cluster barriers for the split-K sum,
+    no spills, no local memory, no calls, within the 168 registers of 384 threads."""
+    from tools.inspect import _tool, opcode_mix
+
+    [(_, result, obj)] = [entry for entry in compiled if entry[0] == FP8_TEST_UNIT]
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = parse_ptxas(result.stdout + result.stderr)
+    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+    kernels = {name: lines for name, lines in sass_functions(sass).items() if "gemv_tma_kernel" in name}
+    instances = set()
+    for name, lines in kernels.items():
+        info = report[name]
+        assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, (name, info)
+        assert info["registers"] <= 168, (name, info)
+        fa, fb, width = re.search(r"gemv_tma_kernelILNS0_6FormatE(\d)ELS3_(\d)ENS1_12GemvTmaTilesILi(\d+)EE",
+                                  name).groups()
+        instances.add((FP8_NAMES[fa], FP8_NAMES[fb], int(width)))
+        text = "\n".join(lines)
+        mix = opcode_mix(text)
+        mma = re.findall(r"\bQGMMA\.(\w+)\.F32\.(E4M3|E5M2)\.(E4M3|E5M2)\b", text)
+        assert mma and set(mma) == {(f"64x{width}x32", FP8_NAMES[fb], FP8_NAMES[fa])}, (name, set(mma))
+        assert len(mma) % 4 == 0, "four k32 WGMMAs per 128-deep k-block"
+        fresh = re.findall(rf"\bQGMMA\.64x{width}x32\S*\s+R\d+, gdesc\[\w+\], RZ, !UPT", text)
+        assert len(fresh) == len(mma) // 4, "every k-block's first WGMMA starts a fresh partial"
+        pingpong = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", text)
+        if int(width) <= 64:
+            assert pingpong, "no second WGMMA group in flight"
+        else:
+            assert not pingpong and re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", text), "n128 promotes one partial"
+        assert mix["UTMALDG"] >= 2 and mix["SYNCS"] > 0, mix
+        assert mix["STS"] > 0 and mix["LDS"] > 0 and mix["ST"] == 0, mix
+        assert mix["UCGABAR_ARV"] > 0 and mix["UCGABAR_WAIT"] > 0, mix
+        for op in ("LDL", "STL", "CALL"):
+            assert mix[op] == 0, f"{op} in the SASS: {mix}"
+    pairs = {("E4M3", "E4M3"), ("E4M3", "E5M2"), ("E5M2", "E4M3")}
+    assert instances == {(fa, fb, w) for fa, fb in pairs for w in (16, 32, 64, 128)}, (instances, sorted(kernels))
+
+
 @needs_nvcc
 def test_attention_host_math():
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which

@@ -93,6 +93,17 @@ def test_gemm_bad_split_k_raises(split_k):
         torch.ops.kernels.fp8_gemm(a, b, s, s, split_k=split_k)
 
 
+def test_fake_gemm_gemv_tma_rows():
+    """path=3 (the swap-AB GEMV) holds M <= 128 rows (WGMMA n16 / 32 / 64 / 128): more raise."""
+    for m in (1, 17, 64, 128):
+        a, b, s = meta_operands(m, 256, 64)
+        assert torch.ops.kernels.fp8_gemm(a, b, s, s, path=3).shape == (m, 256)
+    a, b, s = meta_operands(129, 256, 64)
+    with pytest.raises(ValueError, match=r"gemv_tma path \(path=3\) takes M <= 128"):
+        torch.ops.kernels.fp8_gemm(a, b, s, s, path=3)
+    assert torch.ops.kernels.fp8_gemm(a, b, s, s).shape == (129, 256)  # other paths take any M
+
+
 def test_fake_gemm_accepts_split_k():
     a, b, s = meta_operands(1, 4096, 4096)
     for split_k in (0, 1, 7, 64):
@@ -174,7 +185,8 @@ def test_gemm_checks_in_one_pass_agree_with_each_check(device, real):
 
 def test_gemm_plan_checks_take_only_plain_ints():
     fp8_ops.check_plan_args(0, 64, 1, 64)
-    for args in ((True, 0, -1, 0), (-1, False, -1, 0), (-1, 0, 0.0, 0), (-1, 0, -1, True), (3, 0, -1, 0),
+    fp8_ops.check_plan_args(3, 0, -1, 0)  # the swap-AB GEMV
+    for args in ((True, 0, -1, 0), (-1, False, -1, 0), (-1, 0, 0.0, 0), (-1, 0, -1, True), (4, 0, -1, 0),
                  (-1, 96, -1, 0), (-1, 0, 2, 0), (-1, 0, -1, 65), (-1, 0, -1, -1)):
         with pytest.raises(ValueError):
             fp8_ops.check_plan_args(*args)
@@ -375,6 +387,47 @@ def test_gemv_refuses_more_than_16_rows():
     s = torch.ones((), device="cuda")
     with pytest.raises(ValueError, match="GEMV path takes M <= 16"):
         torch.ops.kernels.fp8_gemm(a, b, s, s, path=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 64, 100, 128])
+@pytest.mark.parametrize(
+    "n, k", [(1, 16), (17, 272), (333, 1040), (4112, 4096), (333, 8192), (1001, 11024)], ids=lambda v: str(v)
+)
+@pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
+def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
+    """The swap-AB TMA GEMV (path=3, only when asked for; sm_90a): M in WGMMA n16 / 32 / 64 / 128
+    (the narrowest that holds it), every format pair, tails in N and K, the epilogue's extras,
+    promoted WGMMA accumulation (every 128-deep k-block), its split-K inside a cluster summed in
+    rank order (the same bits every call); operands in guard regions. The planner's own choice
+    for these shapes stays the mma.sync GEMV (M <= 16) or the tiled WGMMA kernel."""
+    _need_module()
+    if not _is_hopper():
+        pytest.skip("the gemv_tma path is sm_90a only")
+    assert fp8_ops.gemm_plan(m, n, k)["path"] == ("gemv" if m <= 16 else "wgmma")
+    plan = fp8_ops.gemm_plan(m, n, k, path=3)
+    assert plan["path"] == "gemv_tma" and plan["supported"] and plan["workspace_bytes"] == 0, plan
+    assert plan["block_m"] == next(w for w in (16, 32, 64, 128) if m <= w), plan
+    for extras in (False, True):
+        a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, n, k, da, db, guards, seed=m * n + k + 1,
+                                                     extras=extras)
+        out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=3)
+        _assert_gemm_close(out, ref, f"gemv_tma M={m} N={n} K={k} extras={extras}", u=WGMMA_ACC_U)
+        assert torch.equal(out, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=3))
+
+
+@pytest.mark.gpu
+def test_gemv_tma_refuses_more_than_128_rows():
+    _need_module()
+    if not _is_hopper():
+        pytest.skip("the gemv_tma path is sm_90a only")
+    a = torch.zeros(129, 32, dtype=E4M3, device="cuda")
+    b = torch.zeros(16, 32, dtype=E4M3, device="cuda")
+    s = torch.ones((), device="cuda")
+    with pytest.raises(ValueError, match="M <= 128"):
+        torch.ops.kernels.fp8_gemm(a, b, s, s, path=3)
+    plan = fp8_ops.gemm_plan(129, 16, 32, path=3)
+    assert not plan["supported"], plan
 
 
 @pytest.mark.gpu

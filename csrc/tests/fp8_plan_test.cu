@@ -6,7 +6,9 @@
 // PlannerDefaults (k-blocks per split, waves, only when tiles < SMs), and the decode shapes of
 // results/h200/fp8.json get the split counts listed below; forced counts are capped at the
 // k-blocks and never reach the mma.sync path; split_k_range partitions the k-blocks; the
-// workspace size follows the plan; the launch checks throw the errors of common/errors.h.
+// workspace size follows the plan; the swap-AB TMA GEMV (Path::kGemvTma) is planned only when
+// forced, with its width for M (16 / 32 / 64 / 128), in-cluster split counts, stages and totals
+// layout; the launch checks throw the errors of common/errors.h.
 // Prints the decode plans and "N failure(s)".
 #include <cstdint>
 #include <cstdio>
@@ -57,6 +59,7 @@ int main() {
       for (int64_t k : depths) {
         const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
         expect(PlannerDefaults::kAutoSplitK || automatic.split_k == 1, "split while kAutoSplitK is off", m, n, k);
+        expect(automatic.path != Path::kGemvTma, "the planner picked gemv_tma on its own", m, n, k);
         const GemmPlan modelled = model_plan(m, n, k);
         const int64_t k_blocks = ceil_div<int64_t>(k, 128);
         expect(off.split_k == 1, "split_k = 1 request splits", m, n, k);
@@ -134,6 +137,93 @@ int main() {
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);
   expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
+  // The swap-AB TMA GEMV, forced: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 /
+  // 64 / 128 that holds it (block_m), grid = splits x tiles with splits the largest power of two
+  // <= 8 that keeps splits x tiles <= 132 and splits <= the k-blocks, whatever the width; its
+  // split-K lives in a cluster (split_k 1, no workspace). Ping-pong promotion up to 64 rows, one
+  // partial at 128 (registers). M > 128: unsupported.
+  struct TmaExpected {
+    int64_t m, n, k;
+    int tiles, splits, width;
+  };
+  // clang-format off
+  const TmaExpected tma_expected[] = {
+      {1, 11008, 11008, 86, 1, 16},  {16, 11008, 11008, 86, 1, 16},  {1, 14336, 4096, 112, 1, 16},
+      {1, 4096, 4096, 32, 4, 16},    {16, 4096, 14336, 32, 4, 16},   {1, 2048, 4096, 16, 8, 16},
+      {3, 200, 1040, 2, 8, 16},      {8, 200, 272, 2, 2, 16},        {1, 17, 16, 1, 1, 16},
+      {16, 4112, 11008, 33, 4, 16},  {1, 8448, 4096, 66, 2, 16},     {1, 8576, 4096, 67, 1, 16},
+      {17, 200, 272, 2, 2, 32},      {32, 4096, 4096, 32, 4, 32},    {33, 4112, 4096, 33, 4, 64},
+      {64, 4096, 11008, 32, 4, 64},  {65, 14336, 4096, 112, 1, 128}, {100, 200, 4096, 2, 8, 128},
+      {128, 4096, 4096, 32, 4, 128}, {128, 4096, 14336, 32, 4, 128}, {128, 11008, 4096, 86, 1, 128},
+      {128, 2048, 272, 16, 2, 128},
+  };
+  // clang-format on
+  for (const TmaExpected& e : tma_expected) {
+    const GemmPlan plan = plan_of(e.m, e.n, e.k, 0, int(Path::kGemvTma));
+    std::printf("plan gemv_tma M=%-3lld N=%-6lld K=%-6lld block_m=%-3d %-8s tiles=%-4d grid=%-4d (splits %d)\n",
+                (long long)e.m, (long long)e.n, (long long)e.k, plan.block_m, accum_name(plan.accum), plan.tiles,
+                plan.grid, plan.tiles > 0 ? plan.grid / plan.tiles : 0);
+    const AccumMode accum = e.width <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+    expect(plan.path == Path::kGemvTma && plan.block_m == e.width && plan.block_n == 128 && plan.tiles == e.tiles &&
+               plan.grid == e.tiles * e.splits && plan.split_k == 1 && !plan.persistent && plan.accum == accum &&
+               plan.promote_every == 1 && gemm_workspace_bytes(plan, e.m, e.n) == 0 && plan_supported(plan),
+           "gemv_tma plan", e.m, e.n, e.k);
+    expect(GemvTmaPolicy::splits_for(e.n, e.k, kSms) == e.splits, "gemv_tma splits", e.m, e.n, e.k);
+    expect(GemvTmaPolicy::width_for(e.m) == e.width, "gemv_tma width", e.m, e.n, e.k);
+  }
+  for (int64_t m = 1; m <= GemvTmaPolicy::kMaxRows; ++m) {
+    const int width = GemvTmaPolicy::width_for(m);
+    expect(
+        width >= m && (width == 16 || width / 2 < m) && plan_supported(plan_of(m, 4096, 4096, 0, int(Path::kGemvTma))),
+        "gemv_tma: the narrowest width that holds M", m, 4096, 4096);
+  }
+  expect(plan_of(1, 4096, 256, 0, int(Path::kGemvTma)).grid == 32 * 2, "gemv_tma splits capped at the k-blocks", 1,
+         4096, 256);
+  expect(plan_of(16, 4096, 4096, 4, int(Path::kGemvTma)).split_k == 1, "gemv_tma takes no split_k", 16, 4096, 4096);
+  expect(!plan_supported(plan_of(129, 4096, 4096, 0, int(Path::kGemvTma))), "forced gemv_tma at M = 129", 129, 4096,
+         4096);
+  expect(plan_of(128, 4096, 4096).path == Path::kWgmma && plan_of(32, 4096, 4096).path == Path::kWgmma,
+         "the planner keeps the tiled kernel for M > 16", 128, 4096, 4096);
+  GemmPlan odd_width = plan_of(17, 4096, 4096, 0, int(Path::kGemvTma));
+  odd_width.block_m = 48;
+  expect(!plan_supported(odd_width), "gemv_tma with block_m 48 accepted", 17, 4096, 4096);
+  // Stages from the shared memory left beside the fp32 totals (kBN x 128 floats): 18 / 20 / 24 /
+  // 32 KiB stages.
+  expect(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
+             GemvTmaTiles<128>::kStages == 5,
+         "gemv_tma rings of 12 / 10 / 8 / 5 stages", 0, 0, 0);
+  expect(GemvTmaTiles<16>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<32>::kSmemBytes <= kSm90SmemLimit &&
+             GemvTmaTiles<64>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<128>::kSmemBytes <= kSm90SmemLimit,
+         "gemv_tma shared memory", 0, 0, 0);
+  std::printf("gemv_tma shared memory (bytes): n16 %d, n32 %d, n64 %d, n128 %d\n", GemvTmaTiles<16>::kSmemBytes,
+              GemvTmaTiles<32>::kSmemBytes, GemvTmaTiles<64>::kSmemBytes, GemvTmaTiles<128>::kSmemBytes);
+  // The totals' swizzle: a permutation of each row that keeps (n even, n + 1) adjacent, and every
+  // fragment store (8 consecutive n of one warp x the four m of lane % 4) hits 32 banks.
+  {
+    using T = GemvTmaTiles<128>;
+    bool ok = true;
+    for (int m = 0; m < T::kBN && ok; ++m) {
+      bool seen[T::kBM] = {};
+      for (int n = 0; n < T::kBM; ++n) {
+        const int i = T::totals_index(m, n) - m * T::kTotalsPitch;
+        ok = ok && i >= 0 && i < T::kBM && !seen[i];
+        if (ok) seen[i] = true;
+        if (n % 2 == 1) ok = ok && T::totals_index(m, n) == T::totals_index(m, n - 1) + 1;
+      }
+    }
+    for (int j = 0; j < T::kBN / 8 && ok; ++j)
+      for (int e = 0; e < 2; ++e)
+        for (int n0 = 0; n0 < T::kBM; n0 += 8) {
+          bool bank[32] = {};
+          for (int q = 0; q < 4; ++q)
+            for (int r = 0; r < 8; ++r) {
+              const int b = T::totals_index(8 * j + 2 * q + e, n0 + r) % 32;
+              ok = ok && !bank[b];
+              bank[b] = true;
+            }
+        }
+    expect(ok, "gemv_tma totals swizzle", 0, 0, 0);
+  }
   GemmPlan too_many = plan_of(1, 4096, 4096, 2);
   too_many.split_k = kMaxSplitK + 1;
   expect(!plan_supported(too_many), "split_k above kMaxSplitK accepted", 1, 4096, 4096);

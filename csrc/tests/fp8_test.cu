@@ -12,7 +12,11 @@
 //                              contains SUB (e.g. "bn192", "fast", "default"; "splitk": the
 //                              decode shapes M = 1 / 16 / 128, planner default (split-K
 //                              where it picks it), split-K off, and forced split counts;
-//                              "gemv": the GEMV kernel's tile variants at M = 1 and 16)
+//                              "gemv": the GEMV kernel's tile variants at M = 1 and 16,
+//                              beside the swap-AB TMA GEMV (gemv_tma.cuh) with its own split
+//                              count and with 1 and 2 forced; "skinny": M = 32 / 64 / 128 on
+//                              LLM shapes, the planner's tiled WGMMA plan against the swap-AB
+//                              kernel with its own split count and with 1)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -22,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -261,6 +266,9 @@ fp8::gemm::GemmPlan plan_of(const GemmCase& gc) {
 std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.path == fp8::gemm::Path::kMmaSync) return "mma_sync";
   if (plan.path == fp8::gemm::Path::kGemv) return "gemv m" + std::to_string(plan.block_m);
+  if (plan.path == fp8::gemm::Path::kGemvTma)  // planned splits (the launcher may take fewer: launch_gemv_tma_splits)
+    return "gemv_tma m" + std::to_string(plan.block_m) + " s" +
+           std::to_string(plan.tiles > 0 ? plan.grid / plan.tiles : 1);
   std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
   if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += "2";
   if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);
@@ -286,7 +294,9 @@ bool test_gemm(const GemmCase& gc) {
   bool ok = launched;
   const auto d = download(static_cast<__nv_bfloat16*>(g.p.d), gc.m * gc.n);
   bool deterministic = true;
-  if (plan.split_k > 1) {
+  // the TMA GEMV's split-K inside a cluster (grid = splits x tiles), summed in rank order
+  const bool cluster_split = plan.path == fp8::gemm::Path::kGemvTma && plan.grid > plan.tiles;
+  if (plan.split_k > 1 || cluster_split) {
     // the split-K reduction sums in split order: a second run gives the same bits
     KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, gc.m * gc.n * 2));
     const bool again_ran = run_plan(g.p, request_of(gc), gc.sms);  // always runs (no && short-circuit)
@@ -648,35 +658,45 @@ bool time_decode(const char* only) {
   return ok;
 }
 
-// The GEMV kernel's tiles (GemvTiles<n-tiles per block, warps, chunks in flight>) on M = 1 and
-// 16, e4m3 x e4m3, each checked against the mma.sync path and timed: the default (the planner's
-// GemvPolicy) first. Labels start with "gemv".
+// Tables of launch variants (columns) over shapes (rows), e4m3 x e4m3, each cell checked against
+// the mma.sync path and timed. "gemv": the GEMV kernel's tiles (GemvTiles<n-tiles per block,
+// warps, chunks in flight>) on M = 1 and 16, the default (the planner's GemvPolicy) first, then
+// the swap-AB TMA GEMV (gemv_tma.cuh, Path::kGemvTma) with the split count of the SM count
+// ("tma") and with 1 / 2 splits forced. "skinny": M = 32 / 64 / 128 on LLM shapes, the planner's
+// default (the tiled WGMMA kernel) against the swap-AB kernel ("tma": Path::kGemvTma as a
+// forced plan runs it; "tma-s1": one block per tile). Labels start with the table's name.
 struct GemvVariant {
   const char* name;
-  void (*launch)(const fp8::GemmParams&, cudaStream_t);
-  int cols_per_block, threads;
+  std::function<void(const fp8::GemmParams&)> launch;  // on the default stream
 };
 
 template <int kNTiles, int kWarps, int kUnroll>
 GemvVariant gemv_variant(const char* name) {
   using Tiles = fp8::gemm::GemvTiles<kNTiles, kWarps, kUnroll>;
-  return {name, &fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>, Tiles::kColsPerBlock, Tiles::kThreads};
+  return {name, [](const fp8::GemmParams& p) { fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>(p, 0); }};
 }
 
-bool time_gemv(const char* only) {
-  // clang-format off
-  const GemvVariant variants[] = {
-      gemv_variant<2, 8, 4>("n2w8u4"), gemv_variant<4, 8, 4>("n4w8u4"), gemv_variant<4, 8, 2>("n4w8u2"),
-      gemv_variant<1, 8, 4>("n1w8u4"), gemv_variant<2, 4, 4>("n2w4u4"), gemv_variant<2, 8, 8>("n2w8u8"),
-      gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2")};
-  const DecodeShape shapes[] = {{1, 4096, 4096}, {1, 11008, 11008}, {1, 14336, 4096}, {1, 4096, 14336},
-                                {16, 4096, 4096}, {16, 11008, 11008}, {16, 14336, 4096}, {16, 4096, 14336}};
-  // clang-format on
+// splits 0: GemvTmaPolicy::splits_for on the device's SM count, fewer where the device holds
+// fewer clusters at once (what Path::kGemvTma runs); else exactly that many
+GemvVariant gemv_tma_variant(const char* name, int splits) {
+  return {name, [splits](const fp8::GemmParams& p) {
+            if (splits > 0) fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(p, splits, 0, false);
+            else fp8::gemm::launch_gemv_tma<Format::kE4M3, Format::kE4M3>(p, g_sms, 0);
+          }};
+}
+
+// A plan of the planner (the request's), launched through launch_gemm as the binding does.
+GemvVariant plan_variant(const char* name, const fp8::gemm::PlanRequest& req) {
+  return {name, [req](const fp8::GemmParams& p) { launch_plan(p, req); }};
+}
+
+bool time_columns(const char* table, const std::vector<GemvVariant>& variants, const std::vector<DecodeShape>& shapes,
+                  const char* legend, const char* only) {
   bool ok = true;
   std::vector<std::string> lines;
   for (const DecodeShape& shape : shapes) {
     char label[64];
-    std::snprintf(label, sizeof(label), "gemv M=%lld N=%lld K=%lld", (long long)shape.m, (long long)shape.n,
+    std::snprintf(label, sizeof(label), "%s M=%lld N=%lld K=%lld", table, (long long)shape.m, (long long)shape.n,
                   (long long)shape.k);
     if (only != nullptr && std::string(label).find(only) == std::string::npos) continue;
     GemmCase gc{shape.m, shape.n, shape.k, Format::kE4M3, Format::kE4M3, 0, 0, false};
@@ -692,17 +712,28 @@ bool time_gemv(const char* only) {
     const auto ref = download(d_ref, elems);
     std::string line = label;
     line.resize(34, ' ');
+    // the planner's own plan, and what the "tma" column runs (Path::kGemvTma): its width, planned
+    // splits, and those the device holds
+    const int planned = fp8::gemm::GemvTmaPolicy::splits_for(shape.n, shape.k, g_sms);
+    const auto automatic = fp8::gemm::plan_gemm(shape.m, shape.n, shape.k, g_sms, g_cc_major, g_cc_minor);
+    std::printf(
+        "     %s planner: %s; gemv_tma m%d: %lld tiles, %d splits planned, %d launched (clusters the "
+        "device holds)\n",
+        label, plan_label(automatic).c_str(), fp8::gemm::GemvTmaPolicy::width_for(shape.m),
+        (long long)kernels::ceil_div<int64_t>(shape.n, fp8::gemm::GemvTmaPolicy::kBM), planned,
+        fp8::gemm::gemv_tma_fit_splits<Format::kE4M3, Format::kE4M3>(shape.m, shape.n, planned));
     for (const GemvVariant& v : variants) {
       KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, elems * 2));
-      const bool launched = ref_ran && kernels::test::runs("fp8 gemv", [&] { v.launch(g.p, nullptr); });
+      const bool launched = ref_ran && kernels::test::runs("fp8 gemm", [&] { v.launch(g.p); });
       KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = download(static_cast<const __nv_bfloat16*>(g.p.d), elems);
       const double rel = relative_frobenius(ref, got);
       const bool good = launched && rel < 2e-3;  // as the decode rows' promoted plans
-      const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p, nullptr); }) : 0.f;
+      const float ms = good ? sustained_median_ms_of([&] { v.launch(g.p); }) : 0.f;
       const double tbps = good ? double(shape.n) * shape.k / (ms * 1e-3) / 1e12 : 0.0;  // B's bytes
-      std::printf("%s time %s %s: rel_err_vs_mma_sync=%.2e %8.2f us %5.2f TB/s (B)\n", good ? "PASS" : "FAIL", label,
-                  v.name, rel, ms * 1e3, tbps);
+      const double tflops = good ? 2.0 * shape.m * shape.n * shape.k / (ms * 1e-3) / 1e12 : 0.0;
+      std::printf("%s time %s %s: rel_err_vs_mma_sync=%.2e %8.2f us %5.2f TB/s (B) %6.1f TFLOP/s\n",
+                  good ? "PASS" : "FAIL", label, v.name, rel, ms * 1e3, tbps, tflops);
       char cell[32];
       if (good) std::snprintf(cell, sizeof(cell), " %7.2f", ms * 1e3);
       else std::snprintf(cell, sizeof(cell), " %7s", "FAIL");
@@ -714,12 +745,41 @@ bool time_gemv(const char* only) {
     free_gemm(g);
   }
   if (!lines.empty()) {
-    std::printf("\n%-34s", "gemv shape (us)");
+    std::printf("\n%-34s", (std::string(table) + " shape (us)").c_str());
     for (const GemvVariant& v : variants) std::printf(" %7s", v.name);
-    std::printf("   (median of sustained launches; nNwWuU: n8 tiles, warps, chunks in flight)\n");
+    std::printf("   (median of sustained launches; %s)\n", legend);
     for (const auto& line : lines) std::printf("%s\n", line.c_str());
   }
   return ok;
+}
+
+bool time_gemv(const char* only) {
+  // clang-format off
+  const std::vector<GemvVariant> variants = {
+      gemv_variant<2, 8, 4>("n2w8u4"), gemv_variant<4, 8, 4>("n4w8u4"), gemv_variant<4, 8, 2>("n4w8u2"),
+      gemv_variant<1, 8, 4>("n1w8u4"), gemv_variant<2, 4, 4>("n2w4u4"), gemv_variant<2, 8, 8>("n2w8u8"),
+      gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2"), gemv_tma_variant("tma", 0),
+      gemv_tma_variant("tma-s1", 1), gemv_tma_variant("tma-s2", 2)};
+  const std::vector<DecodeShape> shapes = {{1, 4096, 4096}, {1, 11008, 11008}, {1, 14336, 4096}, {1, 4096, 14336},
+                                           {16, 4096, 4096}, {16, 11008, 11008}, {16, 14336, 4096}, {16, 4096, 14336}};
+  // clang-format on
+  return time_columns("gemv", variants, shapes,
+                      "nNwWuU: n8 tiles, warps, chunks in flight; tma: gemv_tma, -sS: S splits", only);
+}
+
+bool time_skinny(const char* only) {
+  const std::vector<GemvVariant> variants = {plan_variant("default", forced(-1, 0)),
+                                             plan_variant("tma", forced(int(fp8::gemm::Path::kGemvTma), 0)),
+                                             gemv_tma_variant("tma-s1", 1)};
+  std::vector<DecodeShape> shapes;
+  for (int64_t m : {32, 64, 128})
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 11008}, {4096, 14336}, {11008, 4096}, {14336, 4096}})
+      shapes.push_back({m, n, k});
+  return time_columns("skinny", variants, shapes,
+                      "default: the planner's tiled WGMMA plan; tma: gemv_tma (path 3) with its split count, "
+                      "-s1: one block per tile",
+                      only);
 }
 
 }  // namespace
@@ -763,6 +823,47 @@ int correctness_cases() {
           cases.push_back({m, n, k, e5, e4, 2, 0, false});
         }
       }
+  }
+  if (hopper) {
+    // The swap-AB TMA GEMV (path 3, forced only; sm_90a): M inside WGMMA's n16 (rows past M
+    // zero-filled by TMA), N tails in its 128-column tiles (17: one partial tile, 200: two,
+    // 4112: 33, the last 16 wide), K tails in its 128-deep k-blocks (16: one partial, 272 and
+    // 1040: 3 and 9 with a 16-deep tail, 11008: 86, many times round the 12-stage ring), split-K
+    // inside a cluster (132 SMs: 1 split at K = 16, 2 at 272, 8 for N = 17 / 200 at K >= 1040,
+    // 4 for N = 4112; a split of 1 or 2 k-blocks), every format pair, extras on and off; then
+    // one block per tile at long K (the planner sees one SM: no split).
+    const Format e4 = Format::kE4M3, e5 = Format::kE5M2;
+    const std::pair<Format, Format> pairs[] = {{e4, e4}, {e4, e5}, {e5, e4}};
+    for (const auto& [fa, fb] : pairs)
+      for (int64_t m : {1, 3, 8, 16})
+        for (int64_t n : {17, 200, 4112})
+          for (int64_t k : {16, 272, 1040, 11008})
+            for (bool extras : {false, true}) cases.push_back({m, n, k, fa, fb, 3, 0, extras});
+    for (int64_t m : {1, 16})
+      for (int64_t k : {1040, 11008}) {
+        GemmCase unsplit{m, 200, k, e4, e4, 3, 0, m == 16};
+        unsplit.sms = 1;
+        cases.push_back(unsplit);
+      }
+    // The wider kernels (M > 16: WGMMA n32 for M <= 32, n64, n128; ping-pong promotion up to
+    // n64, one partial at n128): M at and around each width's edge (17, 31 / 32 / 33, 64, 100,
+    // 128), N tails (200: two tiles, 8 splits at K = 4096; 4112: 33 tiles, 4 splits planned),
+    // K tails (272: 3 k-blocks, 2 splits, the last 16 deep) and K = 4096 (32 k-blocks: 4 or 8
+    // per split, beyond the 5-stage ring of n128), extras on and off; one mixed pair each way;
+    // then one block per tile at long K (86 k-blocks, many times round each ring).
+    for (int64_t m : {17, 31, 32, 33, 64, 100, 128})
+      for (int64_t n : {200, 4112})
+        for (int64_t k : {272, 4096})
+          for (bool extras : {false, true}) cases.push_back({m, n, k, e4, e4, 3, 0, extras});
+    for (int64_t m : {33, 128}) {
+      cases.push_back({m, 200, 4096, e4, e5, 3, 0, true});
+      cases.push_back({m, 4112, 272, e5, e4, 3, 0, false});
+    }
+    for (int64_t m : {32, 64, 128}) {
+      GemmCase unsplit{m, 200, 11008, e4, e4, 3, 0, m != 64};
+      unsplit.sms = 1;
+      cases.push_back(unsplit);
+    }
   }
   if (hopper) {
     // Split-K: M = 1 / 16 / 128; K tails (1040 = 8 k-blocks + 16, 2064 = 16 + 16: 9 and 17
@@ -922,9 +1023,22 @@ int correctness_cases() {
       failures += !rejects<kernels::ValueError>(
           "split_k > kMaxSplitK", [&] { fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0); },
           "unsupported plan");
+      // the TMA GEMV takes M <= 128 (the operands are 64 x 64: M = 129 is never read, the
+      // plan check comes first)
+      fp8::GemmParams tall = g.p;
+      tall.m = 129;
+      failures += !rejects<kernels::ValueError>(
+          "gemv_tma at M = 129", [&] { launch_plan(tall, forced(int(fp8::gemm::Path::kGemvTma), 0)); },
+          "gemv_tma: M <= 128");
+      failures += !rejects<kernels::ValueError>(
+          "gemv_tma launcher at M = 129",
+          [&] { fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(tall, 1, 0); },
+          "the gemv_tma path takes M <= 128");
     } else {
       failures += !rejects<kernels::NotImplementedError>(
           "wgmma path off Hopper", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kWgmma), 0)); }, "sm_90a");
+      failures += !rejects<kernels::NotImplementedError>(
+          "gemv_tma path off Hopper", [&] { launch_plan(g.p, forced(int(fp8::gemm::Path::kGemvTma), 0)); }, "sm_90a");
     }
     free_gemm(g);
   }
@@ -964,6 +1078,7 @@ int main(int argc, char** argv) {
     }
     failures += !time_decode(time_only);
     failures += !time_gemv(time_only);
+    failures += !time_skinny(time_only);
   }
   std::printf("fp8_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;

@@ -1,6 +1,7 @@
 // Shared-memory mbarriers (init, arrive, arrive with an expected transaction count, phase
 // wait) and the cluster helpers built on them (rank, cluster-wide barrier, arrival on a
-// partner block's mbarrier), for producer / consumer pipelines fed by TMA (common/tma.cuh).
+// partner block's mbarrier, loads from a partner block's shared memory), for producer /
+// consumer pipelines fed by TMA (common/tma.cuh).
 // init and arrive are sm_80 instructions; the rest need sm_90 (KERNELS_SM90_ASM, sm90.cuh).
 #pragma once
 
@@ -75,6 +76,22 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
       "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta) : "memory");
+}
+
+// Distributed shared memory: the shared::cluster address of the same shared offset
+// (smem_byte_addr, a smem_addr) in block `cta` of this cluster, and a two-float load from such
+// an address. The partner's writes are visible after a cluster_sync() that follows them, and
+// the partner must not exit before the reads are done (a second cluster_sync()).
+__device__ __forceinline__ uint32_t cluster_map_shared(uint32_t smem_byte_addr, uint32_t cta) {
+  uint32_t remote = 0;
+  KERNELS_SM90_ASM("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_byte_addr), "r"(cta));
+  return remote;
+}
+
+__device__ __forceinline__ float2 ld_shared_cluster_f32x2(uint32_t cluster_addr) {
+  float2 v = make_float2(0.f, 0.f);
+  KERNELS_SM90_ASM("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(cluster_addr) : "memory");
+  return v;
 }
 
 }  // namespace kernels

@@ -25,25 +25,32 @@
 // The f32 accumulator operands of a warpgroup MMA, written once for every instruction
 // wrapper: N/2 accumulators per thread at n = N (m64nN), as "+f" constraints on d[0 .. count)
 // and as the PTX operand list "%0, %1, ..." they fill (the accumulators come first). Each size
-// extends the one below it.
-#define KERNELS_WGMMA_ACC8(d, i)                                                                                  \
+// extends the one below it; KERNELS_WGMMA_ACC8_AT(d, i) is the block of eight from d[i] they are
+// built from.
+#define KERNELS_WGMMA_ACC8_AT(d, i)                                                                               \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define KERNELS_WGMMA_ACC32(d) \
-  KERNELS_WGMMA_ACC8(d, 0), KERNELS_WGMMA_ACC8(d, 8), KERNELS_WGMMA_ACC8(d, 16), KERNELS_WGMMA_ACC8(d, 24)
-#define KERNELS_WGMMA_ACC40(d) KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8(d, 32)
-#define KERNELS_WGMMA_ACC64(d)                                                                             \
-  KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8(d, 32), KERNELS_WGMMA_ACC8(d, 40), KERNELS_WGMMA_ACC8(d, 48), \
-      KERNELS_WGMMA_ACC8(d, 56)
+#define KERNELS_WGMMA_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define KERNELS_WGMMA_ACC8(d) KERNELS_WGMMA_ACC8_AT(d, 0)
+#define KERNELS_WGMMA_ACC16(d) KERNELS_WGMMA_ACC8_AT(d, 0), KERNELS_WGMMA_ACC8_AT(d, 8)
+#define KERNELS_WGMMA_ACC32(d) KERNELS_WGMMA_ACC16(d), KERNELS_WGMMA_ACC8_AT(d, 16), KERNELS_WGMMA_ACC8_AT(d, 24)
+#define KERNELS_WGMMA_ACC40(d) KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8_AT(d, 32)
+#define KERNELS_WGMMA_ACC64(d)                                                                                      \
+  KERNELS_WGMMA_ACC32(d), KERNELS_WGMMA_ACC8_AT(d, 32), KERNELS_WGMMA_ACC8_AT(d, 40), KERNELS_WGMMA_ACC8_AT(d, 48), \
+      KERNELS_WGMMA_ACC8_AT(d, 56)
 #define KERNELS_WGMMA_ACC88(d) \
-  KERNELS_WGMMA_ACC64(d), KERNELS_WGMMA_ACC8(d, 64), KERNELS_WGMMA_ACC8(d, 72), KERNELS_WGMMA_ACC8(d, 80)
-#define KERNELS_WGMMA_ACC96(d) KERNELS_WGMMA_ACC88(d), KERNELS_WGMMA_ACC8(d, 88)
-#define KERNELS_WGMMA_ACC128(d)                                                                              \
-  KERNELS_WGMMA_ACC96(d), KERNELS_WGMMA_ACC8(d, 96), KERNELS_WGMMA_ACC8(d, 104), KERNELS_WGMMA_ACC8(d, 112), \
-      KERNELS_WGMMA_ACC8(d, 120)
-#define KERNELS_WGMMA_ACC32_REGS                                                                                   \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31"
+  KERNELS_WGMMA_ACC64(d), KERNELS_WGMMA_ACC8_AT(d, 64), KERNELS_WGMMA_ACC8_AT(d, 72), KERNELS_WGMMA_ACC8_AT(d, 80)
+#define KERNELS_WGMMA_ACC96(d) KERNELS_WGMMA_ACC88(d), KERNELS_WGMMA_ACC8_AT(d, 88)
+#define KERNELS_WGMMA_ACC128(d)                                                                                       \
+  KERNELS_WGMMA_ACC96(d), KERNELS_WGMMA_ACC8_AT(d, 96), KERNELS_WGMMA_ACC8_AT(d, 104), KERNELS_WGMMA_ACC8_AT(d, 112), \
+      KERNELS_WGMMA_ACC8_AT(d, 120)
+#define KERNELS_WGMMA_ACC4_REGS "%0, %1, %2, %3"
+#define KERNELS_WGMMA_ACC8_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
+#define KERNELS_WGMMA_ACC16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define KERNELS_WGMMA_ACC32_REGS \
+  KERNELS_WGMMA_ACC16_REGS       \
+  ", "                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KERNELS_WGMMA_ACC40_REGS \
   KERNELS_WGMMA_ACC32_REGS       \
   ", "                           \

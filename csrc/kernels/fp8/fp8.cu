@@ -87,8 +87,9 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
 
 fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every,
                                int64_t cluster, int64_t group_m, int64_t split_k) {
-  TORCH_CHECK_VALUE(path >= -1 && path <= 2, "path must be -1 (auto), 0 (wgmma), 1 (mma_sync) or 2 (gemv, M <= ",
-                    fp8::gemm::GemvPolicy::kMaxRows, ")");
+  TORCH_CHECK_VALUE(path >= -1 && path <= 3,
+                    "path must be -1 (auto), 0 (wgmma), 1 (mma_sync), 2 (gemv, M <= ", fp8::gemm::GemvPolicy::kMaxRows,
+                    ") or 3 (gemv_tma: swap-AB WGMMA, M <= ", fp8::gemm::GemvTmaPolicy::kMaxRows, ", sm_90a)");
   TORCH_CHECK_VALUE(
       block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256,
       "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");

@@ -24,6 +24,8 @@
 // What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
 // GEMV kernel (Path::kGemv, M <= 16, the planner's choice there): gemm/gemv.cuh.
+// Swap-AB GEMV (Path::kGemvTma, M <= 128 in WGMMA n 16 / 32 / 64 / 128, sm_90a, forced only):
+// gemm/gemv_tma.cuh.
 //
 // Constraints (checked; errors as in common/errors.h): K % 16 == 0; A, B 16-byte aligned with row
 // strides that are multiples of 16 bytes; format pairs e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
@@ -43,6 +45,7 @@
 #include "common.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemv.cuh"
+#include "gemm/gemv_tma.cuh"
 #include "gemm/load.cuh"
 #include "gemm/mainloop.cuh"
 #include "gemm/plan.cuh"
@@ -308,6 +311,9 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.path == Path::kGemv)
     return plan.block_n == GemvLongK::kColsPerBlock ? launch_gemv<FA, FB, GemvLongK>(p, stream)
                                                     : launch_gemv<FA, FB>(p, stream);
+  // the plan's grid is splits x tiles (plan_gemm: GemvTmaPolicy::splits_for)
+  if (plan.path == Path::kGemvTma)
+    return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream);
   // only the pairs plan_supported() admits
   switch (plan.block_n) {
     case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
@@ -346,8 +352,9 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
 inline void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
                         void* workspace = nullptr, size_t workspace_bytes = 0) {
   check_gemm(p, cc_major, cc_minor);
-  check<NotImplementedError>(plan.path != Path::kWgmma || (cc_major == 9 && cc_minor == 0),
-                             "fp8 gemm: the wgmma path needs sm_90a, the device is sm_", cc_major, cc_minor);
+  check<NotImplementedError>(
+      (plan.path != Path::kWgmma && plan.path != Path::kGemvTma) || (cc_major == 9 && cc_minor == 0), "fp8 gemm: the ",
+      path_name(plan.path), " path needs sm_90a, the device is sm_", cc_major, cc_minor);
   check_plan_supported(plan);
   if (p.m == 0 || p.n == 0) return;
   const size_t needed = p.k > 0 ? gemm_workspace_bytes(plan, p.m, p.n) : 0;
@@ -357,7 +364,7 @@ inline void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major,
           workspace == nullptr ? size_t(0) : workspace_bytes);
     check(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "fp8 gemm: the split-K workspace must be 16-byte aligned");
   }
-  if (p.k == 0 && plan.path == Path::kWgmma) {
+  if (p.k == 0 && (plan.path == Path::kWgmma || plan.path == Path::kGemvTma)) {
     // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
     PlanRequest req;
     req.force_path = int(Path::kMmaSync);

@@ -18,7 +18,10 @@ decode step calls them once per linear layer, where the host is all there is.
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync /
   2 GEMV (M <= 16: one mma.sync m16n8k32 row tile, b streamed from global memory into its
   fragments, fp32 accumulation; what auto picks for M <= 16 unless `block_n`, `persistent` or
-  `split_k` ask for the tiled kernels);
+  `split_k` ask for the tiled kernels) / 3 swap-AB GEMV (M <= 128, sm_90a: 128 rows of b in
+  WGMMA's M slot, a's rows in the narrowest of its n16 / n32 / n64 / n128 that holds them, fed
+  by a TMA ring of 12 / 10 / 8 / 5 stages, every 128-deep k-block promoted to fp32, split-K
+  inside a thread-block cluster; only when asked for; M > 128 raises ValueError);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in
@@ -159,7 +162,7 @@ def check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=Fal
 MAX_SPLIT_K = 64  # fp8::gemm::kMaxSplitK
 
 
-PATHS = (-1, 0, 1, 2)
+PATHS = (-1, 0, 1, 2, 3)
 BLOCK_NS = (0, 64, 128, 176, 192, 256)
 PERSISTENT = (-1, 0, 1)
 
@@ -179,6 +182,16 @@ def check_plan_args(path, block_n, persistent, split_k=0) -> None:
         raise ValueError(f"split_k must be 0 (auto), 1 (none) or 2..{MAX_SPLIT_K}, got {split_k!r}")
 
 
+GEMV_TMA_MAX_ROWS = 128  # fp8::gemm::GemvTmaPolicy::kMaxRows (WGMMA n 16 / 32 / 64 / 128)
+
+
+def check_path_rows(m, path) -> None:
+    """The swap-AB GEMV (path=3) holds a's rows in one WGMMA n of at most 128."""
+    if path == 3 and m > GEMV_TMA_MAX_ROWS:
+        raise ValueError(f"the gemv_tma path (path=3) takes M <= {GEMV_TMA_MAX_ROWS} "
+                         f"(WGMMA n 16 / 32 / 64 / 128), got M={m}")
+
+
 @functools.cache  # the device's, read once: torch.cuda.get_device_capability costs microseconds a call
 def _capability(index: int) -> tuple[int, int]:
     return tuple(torch.cuda.get_device_capability(index))
@@ -190,8 +203,10 @@ def check_path_on_device(device, path) -> None:
     cc = _capability(device.index if device.index is not None else torch.cuda.current_device())
     if cc < (8, 9):
         raise NotImplementedError(f"fp8 gemm needs sm_89 or newer, {device} is sm_{cc[0]}{cc[1]}")
-    if path == 0 and cc != (9, 0):
-        raise NotImplementedError(f"the WGMMA path (path=0) needs sm_90a, {device} is sm_{cc[0]}{cc[1]}")
+    if path in (0, 3) and cc != (9, 0):
+        name = "WGMMA" if path == 0 else "gemv_tma"
+        raise NotImplementedError(f"the {name} path (path={path}) needs sm_90a, "
+                                  f"{device} is sm_{cc[0]}{cc[1]}")
 
 
 # ---- quantize ----------------------------------------------------------------------------------
@@ -249,6 +264,7 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     """The CUDA kernel of ``torch.ops.kernels.fp8_gemm``."""
     check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale, real=True)
     check_plan_args(path, block_n, persistent, split_k)
+    check_path_rows(a.shape[0], path)
     check_path_on_device(a.device, path)
     module = loader.load(MODULE)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
@@ -270,6 +286,7 @@ def _(a, b, scale_a, scale_b, bias=None, row_scale=None, col_scale=None, path=-1
       persistent=-1, split_k=0):
     check_gemm_args(a, b, scale_a, scale_b, bias, row_scale, col_scale)
     check_plan_args(path, block_n, persistent, split_k)
+    check_path_rows(a.shape[0], path)
     return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16)
 
 

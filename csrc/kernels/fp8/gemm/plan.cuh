@@ -203,6 +203,18 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.block_m = m <= GemvPolicy::kMaxRows ? GemvPolicy::kMaxRows : GemvPolicy::kMaxRows + 1;
     plan.block_n = k >= GemvLongK::kMinK ? GemvLongK::kColsPerBlock : GemvPolicy::kColsPerBlock;
     plan.cluster = ClusterMode::kNone;
+  } else if (plan.path == Path::kGemvTma) {
+    // Only when forced: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 / 64 / 128
+    // that holds it (block_m; M > kMaxRows: kMaxRows + 1, unsupported), every k-block promoted
+    // (ping-pong up to 64 rows, one partial at 128). Its split-K runs inside a cluster and needs
+    // no workspace: split_k stays 1, the grid says splits x tiles. The device check (sm_90a) is
+    // launch_gemm's, as for the WGMMA path.
+    const int width = GemvTmaPolicy::width_for(m);
+    plan.block_m = width > 0 ? width : GemvTmaPolicy::kMaxRows + 1;
+    plan.block_n = GemvTmaPolicy::kBM;
+    plan.accum = GemvTmaPolicy::accum_for(plan.block_m);
+    plan.promote_every = 1;
+    plan.cluster = ClusterMode::kNone;
   } else {
     plan.block_m = Sm89Policy::kBM;
     plan.block_n = Sm89Policy::kBN;
@@ -213,6 +225,10 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.tiles = int(ceil_div<int64_t>(n, plan.block_n));
     plan.persistent = false;
     plan.grid = plan.tiles;
+  } else if (plan.path == Path::kGemvTma) {
+    plan.tiles = int(ceil_div<int64_t>(n, plan.block_n));
+    plan.persistent = false;
+    plan.grid = plan.tiles * GemvTmaPolicy::splits_for(n, k, num_sms);
   } else if (plan.path == Path::kMmaSync) {
     plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
     // two 256-thread blocks (40 KB shared each) fit an SM comfortably
@@ -235,6 +251,9 @@ inline bool plan_supported(const GemmPlan& plan) {
   if (plan.path == Path::kGemv)
     return plan.split_k == 1 && plan.block_m <= GemvPolicy::kMaxRows &&
            (plan.block_n == GemvPolicy::kColsPerBlock || plan.block_n == GemvLongK::kColsPerBlock);
+  if (plan.path == Path::kGemvTma)
+    return plan.split_k == 1 && plan.block_m <= GemvTmaPolicy::kMaxRows &&
+           plan.block_m == GemvTmaPolicy::width_for(plan.block_m) && plan.block_n == GemvTmaPolicy::kBM;
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
@@ -249,7 +268,8 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
         "overlap at 128 / 176 / 192), promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
-        kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows);
+        kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows,
+        " (gemv_tma: M <= ", GemvTmaPolicy::kMaxRows, ", block_m 16 / 32 / 64 / 128, block_n 128)");
 }
 
 // What every GEMM launch checks first (launch_gemm): the device, the format pair, K and the

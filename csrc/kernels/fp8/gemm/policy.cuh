@@ -136,9 +136,103 @@ struct GemvLongK : GemvTiles<1, 8, 4> {
   static constexpr int64_t kMinK = 8192;
 };
 
-// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
-enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2 };
+// The swap-AB GEMV (gemv_tma.cuh, Path::kGemvTma, sm_90a): WGMMA m64nXk32 with 128 rows of B in
+// WGMMA's M slot (64 per consumer warpgroup) and A's M <= X rows in its N slot (X = kWidth: 16,
+// 32, 64 or 128), fed by a TMA ring of kStages stages. The member names are Sm90Mainloop's
+// (mainloop.cuh), which runs the ring with the operands swapped: its "A" tile (kBM rows) is B's,
+// its "B" tile (kBN rows) A's. A block owns kBM output columns; split-K across the blocks of a
+// cluster (GemvTmaPolicy::splits_for). Shared memory per width (ring + fp32 totals, of 227 KiB):
+//   kBN  16: 18 KiB stages x 12,  8 KiB totals      kBN  64: 24 KiB stages x 8, 32 KiB totals
+//   kBN  32: 20 KiB stages x 10, 16 KiB totals      kBN 128: 32 KiB stages x 5, 64 KiB totals
+// Registers (no setmaxnreg: 384 threads at one block per SM leave 168 per thread): ping-pong
+// promotion holds 3 x kBN / 2 accumulators per consumer thread, 96 at kBN 64; at kBN 128 its
+// 192 would not fit, so that width promotes with one partial (2 x 64, kPromote, every k-block:
+// the same results, the warpgroup's WGMMAs drained once per k-block while the other one's run).
+template <int kWidth>
+struct GemvTmaTiles {
+  static constexpr int kBM = 128;     // B rows (output columns) per block: WGMMA M, 2 x 64
+  static constexpr int kBN = kWidth;  // A rows (M <= kBN): WGMMA N, rows past M zero-filled by TMA
+  static constexpr int kBK = 128;     // one 128-byte swizzle row per tile row, four k32 WGMMAs
+  static constexpr int kConsumers = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStageBytesA = kBM * kBK;  // B's box: 16 KiB
+  static constexpr int kStageBytesB = kBN * kBK;  // A's box: kBN x 128 B (rows >= M zero-filled, still counted)
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
+  static constexpr int kAlignSlack = 1024;          // 128B-swizzled tiles start 1024-aligned
+  // The block's fp32 totals, [m][n] with rows of kBM floats, n XOR-swizzled by m (totals_index):
+  // the fragment stores (8 n x 4 m per instruction) hit 32 banks without padding; split-K's
+  // blocks read each other's through DSMEM.
+  static constexpr int kTotalsPitch = kBM;
+  static constexpr int kTotalsBytes = kBN * kTotalsPitch * 4;
+  static constexpr int kMaxStages = 16;
+  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack - kTotalsBytes) / kStageBytes;
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;  // 12 / 10 / 8 / 5
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kTotalsBytes + kAlignSlack;
+  static constexpr int kAccRegs = 64 * kBN / 128;  // m64nX: X / 2 per thread
+  // Every 128-deep k-block into a fresh partial, promoted into fp32 registers; up to kBN 64 two
+  // partials, so the next k-block is issued before waiting for this one (see above).
+  static constexpr AccumMode kAccum = kBN <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+  static_assert(kBN == 16 || kBN == 32 || kBN == 64 || kBN == 128, "WGMMA n of the swap-AB GEMV");
+  static_assert(kStageBytes % 1024 == 0 && kStageBytesA % 1024 == 0, "128B-swizzled tiles start 1024-aligned");
+  static_assert(kStages >= 2 && kSmemBytes <= kSm90SmemLimit, "GEMV TMA ring does not fit");
+  static_assert(kStages <= 16, "barriers: room for 16 stages");
+  static_assert(kAccum != AccumMode::kPromotePingPong || 3 * kAccRegs <= 96, "ping-pong registers");
 
-inline const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma" : p == Path::kMmaSync ? "mma_sync" : "gemv"; }
+  // Element (m, n) of the totals: the fragment's stores have m = 8j + 2q + e (q = lane % 4) and n
+  // = 8 consecutive values; n ^ 8q puts the four q in four different 8-bank groups. Pairs (n even,
+  // n + 1) stay adjacent, so the epilogue reads float2.
+  __host__ __device__ static constexpr int totals_index(int m, int n) {
+    return m * kTotalsPitch + (n ^ ((m & 6) << 2));
+  }
+};
+
+// What the widths share: the rows they take, the split count and the width for M.
+struct GemvTmaPolicy {
+  static constexpr int kMaxRows = 128;  // M up to this: the widest WGMMA n of GemvTmaTiles
+  static constexpr int kBM = 128;       // output columns per block (every width)
+  static constexpr int kBK = 128;
+  static constexpr int kMaxSplits = 8;  // cluster size (portable limit)
+
+  // The narrowest width that holds M rows (16, 32, 64, 128); 0 for M > kMaxRows.
+  static constexpr int width_for(int64_t m) {
+    return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : m <= kMaxRows ? 128 : 0;
+  }
+  // The accumulation of a width's kernel (GemvTmaTiles::kAccum).
+  static constexpr AccumMode accum_for(int width) {
+    return width <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+  }
+
+  // K splits (= cluster size): the largest power of two up to kMaxSplits with splits x tiles
+  // <= the SM count and at least one k-block per split; 1 when the tiles alone fill the SMs.
+  static constexpr int splits_for(int64_t n, int64_t k, int num_sms) {
+    const int64_t tiles = (n + kBM - 1) / kBM, k_blocks = (k + kBK - 1) / kBK;
+    int splits = 1;
+    while (2 * splits <= kMaxSplits && 2 * splits * tiles <= num_sms && 2 * splits <= k_blocks) splits *= 2;
+    return splits;
+  }
+};
+static_assert(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
+                  GemvTmaTiles<128>::kStages == 5,
+              "the stage counts documented above");
+static_assert(GemvTmaTiles<128>::kAccum == GemvTmaPolicy::accum_for(128) &&
+                  GemvTmaTiles<64>::kAccum == GemvTmaPolicy::accum_for(64) &&
+                  GemvTmaTiles<16>::kAccum == GemvTmaPolicy::accum_for(16),
+              "accum_for names the kernels' modes");
+
+// kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
+// kGemvTma: M <= GemvTmaPolicy::kMaxRows (gemv_tma.cuh, widths 16 / 32 / 64 / 128), sm_90a; only when
+// forced (for now).
+enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2, kGemvTma = 3 };
+
+inline const char* path_name(Path p) {
+  switch (p) {
+    case Path::kWgmma: return "wgmma";
+    case Path::kMmaSync: return "mma_sync";
+    case Path::kGemv: return "gemv";
+    case Path::kGemvTma: return "gemv_tma";
+  }
+  return "?";
+}
 
 }  // namespace kernels::fp8::gemm
