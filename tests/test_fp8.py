@@ -396,15 +396,17 @@ def test_gemv_refuses_more_than_16_rows():
 )
 @pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
 def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
-    """The swap-AB TMA GEMV (path=3, only when asked for; sm_90a): M in WGMMA n16 / 32 / 64 / 128
+    """The swap-AB TMA GEMV (path=3; sm_90a): M in WGMMA n16 / 32 / 64 / 128
     (the narrowest that holds it), every format pair, tails in N and K, the epilogue's extras,
     promoted WGMMA accumulation (every 128-deep k-block), its split-K inside a cluster summed in
-    rank order (the same bits every call); operands in guard regions. The planner's own choice
-    for these shapes stays the mma.sync GEMV (M <= 16) or the tiled WGMMA kernel."""
+    rank order (the same bits every call); operands in guard regions. Where the planner picks it
+    on its own (16 < M <= 64 here: GemvTmaPolicy::planner_takes), the default call gives the
+    same bits."""
     _need_module()
     if not _is_hopper():
         pytest.skip("the gemv_tma path is sm_90a only")
-    assert fp8_ops.gemm_plan(m, n, k)["path"] == ("gemv" if m <= 16 else "wgmma")
+    automatic = fp8_ops.gemm_plan(m, n, k)["path"]
+    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 or k >= 2 * n else "wgmma"), automatic
     plan = fp8_ops.gemm_plan(m, n, k, path=3)
     assert plan["path"] == "gemv_tma" and plan["supported"] and plan["workspace_bytes"] == 0, plan
     assert plan["block_m"] == next(w for w in (16, 32, 64, 128) if m <= w), plan
@@ -414,6 +416,8 @@ def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
         out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=3)
         _assert_gemm_close(out, ref, f"gemv_tma M={m} N={n} K={k} extras={extras}", u=WGMMA_ACC_U)
         assert torch.equal(out, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=3))
+        if automatic == "gemv_tma":
+            assert torch.equal(out, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs))
 
 
 @pytest.mark.gpu

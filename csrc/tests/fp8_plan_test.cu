@@ -59,7 +59,9 @@ int main() {
       for (int64_t k : depths) {
         const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
         expect(PlannerDefaults::kAutoSplitK || automatic.split_k == 1, "split while kAutoSplitK is off", m, n, k);
-        expect(automatic.path != Path::kGemvTma, "the planner picked gemv_tma on its own", m, n, k);
+        expect((automatic.path == Path::kGemvTma) == GemvTmaPolicy::planner_takes(m, n, k),
+               "the planner's gemv_tma choice is not planner_takes", m, n, k);
+        expect(plan_supported(automatic), "unsupported automatic plan", m, n, k);
         const GemmPlan modelled = model_plan(m, n, k);
         const int64_t k_blocks = ceil_div<int64_t>(k, 128);
         expect(off.split_k == 1, "split_k = 1 request splits", m, n, k);
@@ -116,28 +118,51 @@ int main() {
   expect(plan_of(1, 4096, 128, 4).split_k == 1, "one k-block split", 1, 4096, 128);
   expect(plan_of(1, 4096, 0, 4).split_k == 1, "K = 0 split", 1, 4096, 0);
 
-  // Decode-sized M: the GEMV kernel, one block per GemvPolicy::kColsPerBlock columns, unless
-  // the request names a tile choice; M > kMaxRows never, even when forced.
+  // Decode-sized M with B under 32 Mi values: the mma.sync GEMV kernel, one block per
+  // GemvPolicy::kColsPerBlock columns, unless the request names a tile choice; M > kMaxRows
+  // never, even when forced.
   for (int64_t m : {1, 2, 3, 5, 8, 9, 16}) {
-    const GemmPlan gemv = plan_of(m, 11008, 4096);
+    const GemmPlan gemv = plan_of(m, 4000, 4096);
     expect(gemv.path == Path::kGemv && gemv.block_m == GemvPolicy::kMaxRows &&
-               gemv.grid == ceil_div<int64_t>(11008, GemvPolicy::kColsPerBlock) && gemv.split_k == 1 &&
-               !gemv.persistent && gemm_workspace_bytes(gemv, m, 11008) == 0 && plan_supported(gemv),
-           "GEMV plan", m, 11008, 4096);
+               gemv.grid == ceil_div<int64_t>(4000, GemvPolicy::kColsPerBlock) && gemv.split_k == 1 &&
+               !gemv.persistent && gemm_workspace_bytes(gemv, m, 4000) == 0 && plan_supported(gemv),
+           "GEMV plan", m, 4000, 4096);
   }
   // At K >= GemvLongK::kMinK one n8 tile per block (twice the blocks).
   for (int64_t k : {8192, 11008, 14336}) {
-    const GemmPlan gemv = plan_of(16, 11008, k);
-    expect(gemv.path == Path::kGemv && gemv.block_n == GemvLongK::kColsPerBlock && gemv.grid == 11008 / 8 &&
+    const GemmPlan gemv = plan_of(16, 2048, k);
+    expect(gemv.path == Path::kGemv && gemv.block_n == GemvLongK::kColsPerBlock && gemv.grid == 2048 / 8 &&
                plan_supported(gemv),
-           "long-K GEMV plan", 16, 11008, k);
+           "long-K GEMV plan", 16, 2048, k);
   }
   expect(plan_of(1, 4096, 8191).block_n == GemvPolicy::kColsPerBlock, "GEMV below the long K", 1, 4096, 8191);
-  expect(plan_of(17, 4096, 4096).path == Path::kWgmma, "M = 17 is not a GEMV", 17, 4096, 4096);
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);
+  expect(plan_gemm(1, 11008, 11008, kSms, 8, 9).path == Path::kGemv &&
+             plan_gemm(32, 4096, 4096, kSms, 8, 9).path == Path::kMmaSync,
+         "no gemv_tma off sm_90a", 32, 4096, 4096);
+  // The planner's own gemv_tma (GemvTmaPolicy::planner_takes): the LLM shapes the H200 measured.
+  struct Auto {
+    int64_t m, n, k;
+    Path path;
+  };
+  // clang-format off
+  const Auto automatic[] = {
+      {1, 4096, 4096, Path::kGemv},        {16, 4096, 4096, Path::kGemv},       {1, 4096, 8192, Path::kGemvTma},
+      {1, 4096, 14336, Path::kGemvTma},    {1, 11008, 11008, Path::kGemvTma},   {16, 14336, 4096, Path::kGemvTma},
+      {17, 4096, 4096, Path::kGemvTma},    {32, 200, 272, Path::kGemvTma},      {64, 14336, 4096, Path::kGemvTma},
+      {65, 4096, 4096, Path::kWgmma},      {65, 4096, 8192, Path::kGemvTma},    {128, 4096, 11008, Path::kGemvTma},
+      {128, 4096, 4096, Path::kWgmma},     {128, 11008, 4096, Path::kWgmma},    {128, 14336, 14336, Path::kWgmma},
+      {129, 4096, 14336, Path::kWgmma},
+  };
+  // clang-format on
+  for (const Auto& e : automatic) {
+    const GemmPlan plan = plan_of(e.m, e.n, e.k);
+    expect(plan.path == e.path && plan_supported(plan), "the planner's path", e.m, e.n, e.k);
+  }
+  expect(plan_of(32, 4096, 4096, 1).path == Path::kWgmma, "a tile request keeps the tiles", 32, 4096, 4096);
   expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
-  // The swap-AB TMA GEMV, forced: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 /
+  // The swap-AB TMA GEMV, forced or chosen: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 /
   // 64 / 128 that holds it (block_m), grid = splits x tiles with splits the largest power of two
   // <= 8 that keeps splits x tiles <= 132 and splits <= the k-blocks, whatever the width; its
   // split-K lives in a cluster (split_k 1, no workspace). Ping-pong promotion up to 64 rows, one
@@ -182,8 +207,6 @@ int main() {
   expect(plan_of(16, 4096, 4096, 4, int(Path::kGemvTma)).split_k == 1, "gemv_tma takes no split_k", 16, 4096, 4096);
   expect(!plan_supported(plan_of(129, 4096, 4096, 0, int(Path::kGemvTma))), "forced gemv_tma at M = 129", 129, 4096,
          4096);
-  expect(plan_of(128, 4096, 4096).path == Path::kWgmma && plan_of(32, 4096, 4096).path == Path::kWgmma,
-         "the planner keeps the tiled kernel for M > 16", 128, 4096, 4096);
   GemmPlan odd_width = plan_of(17, 4096, 4096, 0, int(Path::kGemvTma));
   odd_width.block_m = 48;
   expect(!plan_supported(odd_width), "gemv_tma with block_m 48 accepted", 17, 4096, 4096);

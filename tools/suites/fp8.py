@@ -2,13 +2,14 @@
 square shapes) against torch._scaled_mm (cuBLASLt) on the same operands, and quantize against
 a torch implementation.
 
-GEMM problems: 4096^3 and 8192^3, then LLM linear shapes: M in {1, 16, 128, 2048, 8192},
-N, K in {4096, 11008, 14336}. The square shapes add the persistent / per-tile / mma.sync
+GEMM problems: 4096^3 and 8192^3, then LLM linear shapes: M in {1, 16, 32, 64, 128, 2048,
+8192}, N, K in {4096, 11008, 14336}. The square shapes add the persistent / per-tile / mma.sync
 variants and the fast-accumulation ones (ours with block_n=256, torch._scaled_mm with
-use_fast_accum=True); decode-sized shapes (M <= 128) add forced split-K (2 and 4 slices of K)
-and ``-graph`` rows: each of those variants and torch._scaled_mm with every input set's call
-captured in one CUDA graph and timed per call, so that the host's time per call (which exceeds
-these kernels') drops out of the comparison.
+use_fast_accum=True); decode-sized shapes (M <= 128) add the GEMV kernels forced (``-gemv``
+for M <= 16, ``-gemv_tma``), the tiled kernel unsplit (``-tiled``) and with forced split-K (2
+and 4 slices of K), and ``-graph`` rows: each of those variants and torch._scaled_mm with
+every input set's call captured in one CUDA graph and timed per call, so that the host's time
+per call (which exceeds these kernels') drops out of the comparison.
 Every other row accumulates in fp32.
 E4M3 x E4M3, per-tensor scales, bf16 out. Each row is checked
 against a float32 reference of the same fp8 operands (rel_err: relative Frobenius) before it
@@ -22,7 +23,7 @@ import itertools
 import torch
 
 SQUARE = (4096, 8192)
-LLM_M = (1, 16, 128, 2048, 8192)
+LLM_M = (1, 16, 32, 64, 128, 2048, 8192)
 LLM_NK = (4096, 11008, 14336)
 QUANTIZE_SHAPES = ((8192, 8192), (16384, 4096))
 TOLERANCE = 1e-2
@@ -70,10 +71,14 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
                      ("fp8_gemm-per-tile", {"persistent": 0}),
                      ("fp8_gemm-mma_sync", {"path": 1}),
                      ("fp8_gemm-bn256-fast_accum", {"path": 0, "block_n": 256})]
-    elif m <= 128:
-        variants += [("fp8_gemm-split_k2", {"split_k": 2}), ("fp8_gemm-split_k4", {"split_k": 4})]
-        if m <= 16:  # the planner picks the GEMV kernel there: the tiled one beside it
-            variants += [("fp8_gemm-tiled", {"split_k": 1})]
+    elif m <= GRAPH_M:
+        # beside the planner's pick: each GEMV kernel where it runs, the tiled kernel unsplit and split
+        if m <= 16:
+            variants += [("fp8_gemm-gemv", {"path": 2})]
+        variants += [("fp8_gemm-gemv_tma", {"path": 3}), ("fp8_gemm-tiled", {"split_k": 1}),
+                     ("fp8_gemm-split_k2", {"split_k": 2}), ("fp8_gemm-split_k4", {"split_k": 4})]
+    if torch.cuda.get_device_capability() != (9, 0):  # the WGMMA and swap-AB GEMV paths are sm_90a only
+        variants = [(name, kwargs) for name, kwargs in variants if kwargs.get("path") not in (0, 3)]
     rows = []
     for name, kwargs in variants:
         if not fp8_ops.is_available():
@@ -81,8 +86,6 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
             break
         plan = fp8_ops.gemm_plan(m, n, k, kwargs.get("path", -1), kwargs.get("block_n", 0),
                                  kwargs.get("persistent", -1), kwargs.get("split_k", 0))
-        if kwargs.get("path") == 0 and torch.cuda.get_device_capability() != (9, 0):
-            continue  # the WGMMA path is sm_90a only
 
         def ours(a, b, kwargs=kwargs):
             return torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b, **kwargs)

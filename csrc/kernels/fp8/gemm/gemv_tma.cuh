@@ -1,6 +1,6 @@
 // FP8 GEMV / skinny GEMM for M <= 128 on Hopper, swap-AB on WGMMA fed by a deep TMA ring
-// (Path::kGemvTma, sm_90a; forced only until the GPU has compared it with gemv.cuh and the tiled
-// kernel): D[M, N] = A[M, K] @ B[N, K]^T with M <= 128.
+// (Path::kGemvTma, sm_90a; the planner's choice where GemvTmaPolicy::planner_takes, from the
+// H200's comparison with gemv.cuh and the tiled kernel): D[M, N] = A[M, K] @ B[N, K]^T with M <= 128.
 //
 // Why: on an H200 (Nsight Compute, M = 1, N = K = 11008, e4m3) the mma.sync GEMV of gemv.cuh
 // (GemvTiles<1, 8, 4>, 1376 blocks x 256 threads) took 54 us at 47% of DRAM bandwidth

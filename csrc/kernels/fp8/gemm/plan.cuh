@@ -146,15 +146,21 @@ inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int b
 // waves busy) and 192 at 8192^3, as measured best there.
 inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_major, int cc_minor,
                           const PlanRequest& req = {}) {
-  (void)k;
   GemmPlan plan;
   const bool hopper = cc_major == 9 && cc_minor == 0;
-  // Decode-sized M goes to the GEMV kernel unless the request names a tile choice (block_n,
-  // accumulation, split-K, persistence, clusters), which only the tiled kernels have.
+  // Decode-sized M goes to a GEMV kernel unless the request names a tile choice (block_n,
+  // accumulation, split-K, persistence, clusters), which only the tiled kernels have: on sm_90a
+  // the swap-AB TMA one where GemvTmaPolicy::planner_takes (M <= 64, or deep K up to 128; large B
+  // at M <= 16), else the mma.sync one at M <= 16.
   const bool tile_request = req.force_block_n > 0 || req.accum >= 0 || req.promote_every > 0 || req.split_k > 0 ||
                             req.persistent >= 0 || req.cluster >= 0;
+  const bool gemv_tma = hopper && !tile_request && GemvTmaPolicy::planner_takes(m, n, k);
   const bool gemv = m <= GemvPolicy::kMaxRows && !tile_request;
-  plan.path = req.force_path >= 0 ? Path(req.force_path) : gemv ? Path::kGemv : hopper ? Path::kWgmma : Path::kMmaSync;
+  plan.path = req.force_path >= 0 ? Path(req.force_path)
+              : gemv_tma          ? Path::kGemvTma
+              : gemv              ? Path::kGemv
+              : hopper            ? Path::kWgmma
+                                  : Path::kMmaSync;
   plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
   plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
   int cluster_size = 1;
@@ -204,9 +210,9 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.block_n = k >= GemvLongK::kMinK ? GemvLongK::kColsPerBlock : GemvPolicy::kColsPerBlock;
     plan.cluster = ClusterMode::kNone;
   } else if (plan.path == Path::kGemvTma) {
-    // Only when forced: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 / 64 / 128
-    // that holds it (block_m; M > kMaxRows: kMaxRows + 1, unsupported), every k-block promoted
-    // (ping-pong up to 64 rows, one partial at 128). Its split-K runs inside a cluster and needs
+    // 128 columns per block, M in the narrowest WGMMA n of 16 / 32 / 64 / 128 that holds it
+    // (block_m; M > kMaxRows: kMaxRows + 1, unsupported), every k-block promoted (ping-pong up
+    // to 64 rows, one partial at 128). Its split-K runs inside a cluster and needs
     // no workspace: split_k stays 1, the grid says splits x tiles. The device check (sm_90a) is
     // launch_gemm's, as for the WGMMA path.
     const int width = GemvTmaPolicy::width_for(m);

@@ -211,6 +211,19 @@ struct GemvTmaPolicy {
     while (2 * splits <= kMaxSplits && 2 * splits * tiles <= num_sms && 2 * splits <= k_blocks) splits *= 2;
     return splits;
   }
+
+  // Where the planner takes this kernel on its own (sm_90a, no tile request), as the H200 measured
+  // it (fp8_test --time-only gemv / skinny, median of sustained launches):
+  //  - M <= 16 once B holds kMinAutoElems (32 Mi) values: at 4096 x 4096 the mma.sync GEMV's
+  //    shorter launch wins (7.9 vs 10.0 us), from 4096 x 14336 on this one (22.8 vs 29.4 us;
+  //    11008^2: 38.1 vs 49.4);
+  //  - 16 < M <= 64 always: 1.2-2.7x the tiled WGMMA kernel at every LLM shape measured;
+  //  - 64 < M <= 128 where K >= 2 N (few output tiles, deep K): 5-8% faster there, slower on
+  //    wide or square shapes (4096^2: 17.0 vs 15.2 us).
+  static constexpr int64_t kMinAutoElems = int64_t(1) << 25;
+  static constexpr bool planner_takes(int64_t m, int64_t n, int64_t k) {
+    return m <= GemvPolicy::kMaxRows ? n * k >= kMinAutoElems : m <= 64 ? true : m <= kMaxRows && k >= 2 * n;
+  }
 };
 static_assert(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
                   GemvTmaTiles<128>::kStages == 5,
@@ -221,8 +234,8 @@ static_assert(GemvTmaTiles<128>::kAccum == GemvTmaPolicy::accum_for(128) &&
               "accum_for names the kernels' modes");
 
 // kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
-// kGemvTma: M <= GemvTmaPolicy::kMaxRows (gemv_tma.cuh, widths 16 / 32 / 64 / 128), sm_90a; only when
-// forced (for now).
+// kGemvTma: M <= GemvTmaPolicy::kMaxRows (gemv_tma.cuh, widths 16 / 32 / 64 / 128), sm_90a; the
+// planner's choice where GemvTmaPolicy::planner_takes says.
 enum class Path : int { kWgmma = 0, kMmaSync = 1, kGemv = 2, kGemvTma = 3 };
 
 inline const char* path_name(Path p) {
