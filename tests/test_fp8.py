@@ -406,7 +406,7 @@ def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
     if not _is_hopper():
         pytest.skip("the gemv_tma path is sm_90a only")
     automatic = fp8_ops.gemm_plan(m, n, k)["path"]
-    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 or k >= 2 * n else "wgmma"), automatic
+    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 else "wgmma"), automatic
     plan = fp8_ops.gemm_plan(m, n, k, path=3)
     assert plan["path"] == "gemv_tma" and plan["supported"] and plan["workspace_bytes"] == 0, plan
     assert plan["block_m"] == next(w for w in (16, 32, 64, 128) if m <= w), plan
@@ -507,7 +507,7 @@ def test_gemm_bad_inputs_on_device():
     with pytest.raises(ValueError, match="block_n"):
         torch.ops.kernels.fp8_gemm(b, b, s, s, block_n=96)
     with pytest.raises(ValueError, match="path"):
-        torch.ops.kernels.fp8_gemm(b, b, s, s, path=3)
+        torch.ops.kernels.fp8_gemm(b, b, s, s, path=4)
     with pytest.raises(ValueError, match="scale_a"):
         torch.ops.kernels.fp8_gemm(b, b, s.cpu(), s)
     with pytest.raises(ValueError, match="block_n"):
@@ -571,13 +571,14 @@ def test_gemm_empty_k_gives_bias(path):
 
 # ---- split-K -------------------------------------------------------------------------------------
 # K = 1040 and 2064: 9 and 17 k-blocks of 128 with a 16-deep tail, so most split counts are
-# uneven; N = 200 and 333 leave partial tiles. split_k = 0 is the planner's choice.
+# uneven; N = 200 and 333 leave partial tiles. split_k = 0 is the planner's choice (two slices at
+# 100 x 520 x 4112: one row of 9 tiles, 33 k-blocks).
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("extras", [False, True], ids=["plain", "extras"])
 @pytest.mark.parametrize("split_k", [0, 2, 3, 5])
-@pytest.mark.parametrize("shape", [(1, 200, 1040), (16, 333, 2064), (128, 200, 1040), (5, 4096, 4096)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(1, 200, 1040), (16, 333, 2064), (128, 200, 1040), (5, 4096, 4096),
+                                   (100, 520, 4112)], ids=lambda s: "x".join(map(str, s)))
 def test_gemm_split_k_matches_reference(shape, split_k, extras, guards):
     _need_module()
     a, b, sa, sb, bias, rs, cs, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape) + split_k,
@@ -624,9 +625,9 @@ def test_gemm_split_k_is_deterministic_and_graph_safe(guards):
 
 @pytest.mark.gpu
 def test_gemm_plan_split_k():
-    """The planner does not split on its own (its cost model is off until refitted: see
-    PlannerDefaults::kAutoSplitK); forced counts split, capped at the k-blocks, with a workspace
-    that follows the plan."""
+    """The planner's own splits: its cost model is off until refitted (PlannerDefaults::
+    kAutoSplitK), so only one half-wave row of tiles at K >= 4096 goes in two; forced counts
+    split, capped at the k-blocks, with a workspace that follows the plan."""
     _need_module()
     if not _is_hopper():
         pytest.skip("split-K is a WGMMA-path plan (sm_90a)")
@@ -635,6 +636,8 @@ def test_gemm_plan_split_k():
     for m, n, k in [(1, 4096, 4096), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 4096)]:
         plan = fp8_ops.gemm_plan(m, n, k)
         assert plan["split_k"] == 1 and plan["workspace_bytes"] == 0, plan
+    two = fp8_ops.gemm_plan(128, 4096, 14336)
+    assert two["split_k"] == 2 and two["workspace_bytes"] == 2 * 128 * 4096 * 4, two
     assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=1)["split_k"] == 1
     assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=7)["split_k"] == 7
     assert fp8_ops.gemm_plan(1, 96, 272, split_k=8)["split_k"] == 3  # 3 k-blocks

@@ -58,7 +58,12 @@ int main() {
     for (int64_t n : sizes)
       for (int64_t k : depths) {
         const GemmPlan automatic = plan_of(m, n, k), off = plan_of(m, n, k, 1);
-        expect(PlannerDefaults::kAutoSplitK || automatic.split_k == 1, "split while kAutoSplitK is off", m, n, k);
+        // with the model off, only the two slices of one half-wave row of tiles at deep K
+        const bool split_two = automatic.path == Path::kWgmma && m <= automatic.block_m &&
+                               2 * automatic.tiles <= kSms &&
+                               ceil_div<int64_t>(k, 128) >= PlannerDefaults::kSplitTwoMinKBlocks;
+        expect(PlannerDefaults::kAutoSplitK || automatic.split_k == (split_two ? 2 : 1),
+               "split while kAutoSplitK is off", m, n, k);
         expect((automatic.path == Path::kGemvTma) == GemvTmaPolicy::planner_takes(m, n, k),
                "the planner's gemv_tma choice is not planner_takes", m, n, k);
         expect(plan_supported(automatic), "unsupported automatic plan", m, n, k);
@@ -151,7 +156,7 @@ int main() {
       {1, 4096, 4096, Path::kGemv},        {16, 4096, 4096, Path::kGemv},       {1, 4096, 8192, Path::kGemvTma},
       {1, 4096, 14336, Path::kGemvTma},    {1, 11008, 11008, Path::kGemvTma},   {16, 14336, 4096, Path::kGemvTma},
       {17, 4096, 4096, Path::kGemvTma},    {32, 200, 272, Path::kGemvTma},      {64, 14336, 4096, Path::kGemvTma},
-      {65, 4096, 4096, Path::kWgmma},      {65, 4096, 8192, Path::kGemvTma},    {128, 4096, 11008, Path::kGemvTma},
+      {65, 4096, 4096, Path::kWgmma},      {65, 4096, 8192, Path::kWgmma},      {128, 4096, 11008, Path::kWgmma},
       {128, 4096, 4096, Path::kWgmma},     {128, 11008, 4096, Path::kWgmma},    {128, 14336, 14336, Path::kWgmma},
       {129, 4096, 14336, Path::kWgmma},
   };
@@ -161,6 +166,16 @@ int main() {
     expect(plan.path == e.path && plan_supported(plan), "the planner's path", e.m, e.n, e.k);
   }
   expect(plan_of(32, 4096, 4096, 1).path == Path::kWgmma, "a tile request keeps the tiles", 32, 4096, 4096);
+  // Two K slices with the model off: M = 128, N = 4096 (64 tiles of BN 64) at K >= 4096 only.
+  for (int64_t k : {4096, 11008, 14336}) {
+    const GemmPlan plan = plan_of(128, 4096, k);
+    expect(plan.tiles == 64 && plan.split_k == 2 && plan.grid == 128 && plan_supported(plan) &&
+               gemm_workspace_bytes(plan, 128, 4096) == size_t(2) * 128 * 4096 * sizeof(float),
+           "two K slices", 128, 4096, k);
+  }
+  expect(plan_of(128, 4096, 3968).split_k == 1 && plan_of(128, 11008, 14336).split_k == 1 &&
+             plan_of(129, 4096, 14336).split_k == 1 && plan_of(2048, 4096, 14336).split_k == 1,
+         "no split: shallow K, a full wave of tiles, two rows of tiles", 128, 4096, 3968);
   expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
   // The swap-AB TMA GEMV, forced or chosen: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 /
   // 64 / 128 that holds it (block_m), grid = splits x tiles with splits the largest power of two

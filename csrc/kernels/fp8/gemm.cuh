@@ -26,7 +26,7 @@
 // GEMV kernel (Path::kGemv, M <= 16, the planner's choice there below 32 Mi values of B or off
 // sm_90a): gemm/gemv.cuh.
 // Swap-AB GEMV (Path::kGemvTma, M <= 128 in WGMMA n 16 / 32 / 64 / 128, sm_90a; the planner's
-// choice at M <= 64 and deep-K M <= 128, GemvTmaPolicy::planner_takes): gemm/gemv_tma.cuh.
+// choice at 16 < M <= 64, GemvTmaPolicy::planner_takes): gemm/gemv_tma.cuh.
 //
 // Constraints (checked; errors as in common/errors.h): K % 16 == 0; A, B 16-byte aligned with row
 // strides that are multiples of 16 bytes; format pairs e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3

@@ -21,14 +21,15 @@ decode step calls them once per linear layer, where the host is all there is.
   M slot, a's rows in the narrowest of its n16 / n32 / n64 / n128 that holds them, fed by a
   TMA ring of 12 / 10 / 8 / 5 stages, every 128-deep k-block promoted to fp32, split-K inside
   a thread-block cluster; M > 128 raises ValueError). Auto, unless `block_n`, `persistent` or
-  `split_k` ask for the tiled kernels: on sm_90a path 3 for 16 < M <= 64, for M <= 128 with
-  K >= 2 N, and for M <= 16 once b holds 32 Mi values; path 2 for the other M <= 16; else the
-  tiled kernels (fp8::gemm::GemvTmaPolicy::planner_takes, measured on the H200);
+  `split_k` ask for the tiled kernels: on sm_90a path 3 for 16 < M <= 64 and for M <= 16 once b
+  holds 32 Mi values; path 2 for the other M <= 16; else the tiled kernels
+  (fp8::gemm::GemvTmaPolicy::planner_takes, measured on the H200);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a
   workspace the op allocates from torch's caching allocator and a second kernel sums them in
-  order, so results are deterministic). The planner does not split on its own yet: on the H200
-  its split-K model won on some decode-sized shapes and lost on as many. Accuracy:
+  order, so results are deterministic). On its own the planner splits only a single row of
+  tiles that fills at most half the SMs at K >= 4096, in two (M = 128, N = 4096 on the H200);
+  its general split-K model is off: it won on some decode-sized shapes and lost on as many. Accuracy:
   every configuration accumulates in fp32 (WGMMA promotes the partial sum of every two
   128-deep k-blocks into fp32 registers; the error stays that of torch._scaled_mm's default),
   except `path=0, block_n=256`, which keeps the WGMMA accumulator only (faster, like

@@ -49,6 +49,12 @@ struct PlannerDefaults {
   static constexpr double kSplitUnitCost = 1.0;    // pipeline fill and partial store per unit
   static constexpr double kSplitReduceCost = 8.0;  // second launch (~2-3 us of k-blocks)
   static constexpr double kSplitMinGain = 0.97;
+  // With the model off, the one split the H200 measured a win for everywhere it applies (fp8
+  // suite at 228a586, graph replay, M = 128, N = 4096: K = 4096 / 11008 / 14336 took 12.9 / 21.8
+  // / 25.7 us in two slices against 13.5 / 27.5 / 34.2 unsplit): a single row of tiles whose
+  // doubled count still fits in one wave, at K >= kSplitTwoMinKBlocks k-blocks. N = 11008 at
+  // M = 128 (86 tiles: 47.7 unsplit vs 57.9 us in two) and prefill-sized M never take it.
+  static constexpr int kSplitTwoMinKBlocks = 32;
 };
 
 // Largest split count a request may force (each split needs at least one k-block as well).
@@ -126,13 +132,15 @@ inline int split_k_model(int64_t m, int64_t n, int64_t k, int64_t blocks, int bl
 }
 
 // K splits for a WGMMA plan: the request's count (capped at the k-blocks), or with split_k = 0
-// the model's, while PlannerDefaults::kAutoSplitK allows it (off: no split).
+// the model's while PlannerDefaults::kAutoSplitK allows it (off: two slices for one half-wave
+// row of tiles with deep K, kSplitTwoMinKBlocks; else none).
 inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int block_m, int block_n, int num_sms,
                           int requested) {
   const int64_t k_blocks = ceil_div<int64_t>(k, 128);
   if (k_blocks <= 1 || requested == 1) return 1;
   if (requested > 1) return int(requested < k_blocks ? requested : k_blocks);
-  if (!PlannerDefaults::kAutoSplitK) return 1;
+  if (!PlannerDefaults::kAutoSplitK)
+    return m <= block_m && 2 * blocks <= num_sms && k_blocks >= PlannerDefaults::kSplitTwoMinKBlocks ? 2 : 1;
   return split_k_model(m, n, k, blocks, block_m, block_n, num_sms);
 }
 
@@ -150,8 +158,8 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   const bool hopper = cc_major == 9 && cc_minor == 0;
   // Decode-sized M goes to a GEMV kernel unless the request names a tile choice (block_n,
   // accumulation, split-K, persistence, clusters), which only the tiled kernels have: on sm_90a
-  // the swap-AB TMA one where GemvTmaPolicy::planner_takes (M <= 64, or deep K up to 128; large B
-  // at M <= 16), else the mma.sync one at M <= 16.
+  // the swap-AB TMA one where GemvTmaPolicy::planner_takes (16 < M <= 64, and M <= 16 with a
+  // large B), else the mma.sync one at M <= 16.
   const bool tile_request = req.force_block_n > 0 || req.accum >= 0 || req.promote_every > 0 || req.split_k > 0 ||
                             req.persistent >= 0 || req.cluster >= 0;
   const bool gemv_tma = hopper && !tile_request && GemvTmaPolicy::planner_takes(m, n, k);

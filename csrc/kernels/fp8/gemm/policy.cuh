@@ -218,11 +218,12 @@ struct GemvTmaPolicy {
   //    shorter launch wins (7.9 vs 10.0 us), from 4096 x 14336 on this one (22.8 vs 29.4 us;
   //    11008^2: 38.1 vs 49.4);
   //  - 16 < M <= 64 always: 1.2-2.7x the tiled WGMMA kernel at every LLM shape measured;
-  //  - 64 < M <= 128 where K >= 2 N (few output tiles, deep K): 5-8% faster there, slower on
-  //    wide or square shapes (4096^2: 17.0 vs 15.2 us).
+  //  - not above 64 rows, where the n128 width's single-partial promotion and 5-stage ring make
+  //    it slower than the tiled kernel (4096^2: 15.4 vs 13.4 us) or, at deep K, than the tiled
+  //    kernel in two K slices (N = 4096, K = 14336: 31.7 vs 25.7 us).
   static constexpr int64_t kMinAutoElems = int64_t(1) << 25;
   static constexpr bool planner_takes(int64_t m, int64_t n, int64_t k) {
-    return m <= GemvPolicy::kMaxRows ? n * k >= kMinAutoElems : m <= 64 ? true : m <= kMaxRows && k >= 2 * n;
+    return m <= GemvPolicy::kMaxRows ? n * k >= kMinAutoElems : m <= 64;
   }
 };
 static_assert(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
