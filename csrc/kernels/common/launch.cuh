@@ -51,6 +51,25 @@ inline cudaLaunchAttribute cluster_attribute(int size) {
   return attr;
 }
 
+// How many clusters of `size` blocks of `kernel` (threads, dynamic shared memory) the device
+// holds at once (cudaOccupancyMaxActiveClusters); 0 when the query fails, its error cleared.
+template <class Kernel>
+int query_max_active_clusters(Kernel* kernel, int size, int threads, int smem_bytes) {
+  cudaLaunchAttribute attr = cluster_attribute(size);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(size, 1, 1);
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
+
 // Programmatic dependent launch (sm_90): the kernel launched with this attribute may start
 // while the previous kernel on the stream still runs (once that one's blocks have all run
 // dependents_may_launch() or exited), and waits for its results in wait_for_prerequisites().

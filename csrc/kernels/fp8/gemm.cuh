@@ -219,21 +219,8 @@ int max_active_clusters(int size) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   int& slot = cached[device][size == 4 ? 1 : 0];
-  if (slot == 0) {
-    cudaLaunchAttribute attr = cluster_attribute(size);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(size, 1, 1);
-    config.blockDim = dim3(Policy::kThreads, 1, 1);
-    config.dynamicSmemBytes = Policy::kSmemBytes;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_sm90_kernel<Policy, FA, FB>, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    slot = clusters;
-  }
+  if (slot == 0)
+    slot = query_max_active_clusters(gemm_sm90_kernel<Policy, FA, FB>, size, Policy::kThreads, Policy::kSmemBytes);
   return slot;
 }
 

@@ -179,21 +179,7 @@ int gemv_tma_max_active_clusters(int splits) {
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   const int slot_index = splits >= 8 ? 3 : splits >= 4 ? 2 : splits >= 2 ? 1 : 0;
   int& slot = cached[device][slot_index];
-  if (slot == 0) {
-    cudaLaunchAttribute attr = cluster_attribute(splits);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(splits, 1, 1);
-    config.blockDim = dim3(P::kThreads, 1, 1);
-    config.dynamicSmemBytes = P::kSmemBytes;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemv_tma_kernel<FA, FB, P>, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    slot = clusters;
-  }
+  if (slot == 0) slot = query_max_active_clusters(gemv_tma_kernel<FA, FB, P>, splits, P::kThreads, P::kSmemBytes);
   return slot;
 }
 
