@@ -89,15 +89,20 @@ def test_main_loop_facts_count_the_loop_and_the_turn():
         /*0080*/                   FMUL R8, R8, R9 ;
         /*0090*/                   BAR.ARV R4, 0x100 ;
         /*00a0*/                   MUFU.EX2 R10, R10 ;
+        /*00a2*/                   FFMA R12, R12, R13, R14 ;
+        /*00a4*/               @!P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR10+0x20], RZ ;
         /*00a8*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
         /*00ac*/                   MUFU.EX2 R11, R11 ;
         /*00b0*/               @P1 BRA `(.L_x_1) ;
         /*00c0*/                   EXIT ;
     """
-    # exp2_under_own_pv: the MUFU.EX2 between the end of the turn and the wait for every GEMM
-    assert inspect.main_loop_facts(sass) == {"instructions": 12, "uniform": 2, "turn": 4,
-                                             "turn_mma": 1, "turn_fp": 1, "exp2_under_own_pv": 1,
-                                             "exp2": 2}
+    # pv_wait: the instructions between the end of the turn and the wait for every GEMM, of
+    # which exp2_under_own_pv MUFU.EX2 and ffma_under_own_pv FFMA; first_arrive: the mbarrier
+    # arrive's place after the turn
+    assert inspect.main_loop_facts(sass) == {"instructions": 14, "uniform": 2, "turn": 4,
+                                             "turn_mma": 1, "turn_fp": 1, "pv_wait": 3,
+                                             "exp2_under_own_pv": 1, "ffma_under_own_pv": 1,
+                                             "first_arrive": 2, "exp2": 2}
     assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
 
 

@@ -112,7 +112,12 @@ def main_loop_facts(sass: str) -> dict | None:
     of them; ``uniform``: on the uniform datapath (``U*`` opcodes but the TMA's: descriptors,
     ring indices, loop bounds); ``turn``: those after the ``BAR.SYNC`` up to and including
     the ``BAR.ARV`` (what the other warpgroups wait for), of which ``turn_mma`` are the GEMMs
-    and ``turn_fp`` floating-point work. None for a kernel without such a loop."""
+    and ``turn_fp`` floating-point work. After the turn, up to the wait for every GEMM
+    (``WARPGROUP.DEPBAR.LE gsb0, 0x0``, the wait for the warpgroup's own P V): ``pv_wait``,
+    how many instructions come before that wait, of which ``exp2_under_own_pv`` are
+    exponentials and ``ffma_under_own_pv`` FFMAs (the scaled scores); ``first_arrive``: how
+    many come before the first mbarrier arrive (K's release in K11 and K12). None for a
+    kernel without such a loop."""
     ins, labels = [], {}
     for line in sass.splitlines():
         label = _LABEL.match(line)
@@ -151,13 +156,18 @@ def main_loop_facts(sass: str) -> dict | None:
     after_turn = path[give + 1:] + path[:take] if give > take else path[give + 1:take]
     pv_wait = next((k for k, y in enumerate(after_turn) if y["text"].startswith("WARPGROUP.DEPBAR.LE")
                     and re.search(r"gsb0, 0x0\b", y["text"])), None)
+    first_arrive = next((k for k, y in enumerate(after_turn) if y["op"].startswith("SYNCS.ARRIVE")), None)
     return {"instructions": len(path),
             "uniform": sum(1 for y in path if y["op"].startswith("U") and not y["op"].startswith("UTMA")),
             "turn": len(turn),
             "turn_mma": sum(1 for y in turn if y["op"].startswith(_MMA_OPS)),
             "turn_fp": sum(1 for y in turn if y["op"].split(".")[0] in _FP_OPS),
+            "pv_wait": pv_wait,
             "exp2_under_own_pv": None if pv_wait is None else
             sum(1 for y in after_turn[:pv_wait] if y["op"].startswith("MUFU.EX2")),
+            "ffma_under_own_pv": None if pv_wait is None else
+            sum(1 for y in after_turn[:pv_wait] if y["op"].split(".")[0] == "FFMA"),
+            "first_arrive": first_arrive,
             "exp2": sum(1 for y in path if y["op"].startswith("MUFU.EX2"))}
 
 
