@@ -58,7 +58,9 @@ Constraints
     pointers (tensor-map rules). softmax scale: a positive runtime argument
     (``problem.softmax_scale``). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
     ``rescale_before_pv`` (default: False at every head dim), ``ctas`` (default: the GPU's SM
-    count), ``separate_o`` (default: where it fits).
+    count), ``separate_o`` (default: where it fits). Lab knobs, off: ``l2_heads``,
+    ``pin_pv_wait``, ``pv_wait_after_row_scale``, ``pv_wait_after_row_sum`` (where the wait for
+    the warpgroup's own P V lands; the constructor says why).
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -89,7 +91,8 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait",
+         "pv_wait_after_row_scale", "pv_wait_after_row_sum")
 # l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
 L2_KV_BYTES = 40 * 1024 * 1024
 
@@ -131,9 +134,23 @@ class K11FMHA:
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
-                 separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False):
+                 separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False,
+                 pv_wait_after_row_scale: bool = False, pv_wait_after_row_sum: bool = False):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
+        # Lab, off by default (not timed yet): where the wait for the warpgroup's own P V lands.
+        # ptxas puts it right after the row max (D = 128: 67 instructions after the wait for S, no
+        # exponential), and Nsight's stall sampling finds K11's warps there 6.3% of the time,
+        # FA4's < 0.4%: FA4's compiled loop waits after the row max, the 64 scaled scores (FFMA)
+        # and the row factors' exponentials (165 instructions, 10 MUFU.EX2). Both knobs hold the
+        # wait behind a value with an arrive that never runs (fmha.hold_pv_wait_behind); K's
+        # stage is released where it was, right after the wait for S (pin_pv_wait moves it too).
+        # pv_wait_after_row_scale: behind the row factors (FA4's order: 162 instructions, 10
+        # exponentials, 67 FFMA); pv_wait_after_row_sum: behind the whole softmax (all 66).
+        if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
+            raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
+        self.pv_wait_after_row_scale = pv_wait_after_row_scale
+        self.pv_wait_after_row_sum = pv_wait_after_row_sum
         # Off by default (measured no better: the page): under the causal mask, walk the tiles
         # in sections of (head, batch) pairs whose K and V fit in L2 (FA4's LPT scheduler):
         # 0 = as many as fit (a power of two), n = n.
@@ -374,6 +391,10 @@ class K11FMHA:
         row_scale = softmax.update(acc_S_mn)
         if const_expr(self.pin_pv_wait):
             fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
+        if const_expr(self.pv_wait_after_row_scale):  # lab: the wait for P V behind the row factors
+            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, row_scale[0] + row_scale[1])
+        if const_expr(self.pv_wait_after_row_sum):  # lab: ... behind the whole softmax
+            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, softmax.row_sum[0] + softmax.row_sum[1])
 
         # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
         warpgroup.wait_group(0)

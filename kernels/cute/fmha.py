@@ -426,3 +426,19 @@ def release_k_after_softmax(pipeline_k, kv_state, row_sum: cute.Tensor):
     total = row_sum[0] + row_sum[1]
     if total >= Float32(0.0) or total != total:
         pipeline_k.consumer_release(kv_state)
+
+
+@cute.jit
+def hold_pv_wait_behind(pipeline_k, kv_state, anchor: Float32):
+    """Hold the next wait for the warpgroup's GEMMs (its own P V) behind the float work that
+    computes ``anchor``, with K's stage released where it was: an arrive on K's stage, after
+    ``anchor`` in program order and before the wait, that never runs. ``anchor`` must be a sum
+    of exponentials (the row factors, the row sums): ``>= 0`` or NaN, so ``anchor < 0`` never
+    holds; ptxas cannot prove that, keeps the arrive (predicated off: no branch) and keeps it in
+    front of the wait, as it keeps ``release_k_after_softmax``'s. Three SASS instructions per
+    tile (a compare, a predicate, the arrive); if ptxas ever folded the condition the arrive
+    would go and the wait with it, the answer unchanged (``tests/test_rungs_compile.py`` checks
+    the wait's place)."""
+    if anchor < Float32(0.0):
+        pipeline_k.consumer_release(kv_state)
+
