@@ -199,3 +199,31 @@ def test_exp2_fma_arithmetic_model():
     integers = np.isin(x, np.arange(-126, 9).astype(np.float32))
     assert np.array_equal(got[integers], want[integers].astype(np.float32))
     assert not got[x < -127].any()
+
+
+@pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize("knob", ["pv_wait_after_row_scale", "pv_wait_after_row_sum"])
+def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(knob, head_dim, causal, reports):
+    """K11's lab knobs (kernels.cute.fmha.hold_pv_wait_behind): by default ptxas puts the wait
+    for the warpgroup's own P V right after the row max, with no exponential before it. Behind
+    the row factors (FA4's compiled order) the wait follows the two factors' exponentials and
+    the scaled scores (an FFMA per P exponential), most P exponentials still after it; behind
+    the row sums, every exponential. Either way K's release (the first arrive after the turn)
+    stays where it was, at the same registers and without local memory."""
+    from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
+
+    problem = native_problem("k11", AttentionProblem(head_dim=head_dim, causal=causal))
+    report = reports("k11", head_dim, causal)
+    default = report["sass_facts"]["main_loop"]
+    cubin = _artifact(rung_module("k11").compile_for_inspect(problem, **{knob: True}).__cubin__, binary=True)
+    held = main_loop_facts(sass_of(cubin))
+    assert default["exp2_under_own_pv"] == 0, default
+    assert held["pv_wait"] > default["pv_wait"] and held["exp2"] == default["exp2"], (held, default)
+    assert held["first_arrive"] == default["first_arrive"], f"K's release moved: {held} vs {default}"
+    if knob == "pv_wait_after_row_scale":
+        assert 2 <= held["exp2_under_own_pv"] < held["exp2"] // 2, held
+        assert held["ffma_under_own_pv"] >= held["exp2"] - 2, held
+    else:
+        assert held["exp2_under_own_pv"] == held["exp2"], held
+    usage = resource_usage(cubin)
+    assert usage["local_bytes"] == 0 and usage["registers"] == report["registers"], usage

@@ -120,6 +120,29 @@ def test_rung_with_pinned_pv_wait(name, head_dim, causal):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
+PV_WAIT_KNOBS = ("pv_wait_after_row_scale", "pv_wait_after_row_sum")
+# (causal, Sq, Sk): tails and Sq != Sk; under the mask with Sq > Sk the first rows see no key.
+PV_WAIT_SHAPES = ((False, 333, 1111), (True, 333, 1111), (True, 1111, 333))
+
+
+@pytest.mark.parametrize("name", [n for n in rung_names() if set(PV_WAIT_KNOBS) <= set(rung_module(n).KNOBS)])
+@pytest.mark.parametrize("knob", PV_WAIT_KNOBS)
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
+@pytest.mark.parametrize("causal,seqlen_q,seqlen_k", PV_WAIT_SHAPES, ids=lambda v: str(v))
+def test_rung_with_pv_wait_held(name, knob, head_dim, causal, seqlen_q, seqlen_k):
+    """The lab knobs that hold the wait for the warpgroup's own P V behind the row factors or
+    the row sums (an mbarrier arrive that must never run, kernels.cute.fmha.hold_pv_wait_behind):
+    the same answer (tails, GQA, Sq != Sk, rows without keys), with LSE, and bit-identical on a
+    repeat; a stray arrive on K's ring would show as a wrong or moving result, or a hang."""
+    module = rung_module(name)
+    shape = AttentionProblem(batch=2, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=4, heads_kv=2,
+                             head_dim=head_dim, causal=causal)
+    problem = native_problem(name, shape)
+    compiled = module.compile_kernel(problem, **{knob: True})
+    result = verify_attention(runner(module, compiled), problem, seed=7, with_lse=True)
+    assert result, f"{name} {knob} {problem.label()}: {result.reason}"
+
+
 @pytest.mark.parametrize("name", [n for n in rung_names() if "exp2_fma_every" in rung_module(n).KNOBS])
 @pytest.mark.parametrize("head_dim", (64, 128, 256))
 @pytest.mark.parametrize("causal", (False, True))
