@@ -203,7 +203,8 @@ def test_exp2_fma_arithmetic_model():
 
 @pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("knob", ["pv_wait_after_row_scale", "pv_wait_after_row_sum"])
-def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(knob, head_dim, causal, reports):
+@pytest.mark.parametrize("name", ["k11"])
+def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(name, knob, head_dim, causal, reports):
     """K11's lab knobs (kernels.cute.fmha.hold_pv_wait_behind): by default ptxas puts the wait
     for the warpgroup's own P V right after the row max, with no exponential before it. Behind
     the row factors (FA4's compiled order) the wait follows the two factors' exponentials and
@@ -212,10 +213,10 @@ def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(knob, head_dim, c
     stays where it was, at the same registers and without local memory."""
     from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
 
-    problem = native_problem("k11", AttentionProblem(head_dim=head_dim, causal=causal))
-    report = reports("k11", head_dim, causal)
+    problem = native_problem(name, AttentionProblem(head_dim=head_dim, causal=causal))
+    report = reports(name, head_dim, causal)
     default = report["sass_facts"]["main_loop"]
-    cubin = _artifact(rung_module("k11").compile_for_inspect(problem, **{knob: True}).__cubin__, binary=True)
+    cubin = _artifact(rung_module(name).compile_for_inspect(problem, **{knob: True}).__cubin__, binary=True)
     held = main_loop_facts(sass_of(cubin))
     assert default["exp2_under_own_pv"] == 0, default
     assert held["pv_wait"] > default["pv_wait"] and held["exp2"] == default["exp2"], (held, default)
