@@ -140,9 +140,10 @@ class K11FMHA:
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Lab, off by default (not timed yet): where the wait for the warpgroup's own P V lands.
         # ptxas puts it right after the row max (D = 128: 67 instructions after the wait for S, no
-        # exponential), and Nsight's stall sampling finds K11's warps there 6.3% of the time,
-        # FA4's < 0.4%: FA4's compiled loop waits after the row max, the 64 scaled scores (FFMA)
-        # and the row factors' exponentials (165 instructions, 10 MUFU.EX2). Both knobs hold the
+        # exponential); Nsight's stall sampling (H200, 16k, no mask) puts 6.3% of K11's samples
+        # there, FA4's under 0.44% (not among its 40 busiest lines): FA4's compiled loop waits
+        # after the row max, the scaled scores and the row factors (165 instructions: 66 FFMA,
+        # 10 MUFU.EX2, the two factors and 8 of P's; K's release just before it). Both knobs hold the
         # wait behind a value with an arrive that never runs (fmha.hold_pv_wait_behind); K's
         # stage is released where it was, right after the wait for S (pin_pv_wait moves it too).
         # pv_wait_after_row_scale: behind the row factors (FA4's order: 162 instructions, 10
