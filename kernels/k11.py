@@ -38,8 +38,9 @@ How it works (consumer warpgroups first, then the producer warpgroup)
     2. Each tile ``n``: wait for K_n and the turn; issue S_n = Q K_n^T (Q's descriptors from
        registers, K's = base + stage + k-block offsets); wait for V_{n-1}; issue
        O += P_{n-1} V_{n-1}; pass the turn. Then, as K10: ``wait_group(1)``, softmax of
-       ``n`` under the P V, ``wait_group(0)``, P_n -> ``tOrP`` and, by default, O rescaled
-       by tile ``n``'s factor.
+       ``n`` under the P V, ``wait_group(0)`` (at D = 128 held behind the row factors,
+       ``pv_wait_after_row_scale``), P_n -> ``tOrP`` and, by default, O rescaled by tile
+       ``n``'s factor.
     3. Epilogue and producer as K10.
 
 Cost
@@ -58,9 +59,10 @@ Constraints
     pointers (tensor-map rules). softmax scale: a positive runtime argument
     (``problem.softmax_scale``). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
     ``rescale_before_pv`` (default: False at every head dim), ``ctas`` (default: the GPU's SM
-    count), ``separate_o`` (default: where it fits). Lab knobs, off: ``l2_heads``,
-    ``pin_pv_wait``, ``pv_wait_after_row_scale``, ``pv_wait_after_row_sum`` (where the wait for
-    the warpgroup's own P V lands; the constructor says why).
+    count), ``separate_o`` (default: where it fits), ``pv_wait_after_row_scale`` (the wait for
+    the warpgroup's own P V behind the row factors; default: at D = 128, where it measured
+    faster: the constructor says why). Lab knobs, off: ``l2_heads``, ``pin_pv_wait``,
+    ``pv_wait_after_row_sum``.
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -135,11 +137,11 @@ class K11FMHA:
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
                  separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False,
-                 pv_wait_after_row_scale: bool = False, pv_wait_after_row_sum: bool = False):
+                 pv_wait_after_row_scale: bool | None = None, pv_wait_after_row_sum: bool = False):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
-        # Lab, off by default (not timed yet): where the wait for the warpgroup's own P V lands.
-        # ptxas puts it right after the row max (D = 128: 67 instructions after the wait for S, no
+        # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
+        # after the row max (D = 128: 67 instructions after the wait for S, no
         # exponential); Nsight's stall sampling (H200, 16k, no mask) puts 6.3% of K11's samples
         # there, FA4's under 0.44% (not among its 40 busiest lines): FA4's compiled loop waits
         # after the row max, the scaled scores and the row factors (165 instructions: 66 FFMA,
@@ -148,6 +150,12 @@ class K11FMHA:
         # stage is released where it was, right after the wait for S (pin_pv_wait moves it too).
         # pv_wait_after_row_scale: behind the row factors (FA4's order: 162 instructions, 10
         # exponentials, 67 FFMA); pv_wait_after_row_sum: behind the whole softmax (all 66).
+        # One interleaved H200 run (tools.compare k11 k11:pv_wait_after_row_scale=True
+        # k11:pv_wait_after_row_sum=True fa4, 16k, TFLOP/s): behind the row factors D = 128 663 ->
+        # 681 (FA4 690), causal 618 -> 627 (FA4 652), D = 64 545 -> 538, D = 256 718 -> 686; behind
+        # the row sums D = 128 625. Default: behind the row factors at D = 128 only.
+        if pv_wait_after_row_scale is None:
+            pv_wait_after_row_scale = head_dim == 128 and not (pin_pv_wait or pv_wait_after_row_sum)
         if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
             raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
@@ -392,7 +400,7 @@ class K11FMHA:
         row_scale = softmax.update(acc_S_mn)
         if const_expr(self.pin_pv_wait):
             fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
-        if const_expr(self.pv_wait_after_row_scale):  # lab: the wait for P V behind the row factors
+        if const_expr(self.pv_wait_after_row_scale):  # the wait for P V behind the row factors
             fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, row_scale[0] + row_scale[1])
         if const_expr(self.pv_wait_after_row_sum):  # lab: ... behind the whole softmax
             fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, softmax.row_sum[0] + softmax.row_sum[1])
