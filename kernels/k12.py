@@ -54,7 +54,9 @@ Constraints
     batch, heads (Hq % Hkv == 0); contiguous BSHD (V's copy is the kernel's own). softmax
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv`` (default: False, K11's), ``ctas`` (default: the GPU's SM count).
+    ``rescale_before_pv`` (default: False, K11's), ``ctas`` (default: the GPU's SM count). Lab
+    knobs, off: ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
+    ``pv_wait_after_row_sum`` (K11's; K11 takes the first by default at D = 128).
 
 Run and inspect
     compiled = compile_kernel(problem)     # problem.dtype == "e4m3"
@@ -87,7 +89,8 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("e4m3",)
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every",
+         "pv_wait_after_row_scale", "pv_wait_after_row_sum")
 
 # K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
@@ -137,9 +140,17 @@ class K12FMHA:
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False,
-                 exp2_fma_every: int = 0):
+                 exp2_fma_every: int = 0, pv_wait_after_row_scale: bool = False,
+                 pv_wait_after_row_sum: bool = False):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
+        # Lab, off (not timed on K12 yet): the wait for the warpgroup's own P V held behind the row
+        # factors or the row sums (fmha.hold_pv_wait_behind), K's release left in place: K11's
+        # default at D = 128 (the K11 constructor and page say why and what it measured).
+        if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
+            raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
+        self.pv_wait_after_row_scale = pv_wait_after_row_scale
+        self.pv_wait_after_row_sum = pv_wait_after_row_sum
         self.exp2_fma_every = exp2_fma_every  # lab: softmax.exp2_fma for one exponential in every n
         self.causal = causal
         self.dtype = dtype
@@ -356,6 +367,10 @@ class K12FMHA:
         row_scale = softmax.update(acc_S_mn)
         if const_expr(self.pin_pv_wait):
             fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
+        if const_expr(self.pv_wait_after_row_scale):  # lab: the wait for P V behind the row factors
+            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, row_scale[0] + row_scale[1])
+        if const_expr(self.pv_wait_after_row_sum):  # lab: ... behind the whole softmax
+            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, softmax.row_sum[0] + softmax.row_sum[1])
 
         # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
         warpgroup.wait_group(0)

@@ -203,10 +203,11 @@ def test_exp2_fma_arithmetic_model():
 
 @pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("knob", ["pv_wait_after_row_scale", "pv_wait_after_row_sum"])
-@pytest.mark.parametrize("name", ["k11"])
+@pytest.mark.parametrize("name", ["k11", "k12"])
 def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(name, knob, head_dim, causal, reports):
-    """K11's knobs (kernels.cute.fmha.hold_pv_wait_behind): left to itself, ptxas puts the wait
-    for the warpgroup's own P V right after the row max, with no exponential before it. Behind
+    """K11's and K12's knobs (kernels.cute.fmha.hold_pv_wait_behind): left to itself, ptxas puts
+    the wait for the warpgroup's own P V right after the row max, with no exponential before it
+    (K12 at D = 256: six). Behind
     the row factors (FA4's compiled order; K11's default at D = 128) the wait follows the two
     factors' exponentials and the scaled scores (an FFMA per P exponential), most P
     exponentials still after it; behind the row sums, every exponential. Either way K's release
@@ -223,9 +224,10 @@ def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(name, knob, head_
     default = report["sass_facts"]["main_loop"]
     off, _ = loop_of(pv_wait_after_row_scale=False)
     held, cubin = loop_of(**{knob: True})
-    if knob == "pv_wait_after_row_scale":  # the default at D = 128 only
-        assert default == (held if head_dim == 128 else off) != (off if head_dim == 128 else held), default
-    assert off["exp2_under_own_pv"] == 0, off
+    if knob == "pv_wait_after_row_scale":  # K11's default at D = 128 only
+        on_by_default = name == "k11" and head_dim == 128
+        assert default == (held if on_by_default else off) != (off if on_by_default else held), default
+    assert off["exp2_under_own_pv"] == (6 if (name, head_dim) == ("k12", 256) else 0), off  # K12 D = 256: 6
     assert held["pv_wait"] > off["pv_wait"] and held["exp2"] == off["exp2"], (held, off)
     assert held["first_arrive"] == off["first_arrive"], f"K's release moved: {held} vs {off}"
     if knob == "pv_wait_after_row_scale":
