@@ -347,7 +347,8 @@ Variant make_ws_variant(const char* name) {
   using T = PrefillWsTraits<Cfg>;
   const std::string tiles = "ws wg" + std::to_string(T::kConsumerWarpgroups) + " m" + std::to_string(T::kBlockM) +
                             " n" + std::to_string(T::kBlockN) + " s" + std::to_string(T::kStages) + " tma" +
-                            (Cfg::kL2Sections ? " l2" : "") + (Cfg::kPinPvWait ? " pin" : "");
+                            (Cfg::kL2Sections ? " l2" : "") + (Cfg::kPinPvWait ? " pin" : "") +
+                            (Cfg::kPvWaitAfterRowScale ? " rowscale" : "");
   Variant v{name,
             tiles,
             T::kBlockM,
@@ -393,7 +394,8 @@ static std::vector<Variant> prefill_variants() {
             make_ws_variant<PrefillWsConfig<128>>("ws"),
             make_ws_variant<PrefillWsVariants<128>::Stages3>("ws_s3"),
             make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2"),
-            make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin")};
+            make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin"),
+            make_ws_variant<PrefillWsVariants<128>::RowScale>("ws_rowscale")};
   }
 }
 

@@ -193,12 +193,16 @@ struct PrefillVariants {
 // LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
 // kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
 // the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
+// kPvWaitAfterRowScale (lab): the wait held behind the row factors instead, K released where it
+// was (kernels/k11.py's default at D = 128, measured 2.7% faster there on the H200).
 template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
-          bool kPinPvWait_ = false>
+          bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false>
 struct PrefillWsTiles {
   static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr bool kL2Sections = kL2Sections_;
   static constexpr bool kPinPvWait = kPinPvWait_;
+  static constexpr bool kPvWaitAfterRowScale = kPvWaitAfterRowScale_;
+  static_assert(!(kPinPvWait && kPvWaitAfterRowScale), "one place for the wait for P V");
 };
 // L2 bytes (of the H100 / H200's 50 MB) that the K and V of one causal section may take.
 constexpr int64_t kL2KvBytes = 40ll << 20;
@@ -223,9 +227,10 @@ struct PrefillWsVariants<64> {
 };
 template <>
 struct PrefillWsVariants<128> {
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;          // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;      // causal order without L2 sections
-  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;  // the softmax under the own P V
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;                      // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;                  // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;              // the softmax under the own P V
+  using RowScale = PrefillWsTiles<128, 2, 128, 2, true, false, true>;  // the wait behind the row factors
 };
 template <>
 struct PrefillWsVariants<256> {

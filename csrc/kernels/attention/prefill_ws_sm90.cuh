@@ -419,6 +419,12 @@ struct PrefillWs {
         const float total = softmax.row_sum[0][0] + softmax.row_sum[0][1];
         if (!(total < 0.f)) release(s.k_empty(stage));
       }
+      if constexpr (Cfg::kPvWaitAfterRowScale) {
+        // The same hold behind the row factors only, K's release left above: an arrive that
+        // never runs (a factor is 1 or an exp2, so the sum is >= 0 or NaN), which ptxas keeps
+        // in front of the wait.
+        if (correction[0][0] + correction[0][1] < 0.f) release(s.k_empty(stage));
+      }
       wgmma_wait<0>();  // P V retired: O and the P fragment are registers again
       prefill_ws::pin(acc_o);
       prefill_ws::pin(p_frag);
