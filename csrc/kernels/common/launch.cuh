@@ -51,17 +51,35 @@ inline cudaLaunchAttribute cluster_attribute(int size) {
   return attr;
 }
 
+// A cudaLaunchKernelEx configuration for clusters of `attr`'s size (cluster_attribute), shared
+// by the cluster launches and the occupancy query below; `attr` must outlive the config.
+inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+                                                cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Launches `kernel` in clusters of `size` blocks along x; its error through check_launch(what).
+template <class... Params, class... Args>
+void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, int threads, int smem_bytes,
+                        cudaStream_t stream, int size, Args&&... args) {
+  cudaLaunchAttribute attr = cluster_attribute(size);
+  const cudaLaunchConfig_t config = cluster_launch_config(grid, threads, smem_bytes, stream, &attr);
+  check_launch(what, cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...));
+}
+
 // How many clusters of `size` blocks of `kernel` (threads, dynamic shared memory) the device
 // holds at once (cudaOccupancyMaxActiveClusters); 0 when the query fails, its error cleared.
 template <class Kernel>
 int query_max_active_clusters(Kernel* kernel, int size, int threads, int smem_bytes) {
   cudaLaunchAttribute attr = cluster_attribute(size);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(size, 1, 1);
-  config.blockDim = dim3(threads, 1, 1);
-  config.dynamicSmemBytes = smem_bytes;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = cluster_launch_config(dim3(size, 1, 1), threads, smem_bytes, nullptr, &attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     (void)cudaGetLastError();

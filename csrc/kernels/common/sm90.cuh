@@ -30,7 +30,6 @@
 #define KERNELS_WGMMA_ACC8_AT(d, i)                                                                               \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define KERNELS_WGMMA_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define KERNELS_WGMMA_ACC8(d) KERNELS_WGMMA_ACC8_AT(d, 0)
 #define KERNELS_WGMMA_ACC16(d) KERNELS_WGMMA_ACC8_AT(d, 0), KERNELS_WGMMA_ACC8_AT(d, 8)
 #define KERNELS_WGMMA_ACC32(d) KERNELS_WGMMA_ACC16(d), KERNELS_WGMMA_ACC8_AT(d, 16), KERNELS_WGMMA_ACC8_AT(d, 24)
@@ -44,7 +43,6 @@
 #define KERNELS_WGMMA_ACC128(d)                                                                                       \
   KERNELS_WGMMA_ACC96(d), KERNELS_WGMMA_ACC8_AT(d, 96), KERNELS_WGMMA_ACC8_AT(d, 104), KERNELS_WGMMA_ACC8_AT(d, 112), \
       KERNELS_WGMMA_ACC8_AT(d, 120)
-#define KERNELS_WGMMA_ACC4_REGS "%0, %1, %2, %3"
 #define KERNELS_WGMMA_ACC8_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
 #define KERNELS_WGMMA_ACC16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define KERNELS_WGMMA_ACC32_REGS \

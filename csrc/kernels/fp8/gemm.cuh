@@ -270,16 +270,8 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
     const int clusters = max_active_clusters<Policy, FA, FB>(size);
     if (clusters > 0 && grid > size * clusters) grid = size * clusters;
   }
-  cudaLaunchAttribute attr = cluster_attribute(size);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid, 1, 1);
-  config.blockDim = dim3(Policy::kThreads, 1, 1);
-  config.dynamicSmemBytes = Policy::kSmemBytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  check_launch("fp8 gemm_sm90_kernel (cluster)",
-               cudaLaunchKernelEx(&config, kernel, map_a, map_b, p, sched, promote_every, fast_store, split));
+  launch_in_clusters("fp8 gemm_sm90_kernel (cluster)", kernel, dim3(grid, 1, 1), Policy::kThreads, Policy::kSmemBytes,
+                     stream, size, map_a, map_b, p, sched, promote_every, fast_store, split);
   if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 

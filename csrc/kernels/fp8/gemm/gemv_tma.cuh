@@ -242,15 +242,8 @@ void launch_gemv_tma_tiles(const GemmParams& p, int splits, cudaStream_t stream,
     check_launch("fp8 gemv_tma_kernel");
     return;
   }
-  cudaLaunchAttribute attr = cluster_attribute(splits);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(P::kThreads, 1, 1);
-  config.dynamicSmemBytes = P::kSmemBytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  check_launch("fp8 gemv_tma_kernel (cluster)", cudaLaunchKernelEx(&config, kernel, map_b, map_a, p));
+  launch_in_clusters("fp8 gemv_tma_kernel (cluster)", kernel, grid, P::kThreads, P::kSmemBytes, stream, splits, map_b,
+                     map_a, p);
 }
 
 // One launch with `splits` (1, 2, 4 or 8) blocks per n-tile, on the narrowest width that holds

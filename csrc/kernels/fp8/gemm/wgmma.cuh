@@ -20,8 +20,7 @@ namespace kernels::fp8::gemm {
                     "}, %" #DESC_A ", %" #DESC_B ", p, 1, 1;\n}\n" : KERNELS_WGMMA_ACC##ACC(d) : "l"(desc_a),      \
                     "l"(desc_b), "r"(scale_d))
 // The instructions wrapped, as macros of the two input types (for FP8_WGMMA_PICK_TYPES).
-// n8 / n16 / n32 (and n64 / n128): the swap-AB GEMV (gemv_tma.cuh), activation rows in the N slot.
-#define FP8_WGMMA_M64N8K32(TA, TB) FP8_WGMMA(8, 4, 4, 5, 6, TA, TB)
+// n16 / n32 (and n64 / n128): the swap-AB GEMV (gemv_tma.cuh), activation rows in the N slot.
 #define FP8_WGMMA_M64N16K32(TA, TB) FP8_WGMMA(16, 8, 8, 9, 10, TA, TB)
 #define FP8_WGMMA_M64N32K32(TA, TB) FP8_WGMMA(32, 16, 16, 17, 18, TA, TB)
 #define FP8_WGMMA_M64N64K32(TA, TB) FP8_WGMMA(64, 32, 32, 33, 34, TA, TB)
@@ -32,16 +31,13 @@ namespace kernels::fp8::gemm {
 
 template <int N, Format FA, Format FB>
 __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 176 || N == 192 || N == 256,
-                "wrapped WGMMA n");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 176 || N == 192 || N == 256, "wrapped WGMMA n");
 #define FP8_WGMMA_PICK_TYPES(MACRO)                                                     \
   if constexpr (FA == Format::kE4M3 && FB == Format::kE4M3) MACRO("e4m3", "e4m3");      \
   else if constexpr (FA == Format::kE4M3 && FB == Format::kE5M2) MACRO("e4m3", "e5m2"); \
   else if constexpr (FA == Format::kE5M2 && FB == Format::kE4M3) MACRO("e5m2", "e4m3"); \
   else MACRO("e5m2", "e5m2")
-  if constexpr (N == 8) {
-    FP8_WGMMA_PICK_TYPES(FP8_WGMMA_M64N8K32);
-  } else if constexpr (N == 16) {
+  if constexpr (N == 16) {
     FP8_WGMMA_PICK_TYPES(FP8_WGMMA_M64N16K32);
   } else if constexpr (N == 32) {
     FP8_WGMMA_PICK_TYPES(FP8_WGMMA_M64N32K32);
@@ -59,7 +55,6 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 #undef FP8_WGMMA_PICK_TYPES
 }
 
-#undef FP8_WGMMA_M64N8K32
 #undef FP8_WGMMA_M64N16K32
 #undef FP8_WGMMA_M64N32K32
 #undef FP8_WGMMA_M64N64K32
