@@ -395,7 +395,7 @@ static std::vector<Variant> prefill_variants() {
             make_ws_variant<PrefillWsVariants<128>::Stages3>("ws_s3"),
             make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2"),
             make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin"),
-            make_ws_variant<PrefillWsVariants<128>::RowScale>("ws_rowscale")};
+            make_ws_variant<PrefillWsVariants<128>::EarlyPvWait>("ws_early_pv")};
   }
 }
 

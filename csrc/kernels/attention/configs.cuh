@@ -193,8 +193,8 @@ struct PrefillVariants {
 // LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
 // kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
 // the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
-// kPvWaitAfterRowScale (lab): the wait held behind the row factors instead, K released where it
-// was (kernels/k11.py's default at D = 128, measured 2.7% faster there on the H200).
+// kPvWaitAfterRowScale: the wait held behind the row factors instead, K released where it was
+// (kernels/k11.py's default at D = 128, and this kernel's: docs/production.md has the timing).
 template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
           bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false>
 struct PrefillWsTiles {
@@ -212,7 +212,7 @@ struct PrefillWsConfig;
 template <>
 struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2> {};
 template <>
-struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2> {};
+struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2, true, false, true> {};
 template <>
 struct PrefillWsConfig<256> : PrefillWsTiles<256, 2, 80, 2> {};
 
@@ -230,7 +230,7 @@ struct PrefillWsVariants<128> {
   using Stages3 = PrefillWsTiles<128, 2, 128, 3>;                      // three stages: 224 KiB
   using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;                  // causal order without L2 sections
   using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;              // the softmax under the own P V
-  using RowScale = PrefillWsTiles<128, 2, 128, 2, true, false, true>;  // the wait behind the row factors
+  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2>;                 // the wait where ptxas puts it
 };
 template <>
 struct PrefillWsVariants<256> {
