@@ -216,26 +216,22 @@ def test_ws_prefill_sass(head_dim, paged, ws_kernels):
 @needs_nvcc
 @pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 def test_ws_prefill_pv_wait_after_row_factors(paged, ws_kernels):
-    """D = 128 (PrefillWsConfig's kPvWaitAfterRowScale): the wait for the warpgroup's own P V
-    (wgmma.wait_group 0 after wait_group 1) follows the row factors' exponentials and the scaled
-    scores, so some exponentials and an FFMA per P value run under P V; ptxas alone hoists it to
-    right after the row max (no exponential before it), as at D = 64 and 256."""
-    def exp2_before_pv_wait(head_dim):
-        _, lines = ws_kernels[0][(head_dim, "bf16", paged)]
-        text = [ln.split(";")[0] for ln in lines]
-        counts = []
-        for i, ln in enumerate(text):
-            if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", ln):
-                j = next(j for j in range(i + 1, len(text)) if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", text[j]))
-                between = text[i:j]
-                counts.append((sum("MUFU.EX2" in x for x in between), sum(re.search(r"\bFFMA\b", x) is not None
-                                                                          for x in between)))
-        return counts
-
-    held = exp2_before_pv_wait(128)
-    assert held and all(exp2 >= 2 and ffma >= 32 for exp2, ffma in held), held
-    for head_dim in (64, 256):
-        assert all(exp2 == 0 for exp2, _ in exp2_before_pv_wait(head_dim)), (head_dim, exp2_before_pv_wait(head_dim))
+    """D = 128 (PrefillWsConfig's kPvWaitAfterRowScale): in every step the wait for the
+    warpgroup's own P V (wgmma.wait_group 0 after wait_group 1) follows the row factors'
+    exponentials and the scaled scores, so some exponentials and an FFMA per P value of a row
+    run under P V. Without the hold ptxas put the unmasked step's wait right after the row max,
+    71 instructions after the wait for S with no exponential and no FFMA before it."""
+    _, lines = ws_kernels[0][(128, "bf16", paged)]
+    text = [ln.split(";")[0] for ln in lines]
+    steps = []
+    for i, ln in enumerate(text):
+        if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", ln):
+            j = next(j for j in range(i + 1, len(text)) if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", text[j]))
+            between = text[i:j]
+            steps.append((sum("MUFU.EX2" in x for x in between), sum(re.search(r"\bFFMA\b", x) is not None
+                                                                     for x in between)))
+    assert len(steps) == 2, steps  # the masked and the unmasked step
+    assert all(exp2 >= 2 and ffma >= 32 for exp2, ffma in steps), steps
 
 
 # ---- the FP8 GEMV (csrc/kernels/fp8/gemm/gemv.cuh), as fp8_test.cu instantiates it ---------------
