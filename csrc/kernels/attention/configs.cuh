@@ -227,10 +227,10 @@ struct PrefillWsVariants<64> {
 };
 template <>
 struct PrefillWsVariants<128> {
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;                      // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;                  // causal order without L2 sections
-  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;              // the softmax under the own P V
-  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2>;                 // the wait where ptxas puts it
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;          // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;      // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;  // the softmax under the own P V
+  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2>;      // the wait where ptxas puts it
 };
 template <>
 struct PrefillWsVariants<256> {
