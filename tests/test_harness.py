@@ -357,3 +357,17 @@ def test_per_call_divides_the_times_of_a_replay_of_several_calls():
     one = per_call(replay, 4)
     assert all(one[key] == replay[key] / 4 for key in ("median", "p20", "p80"))
     assert one["reps"] == replay["reps"] == 3
+
+
+@pytest.mark.gpu
+def test_streaming_read_reads_every_byte():
+    """The decode floor (kernels.harness.ceilings.streaming_read): its CTA sums add up to
+    torch's sum of the same buffer, so the timed kernel reads all of it (a read that skipped a
+    tail or a block would differ), and a replay of its calls takes positive time."""
+    from kernels.harness.ceilings import streaming_read
+    from kernels.harness.timing import time_cuda
+
+    nbytes = 2 * 4096 * 8 * 128 * 2 + 2 * 1000  # B = 1 decode's K and V, and a ragged tail
+    replay, calls, check = streaming_read(nbytes, copies=3)
+    assert calls == 3 and check() < 1e-5
+    assert time_cuda(replay)["median"] > 0

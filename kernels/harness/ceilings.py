@@ -3,6 +3,10 @@
 - copy: device-to-device copy of a 2 GiB buffer, bytes read + written per second (TB/s);
 - bf16 GEMM: cuBLAS through torch.matmul at 8192^3 on random data (TFLOP/s);
 - fp8 GEMM: cuBLASLt through torch._scaled_mm at 8192^3, e4m3, per-tensor scales (TFLOP/s).
+
+And a floor for small memory-bound calls (:func:`streaming_read`): the time of one kernel that
+only reads a given number of bytes, replayed from a CUDA graph, the suites' row beside a
+decode that reads as many.
 """
 
 from __future__ import annotations
@@ -45,3 +49,55 @@ def measure_ceilings() -> dict:
         ceilings["fp8_gemm_tflops"] = round(fp8, 1)
     torch.cuda.empty_cache()
     return ceilings
+
+
+# The Triton read kernel's shapes: elements per block, blocks per CTA, warps per CTA.
+READ_SHAPES = ((4096, 1, 4), (4096, 4, 8), (8192, 2, 8), (16384, 2, 16))
+
+
+def streaming_read(nbytes: int, copies: int = 8):
+    """One launch that reads ``nbytes`` of bf16 from HBM and nothing else (each CTA sums its
+    share into one float), captured in a CUDA graph: the fastest a kernel that must read those
+    bytes once can be, launch included, without L2's help (``copies`` buffers, one per call, more
+    than L2 holds at decode sizes). Tries :data:`READ_SHAPES` and keeps the fastest.
+
+    Returns ``(replay, calls, check)``: ``replay()`` runs ``calls`` reads (divide a timing by
+    ``calls``, :func:`kernels.harness.timing.per_call`); ``check()`` is the largest relative
+    difference of a read's CTA sums, added up, from ``torch.sum`` of the same buffer.
+    """
+    import triton
+    import triton.language as tl
+
+    from .timing import graph_replay, time_cuda
+
+    @triton.jit
+    def read_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        pid = tl.program_id(0)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in tl.static_range(ITERS):
+            offs = pid * BLOCK * ITERS + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        tl.store(part_ptr + pid, tl.sum(acc))
+
+    n = nbytes // 2
+    buffers = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    parts = torch.empty(triton.cdiv(n, min(b * i for b, i, _ in READ_SHAPES)), device="cuda")
+    best = None
+    for block, iters, warps in READ_SHAPES:
+        grid = (triton.cdiv(n, block * iters),)
+
+        def read(x, grid=grid, block=block, iters=iters, warps=warps):
+            read_kernel[grid](x, parts, n, BLOCK=block, ITERS=iters, num_warps=warps)
+            return parts[:grid[0]]
+
+        replay = graph_replay(read, [(x,) for x in buffers])
+        ms = time_cuda(replay)["median"]
+        if best is None or ms < best[0]:
+            best = (ms, replay, read)
+    _, replay, read = best
+
+    def check() -> float:
+        return max(abs(read(x).sum().item() - x.float().sum().item()) / x.float().abs().sum().item()
+                   for x in buffers[:2])
+
+    return replay, copies, check

@@ -7,8 +7,10 @@ at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged an
 on the host, what a caller pays eagerly), the same without the seqlens check
 (`api-paged-decode-unchecked`: the host path minus its one device->host copy) and replayed from
 a CUDA graph (`cuda-paged-decode-graph`: no host work at all; at page 16 too); contiguous decode
-latency; prefill D 128 b4 s4096 (TFLOP/s; the default kernel and, as `cuda-prefill-tc-cpasync`,
-the cp.async one it replaced on Hopper) with torch SDPA (cuDNN, flash) and FA4; prefill b1
+latency, and beside it `read-floor-graph` (one kernel that only reads the same K/V bytes from
+HBM, under graph replay: the floor for a decode of that size); prefill D 128 b4 s4096
+(TFLOP/s; the default kernel and, as `cuda-prefill-tc-cpasync`, the cp.async one it replaced
+on Hopper) with torch SDPA (cuDNN, flash) and FA4; prefill b1
 s16384 at D 64 / 128 / 256 (2048 / D heads, causal and not) against cuDNN and FA4; a ragged
 causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed.
@@ -51,6 +53,24 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
 
 
 PEER_PREFIXES = ("fa4", "torch")
+
+
+def _read_floor(ctx, problem, nbytes):
+    """`read-floor-graph`: one kernel that only reads the decode's K/V bytes from HBM, replayed
+    from a CUDA graph (kernels.harness.ceilings.streaming_read): what no decode of that size can
+    beat. rel_err: its sum against torch's, so a read that skipped bytes would show."""
+    from kernels.harness.ceilings import streaming_read
+    from kernels.harness.timing import per_call
+
+    try:
+        replay, calls, check = streaming_read(nbytes)
+        err = check()
+    except Exception as exc:  # noqa: BLE001 (a row, not a crash, as in _measure)
+        verdict = "unsupported" if isinstance(exc, ImportError) else "wrong"
+        return _row("read-floor-graph", problem, status=f"{verdict}: {type(exc).__name__}: {str(exc)[:200]}")
+    if not err <= 1e-4:
+        return _row("read-floor-graph", problem, err=err, status=f"wrong: rel_err {err:.3g} > 1e-4")
+    return _row("read-floor-graph", problem, per_call(ctx.time(replay), calls), nbytes=nbytes, err=err)
 
 
 class _Unavailable:
@@ -160,6 +180,7 @@ def run(ctx) -> list[dict]:
                              ref, nbytes=kv_bytes))
         for name, backend in SDPA_BACKENDS:
             rows.append(_measure(ctx, name, dense, _sdpa(q, k, v, False, backend), ref, nbytes=kv_bytes))
+        rows.append(_read_floor(ctx, dense, kv_bytes))
     ctx.progress.advance(task)
 
     # ---- prefill, TFLOP/s ------------------------------------------------------------------------
