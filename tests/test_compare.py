@@ -152,6 +152,26 @@ def test_a_rung_with_knobs_is_a_kernel_of_its_own(monkeypatch):
             get(spec)
 
 
+def test_a_rung_variant_sets_fields_of_its_tile_plan(monkeypatch):
+    """``k11:block_n=160,num_stages=3``: the rung's default plan at the problem's head_dim with
+    those fields replaced, the other knobs passed on; a rung without a plan refuses them."""
+    import dataclasses
+
+    from kernels.registry import get, rung_module
+
+    module = rung_module("k11")
+    seen = {}
+    monkeypatch.setattr(module, "compile_kernel", lambda problem, **knobs: seen.update(knobs) or "compiled")
+    runner = get("k11:block_n=160,num_stages=3,pingpong=False")
+    for head_dim in (64, 256):
+        seen.clear()
+        runner.prepare(AttentionProblem(head_dim=head_dim))
+        want = dataclasses.replace(module.TILE_CONFIGS[head_dim], block_n=160, num_stages=3)
+        assert seen == {"plan": want, "pingpong": False} and want != module.TILE_CONFIGS[head_dim]
+    with pytest.raises(KeyError, match="knob among"):
+        get("k2:block_n=160")
+
+
 def test_compare_takes_a_rung_variant_and_refuses_a_bad_knob(capsys):
     assert compare.main(["k11", "k11:rescale_before_pv=True", "--cpu", "--json", "--causal", "no",
                          "--seqlen", "1024"]) == 0

@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.compare", description=summary.replace("`", ""),
                                      epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernels", nargs="+", help="kernel names: " + ", ".join(all_runners())
-                        + "; a rung with knobs set, e.g. k11:rescale_before_pv=True")
+                        + "; a rung with knobs set, e.g. k11:rescale_before_pv=True or k11:block_n=160")
     parser.add_argument("--seqlen", type=positive_int, nargs="+", default=list(DEFAULT_SEQLENS), metavar="N",
                         help="sequence lengths, queries = keys (default: %(default)s); batch = 16k tokens / N")
     parser.add_argument("--head-dim", type=positive_int, default=128, metavar="D",

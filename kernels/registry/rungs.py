@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -26,16 +27,31 @@ def rung_module(name: str):
     return importlib.import_module(f"kernels.{name}")
 
 
+# Fields of a Hopper rung's TilePlan (kernels/cute/fmha.py) that a variant may set one by one
+# (``k11:block_n=160``): the rung's default plan at the problem's head_dim, with those replaced.
+PLAN_FIELDS = ("consumer_warpgroups", "block_n", "num_stages", "producer_warps")
+
+
+def _compile_knobs(module, problem: AttentionProblem, knobs: dict) -> dict:
+    """``knobs`` with any TilePlan fields folded into ``plan`` (the default at the head_dim)."""
+    fields = {k: v for k, v in knobs.items() if k in PLAN_FIELDS}
+    if not fields:
+        return knobs
+    rest = {k: v for k, v in knobs.items() if k not in PLAN_FIELDS}
+    return {**rest, "plan": dataclasses.replace(module.TILE_CONFIGS[problem.head_dim], **fields)}
+
+
 def rung_runner(name: str, **knobs) -> Runner:
     """The runner of rung ``name``, compiled with ``knobs`` (its constructor's keyword arguments,
-    ``KNOBS``) where given: then named ``k11:rescale_before_pv=True`` (:func:`variant_runner`)."""
+    ``KNOBS``, or fields of its tile plan, ``PLAN_FIELDS``) where given: then named
+    ``k11:rescale_before_pv=True`` (:func:`variant_runner`)."""
 
     def unsupported(problem: AttentionProblem) -> str | None:
         return rung_module(name).can_implement(problem)
 
     def prepare(problem: AttentionProblem) -> Launch:
         module = rung_module(name)
-        compiled = module.compile_kernel(problem, **knobs)
+        compiled = module.compile_kernel(problem, **_compile_knobs(module, problem, knobs))
         return lambda q, k, v, out: module.run_kernel(compiled, q, k, v, out)
 
     idea = getattr(rung_module(name), "IDEA", "")
@@ -45,12 +61,15 @@ def rung_runner(name: str, **knobs) -> Runner:
 
 def variant_runner(spec: str) -> Runner:
     """``"k11:rescale_before_pv=True,pingpong=False"`` -> that rung compiled with those knobs
-    (values are Python literals; names must be in the rung's ``KNOBS``)."""
+    (values are Python literals; names must be in the rung's ``KNOBS``, or, for a rung with a
+    ``plan`` knob, fields of its tile plan: ``"k11:block_n=160,num_stages=3"``)."""
     name, _, assignments = spec.partition(":")
     if not RUNG_PATTERN.match(name) or name not in rung_names():
         raise KeyError(f"{spec!r}: knobs are for the ladder's rungs ({', '.join(rung_names())}), "
                        f"not {name!r}")
     allowed = getattr(rung_module(name), "KNOBS", ())
+    if "plan" in allowed:
+        allowed = (*allowed, *PLAN_FIELDS)
     knobs = {}
     for assignment in filter(None, assignments.split(",")):
         knob, eq, text = assignment.partition("=")
