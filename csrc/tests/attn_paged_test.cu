@@ -1,7 +1,8 @@
 // Standalone test of paged decode and ragged paged prefill (random page tables, several page
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
-// over split counts on the benchmark shapes (each output checked against the default's).
+// over split counts on the benchmark shapes (each output checked against the default's), and
+// `attn_paged_test latency` their time per call at B = 1 and 4 under CUDA-graph replay.
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -186,12 +187,61 @@ DecodeVariant make_decode_variant(const char* name) {
           T::kCtasPerSm, &launch_decode_variant<Cfg>};
 }
 
-static int bench_decode() {
+static std::vector<DecodeVariant> decode_variants() {
   using V = DecodeVariants<128>;
-  const DecodeVariant variants[] = {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
-                                    make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W4S6>("w4s6"),
-                                    make_decode_variant<V::W8S2>("w8s2"),       make_decode_variant<V::W8S3>("w8s3"),
-                                    make_decode_variant<V::W4K32S2>("w4k32s2")};
+  return {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
+          make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W4S6>("w4s6"),
+          make_decode_variant<V::W8S2>("w8s2"),       make_decode_variant<V::W8S3>("w8s3"),
+          make_decode_variant<V::W4K32S2>("w4k32s2")};
+}
+
+// The benchmark's decode step: q [B, 1, hq, d] against keys [B, sk, hkv, d], contiguous
+// (table == nullptr) or on pages of `page` keys that `table` [B, sk / page] names.
+static AttnParams decode_params(int b, int hq, int hkv, int d, int sk, const void* q, void* o, const void* k,
+                                const void* v, int page, const int* table, const int* lens, float* ws) {
+  AttnParams p;
+  p.q = q;
+  p.o = o;
+  p.k = k;
+  p.v = v;
+  p.q_batch_stride = p.o_batch_stride = int64_t(hq) * d;
+  p.q_token_stride = p.o_token_stride = int64_t(hq) * d;
+  p.q_head_stride = p.o_head_stride = d;
+  p.k_token_stride = p.v_token_stride = int64_t(hkv) * d;
+  p.k_head_stride = p.v_head_stride = d;
+  p.batch = b;
+  p.seqlen_q = 1;
+  p.seqlen_k = sk;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.head_dim = d;
+  p.group = hq / hkv;
+  p.scale = float(1.0 / std::sqrt(double(d)));
+  p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.o_partial = ws;
+  if (table == nullptr) {
+    p.k_block_stride = p.v_block_stride = int64_t(sk) * hkv * d;
+  } else {
+    p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
+    p.page_table = table;
+    p.page_table_batch_stride = sk / page;
+    p.seqlens_k = lens;
+    p.page_size = page;
+    p.max_pages = sk / page;
+  }
+  return p;
+}
+
+// A page table [b, sk / page]: pages in order, or shuffled (the benchmark's) when `shuffled`.
+static int* decode_page_table(int b, int sk, int page, bool shuffled) {
+  std::vector<int> table(size_t(b) * (sk / page));
+  std::iota(table.begin(), table.end(), 0);
+  if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(page));
+  return kernels::test::to_device(table);
+}
+
+static int bench_decode() {
+  const std::vector<DecodeVariant> variants = decode_variants();
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
   int dev = 0, sms = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
@@ -236,44 +286,9 @@ static int bench_decode() {
     KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
     for (const Source& src : sources) {
       const int page = src.page;
-      AttnParams p;
-      p.q = dq;
-      p.o = dout;
-      p.k = dk;
-      p.v = dv;
-      p.q_batch_stride = p.o_batch_stride = int64_t(hq) * d;
-      p.q_token_stride = p.o_token_stride = int64_t(hq) * d;
-      p.q_head_stride = p.o_head_stride = d;
-      p.k_token_stride = p.v_token_stride = int64_t(hkv) * d;
-      p.k_head_stride = p.v_head_stride = d;
-      p.batch = b;
-      p.seqlen_q = 1;
-      p.seqlen_k = sk;
-      p.heads_q = hq;
-      p.heads_kv = hkv;
-      p.head_dim = d;
-      p.group = hq / hkv;
-      p.scale = float(1.0 / std::sqrt(double(d)));
-      p.scale_log2 = p.scale * 1.4426950408889634f;
-      p.o_partial = ws;
-      int* dtable = nullptr;
-      int* dlens = nullptr;
-      if (page == 0) {
-        p.k_block_stride = p.v_block_stride = int64_t(sk) * hkv * d;
-      } else {
-        const int pages = sk / page;
-        std::vector<int> table(size_t(b) * pages);
-        std::iota(table.begin(), table.end(), 0);
-        if (src.shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(page));
-        dtable = kernels::test::to_device(table);
-        dlens = kernels::test::to_device(std::vector<int>(b, sk));
-        p.k_block_stride = p.v_block_stride = int64_t(page) * hkv * d;
-        p.page_table = dtable;
-        p.page_table_batch_stride = pages;
-        p.seqlens_k = dlens;
-        p.page_size = page;
-        p.max_pages = pages;
-      }
+      int* dtable = page == 0 ? nullptr : decode_page_table(b, sk, page, src.shuffled);
+      int* dlens = page == 0 ? nullptr : kernels::test::to_device(std::vector<int>(b, sk));
+      AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk, dv, page, dtable, dlens, ws);
       for (size_t vi = 0; vi < std::size(variants); ++vi) {
         double best_tbps = 0;
         int best_splits = 0;
@@ -319,9 +334,110 @@ static int bench_decode() {
   return failures ? 1 : 0;
 }
 
+// ---- latency: B = 1 and 4 under CUDA-graph replay --------------------------------------------
+
+// `attn_paged_test latency`: the decode's time per call at B = 1 and 4 (Sk 4096, 32 / 8 heads,
+// D 128, contiguous and on shuffled pages of 16), every variant at every split count, each call
+// replayed from a CUDA graph (no launch overhead, as a model's decode loop runs it) on one of
+// kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
+// one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
+// output is checked against the default's unsplit one.
+static int latency_decode() {
+  const std::vector<DecodeVariant> variants = decode_variants();
+  constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
+  const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
+  int dev = 0, sms = 0;
+  KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
+  KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaStream_t stream;  // blocking: ordered with time_ms's events on the legacy default stream
+  KERNELS_CUDA_CHECK(cudaStreamCreate(&stream));
+  int failures = 0;
+  std::printf(
+      "decode latency under CUDA-graph replay, q [B, 1, %d, %d], %d / %d heads, Sk %d, %d K/V copies in "
+      "turn: us per call by split count\n",
+      hq, d, hq, hkv, sk, kCopies);
+  for (int b : {1, 4}) {
+    const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
+    __nv_bfloat16 *dq, *dout, *dref, *dk[kCopies], *dv[kCopies];
+    KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dout, q_elems * 2));
+    KERNELS_CUDA_CHECK(cudaMalloc(&dref, q_elems * 2));
+    fill_random_bf16<<<1024, 256>>>(dq, q_elems, 1);
+    for (int c = 0; c < kCopies; ++c) {
+      KERNELS_CUDA_CHECK(cudaMalloc(&dk[c], kv_elems * 2));
+      KERNELS_CUDA_CHECK(cudaMalloc(&dv[c], kv_elems * 2));
+      fill_random_bf16<<<1024, 256>>>(dk[c], kv_elems, 2 + 2 * c);
+      fill_random_bf16<<<1024, 256>>>(dv[c], kv_elems, 3 + 2 * c);
+    }
+    float* ws = nullptr;
+    KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
+    for (int page : {0, 16}) {
+      int* dtable = page == 0 ? nullptr : decode_page_table(b, sk, page, true);
+      int* dlens = page == 0 ? nullptr : kernels::test::to_device(std::vector<int>(b, sk));
+      const int model = decode_num_splits(b, hkv, 1, hq / hkv, sk, d, sms);
+      std::printf("\n  B%d %s, %.1f MB of K/V; the cost model: %d splits\n  %-9s %-12s", b,
+                  page ? "pages of 16 (shuffled)" : "contiguous", 2.0 * kv_elems * 2 / 1e6, model, "variant", "tiles");
+      for (int splits : split_counts) std::printf(" %7d", splits);
+      std::printf("\n");
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        std::printf("  %-9s %-12s", variants[vi].name, variants[vi].tiles.c_str());
+        for (int splits : split_counts) {
+          AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
+          p.num_splits = splits;
+          p.lse_partial = ws + int64_t(splits) * b * hq * d;
+          KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
+          variants[vi].launch(p, stream);
+          KERNELS_CUDA_CHECK(cudaStreamSynchronize(stream));
+          if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
+          std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
+          KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
+          KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
+          std::vector<float> ref_f(ref.size());
+          for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
+          if (!(kernels::test::rel_err(out, ref_f) <= 1e-2)) {
+            std::printf("    FAIL");
+            ++failures;
+            continue;
+          }
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          KERNELS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+          for (int i = 0; i < kCallsPerGraph; ++i) {
+            AttnParams pi = p;
+            pi.k = dk[i % kCopies];
+            pi.v = dv[i % kCopies];
+            variants[vi].launch(pi, stream);
+          }
+          KERNELS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+          KERNELS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          const float ms = kernels::test::time_ms([&] { KERNELS_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+          std::printf(" %7.2f", ms * 1e3f / kCallsPerGraph);
+          KERNELS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+          KERNELS_CUDA_CHECK(cudaGraphDestroy(graph));
+        }
+        std::printf("\n");
+      }
+      cudaFree(dtable);
+      cudaFree(dlens);
+    }
+    for (int c = 0; c < kCopies; ++c) {
+      cudaFree(dk[c]);
+      cudaFree(dv[c]);
+    }
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dref);
+    cudaFree(ws);
+  }
+  KERNELS_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::printf("attn_paged_test latency: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
+  if (argc > 1 && std::string(argv[1]) == "latency") return latency_decode();
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
     // One small case per kernel, for compute-sanitizer memcheck / racecheck: paged decode (split,
