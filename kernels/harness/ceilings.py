@@ -66,18 +66,9 @@ def streaming_read(nbytes: int, copies: int = 8):
     difference of a read's CTA sums, added up, from ``torch.sum`` of the same buffer.
     """
     import triton
-    import triton.language as tl
 
+    from .read_kernel import read_kernel
     from .timing import graph_replay, time_cuda
-
-    @triton.jit
-    def read_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-        pid = tl.program_id(0)
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in tl.static_range(ITERS):
-            offs = pid * BLOCK * ITERS + i * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-        tl.store(part_ptr + pid, tl.sum(acc))
 
     n = nbytes // 2
     buffers = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
