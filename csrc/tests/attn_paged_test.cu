@@ -240,6 +240,23 @@ static int* decode_page_table(int b, int sk, int page, bool shuffled) {
   return kernels::test::to_device(table);
 }
 
+// Runs `variant` once on `p` (its output poisoned first) and returns its relative error
+// against `ref`; `is_reference` (the default variant, unsplit) first makes its output the
+// reference that the later runs are held to.
+static double run_against_reference(const DecodeVariant& variant, const AttnParams& p, cudaStream_t stream,
+                                    __nv_bfloat16* out, __nv_bfloat16* ref, int64_t elems, bool is_reference) {
+  KERNELS_CUDA_CHECK(cudaMemset(out, 0xff, elems * 2));
+  variant.launch(p, stream);
+  KERNELS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (is_reference) KERNELS_CUDA_CHECK(cudaMemcpy(ref, out, elems * 2, cudaMemcpyDeviceToDevice));
+  std::vector<__nv_bfloat16> got(elems), want(elems);
+  KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), out, elems * 2, cudaMemcpyDeviceToHost));
+  KERNELS_CUDA_CHECK(cudaMemcpy(want.data(), ref, elems * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> want_f(want.size());
+  for (size_t i = 0; i < want.size(); ++i) want_f[i] = __bfloat162float(want[i]);
+  return kernels::test::rel_err(got, want_f);
+}
+
 static int bench_decode() {
   const std::vector<DecodeVariant> variants = decode_variants();
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
@@ -296,16 +313,8 @@ static int bench_decode() {
           p.num_splits = splits;
           p.lse_partial = ws + int64_t(splits) * b * hq * d;
           auto launch = [&] { variants[vi].launch(p, nullptr); };
-          KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
-          launch();
-          KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-          if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
-          std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
-          KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
-          KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
-          std::vector<float> ref_f(ref.begin(), ref.end());
-          for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
-          const double err = kernels::test::rel_err(out, ref_f);
+          const double err =
+              run_against_reference(variants[vi], p, nullptr, dout, dref, q_elems, vi == 0 && splits == 1);
           if (!(err <= 1e-2)) {
             std::printf("  %s B%d page %d%s splits %d differs from default: rel_err %.2e  FAIL\n", variants[vi].name, b,
                         page, src.shuffled ? "" : " in order", splits, err);
@@ -385,16 +394,7 @@ static int latency_decode() {
           AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
           p.num_splits = splits;
           p.lse_partial = ws + int64_t(splits) * b * hq * d;
-          KERNELS_CUDA_CHECK(cudaMemset(dout, 0xff, q_elems * 2));
-          variants[vi].launch(p, stream);
-          KERNELS_CUDA_CHECK(cudaStreamSynchronize(stream));
-          if (vi == 0 && splits == 1) KERNELS_CUDA_CHECK(cudaMemcpy(dref, dout, q_elems * 2, cudaMemcpyDeviceToDevice));
-          std::vector<__nv_bfloat16> out(q_elems), ref(q_elems);
-          KERNELS_CUDA_CHECK(cudaMemcpy(out.data(), dout, q_elems * 2, cudaMemcpyDeviceToHost));
-          KERNELS_CUDA_CHECK(cudaMemcpy(ref.data(), dref, q_elems * 2, cudaMemcpyDeviceToHost));
-          std::vector<float> ref_f(ref.size());
-          for (size_t i = 0; i < ref.size(); ++i) ref_f[i] = __bfloat162float(ref[i]);
-          if (!(kernels::test::rel_err(out, ref_f) <= 1e-2)) {
+          if (!(run_against_reference(variants[vi], p, stream, dout, dref, q_elems, vi == 0 && splits == 1) <= 1e-2)) {
             std::printf("    FAIL");
             ++failures;
             continue;
