@@ -2,7 +2,7 @@
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's), and
-// `attn_paged_test latency` their time per call at B = 1 and 4 under CUDA-graph replay.
+// `attn_paged_test latency` their time per call at B = 1, 4, 16 and 64 under CUDA-graph replay.
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -343,10 +343,12 @@ static int bench_decode() {
   return failures ? 1 : 0;
 }
 
-// ---- latency: B = 1 and 4 under CUDA-graph replay --------------------------------------------
+// ---- latency: B = 1 to 64 under CUDA-graph replay --------------------------------------------
 
-// `attn_paged_test latency`: the decode's time per call at B = 1 and 4 (Sk 4096, 32 / 8 heads,
-// D 128, contiguous and on shuffled pages of 16), every variant at every split count, each call
+// `attn_paged_test latency`: the decode's time per call at B = 1, 4, 16 and 64 (Sk 4096, 32 / 8
+// heads, D 128, contiguous and on shuffled pages of 16; contiguous heads-major too, [B, Hkv, Sk, D]
+// through the strides, where each CTA's keys are one contiguous run), every variant at every
+// split count (up to 8 at B >= 16), each call
 // replayed from a CUDA graph (no launch overhead, as a model's decode loop runs it) on one of
 // kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
@@ -365,7 +367,7 @@ static int latency_decode() {
       "decode latency under CUDA-graph replay, q [B, 1, %d, %d], %d / %d heads, Sk %d, %d K/V copies in "
       "turn: us per call by split count\n",
       hq, d, hq, hkv, sk, kCopies);
-  for (int b : {1, 4}) {
+  for (int b : {1, 4, 16, 64}) {
     const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
     __nv_bfloat16 *dq, *dout, *dref, *dk[kCopies], *dv[kCopies];
     KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
@@ -380,18 +382,27 @@ static int latency_decode() {
     }
     float* ws = nullptr;
     KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
-    for (int page : {0, 16}) {
+    for (int layout = 0; layout < 3; ++layout) {
+      const int page = layout == 1 ? 16 : 0;
+      const bool heads_major = layout == 2;
       int* dtable = page == 0 ? nullptr : decode_page_table(b, sk, page, true);
       int* dlens = page == 0 ? nullptr : kernels::test::to_device(std::vector<int>(b, sk));
       const int model = decode_num_splits(b, hkv, 1, hq / hkv, sk, d, sms);
-      std::printf("\n  B%d %s, %.1f MB of K/V; the cost model: %d splits\n  %-9s %-12s", b,
-                  page ? "pages of 16 (shuffled)" : "contiguous", 2.0 * kv_elems * 2 / 1e6, model, "variant", "tiles");
-      for (int splits : split_counts) std::printf(" %7d", splits);
+      const char* layout_name[] = {"contiguous", "pages of 16 (shuffled)", "contiguous heads-major"};
+      std::printf("\n  B%d %s, %.1f MB of K/V; the cost model: %d splits\n  %-9s %-12s", b, layout_name[layout],
+                  2.0 * kv_elems * 2 / 1e6, model, "variant", "tiles");
+      for (int splits : split_counts)
+        if (b < 16 || splits <= 8) std::printf(" %7d", splits);
       std::printf("\n");
       for (size_t vi = 0; vi < variants.size(); ++vi) {
         std::printf("  %-9s %-12s", variants[vi].name, variants[vi].tiles.c_str());
         for (int splits : split_counts) {
+          if (b >= 16 && splits > 8) continue;
           AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
+          if (heads_major) {  // [B, Hkv, Sk, D]: a kv head's keys contiguous
+            p.k_token_stride = p.v_token_stride = d;
+            p.k_head_stride = p.v_head_stride = int64_t(sk) * d;
+          }
           p.num_splits = splits;
           p.lse_partial = ws + int64_t(splits) * b * hq * d;
           if (!(run_against_reference(variants[vi], p, stream, dout, dref, q_elems, vi == 0 && splits == 1) <= 1e-2)) {

@@ -17,11 +17,14 @@
 //                              count and with 1 and 2 forced; "skinny": M = 32 / 64 / 128 on
 //                              LLM shapes, the planner's tiled WGMMA plan against the swap-AB
 //                              kernel with its own split count and with 1)
+//   fp8_test --shape MxNxK     time the GEMM variants on these shapes (repeatable) instead of
+//                              4096^3 and 8192^3
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +140,7 @@ struct GemmCase {
   int accum = -1, promote_every = 0, cluster = -1, persistent = -1, group_m = 0, fast_store = -1;
   int sms = 0;  // SM count the planner sees (0: the device's); small values force persistent wrap
   int split_k = 0;
+  int stagger = -1;
 };
 
 // The planner request of a test case or a timed variant (both carry the same knobs).
@@ -152,6 +156,7 @@ fp8::gemm::PlanRequest request_of(const Knobs& v) {
   req.group_m = v.group_m;
   req.fast_store = v.fast_store;
   req.split_k = v.split_k;
+  req.stagger = v.stagger;
   return req;
 }
 
@@ -270,7 +275,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
     return "gemv_tma m" + std::to_string(plan.block_m) + " s" +
            std::to_string(plan.tiles > 0 ? plan.grid / plan.tiles : 1);
   std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
-  if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += "2";
+  if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += plan.stagger ? "2st" : "2";
   if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
@@ -392,6 +397,7 @@ bool test_scheduler() {
 struct TimedVariant {
   int path, block_n, accum, promote_every, cluster, persistent, group_m, fast_store;
   int split_k = 0;
+  int stagger = -1;
 };
 
 // The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" in a
@@ -414,18 +420,26 @@ std::vector<TimedVariant> timed_variants() {
       {0, 128, promote, 1, none, 1, 0, 0},
       {0, 128, promote, 1, none, 1, 0, 1},
       {0, 128, promote, 2, none, 1, 0, 1},
+      {0, 128, promote, 2, none, 1, 0, 1, 0, 1},
       {0, 128, overlap, 0, none, 1, 0, 1},
       {0, 128, fast, 0, none, 1, 0, 1},
       {0, 192, promote, 1, none, 1, 0, 0},
       {0, 192, promote, 1, none, 1, 0, 1},
       {0, 192, promote, 1, none, 0, 0, 1},
       {0, 192, promote, 2, none, 1, 0, 1},
+      {0, 192, promote, 2, none, 1, 0, 1, 0, 1},
+      {0, 192, promote, 2, pair_m, 1, 0, 1},
+      {0, 192, promote, 2, pair_m, 1, 0, 1, 0, 1},
+      {0, 192, promote, 2, pair_n, 1, 0, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
       {0, 192, overlap, 0, none, 1, 0, 1},
       {0, 192, overlap, 0, pair_m, 1, 0, 1},
       {0, 176, promote, 1, none, 1, 0, 1},
       {0, 176, promote, 2, none, 1, 0, 1},
+      {0, 176, promote, 2, none, 1, 0, 1, 0, 1},  // interval 2, the consumers' drains staggered
+      {0, 176, promote, 2, pair_m, 1, 0, 1},
+      {0, 176, promote, 2, pair_m, 1, 0, 1, 0, 1},
       {0, 176, promote, 1, pair_m, 1, 0, 1},
       {0, 176, overlap, 0, none, 1, 0, 1},
       {0, 256, fast, 0, none, 1, 0, 0},           // the "bn256 fast" reference
@@ -487,46 +501,48 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   return sustained_median_ms_of([&] { run_plan(p, req); });
 }
 
-// Every variant on one n^3 problem: checked against the mma.sync path (relative Frobenius
+// Every variant on one M x N x K problem: checked against the mma.sync path (relative Frobenius
 // error; promoted variants are fp32-accurate, fast accumulation drifts more), then timed.
-bool time_large(int64_t n, const char* only, std::vector<std::string>& labels, std::vector<double>& tflops) {
+bool time_large(int64_t m, int64_t n, int64_t k, const char* only, std::vector<std::string>& labels,
+                std::vector<double>& tflops) {
   labels.clear();
   tflops.clear();
-  const auto label_of = [n](size_t vi, const TimedVariant& v) {
-    const auto plan = fp8::gemm::plan_gemm(n, n, n, g_sms, g_cc_major, g_cc_minor, request_of(v));
+  const auto label_of = [m, n, k](size_t vi, const TimedVariant& v) {
+    const auto plan = fp8::gemm::plan_gemm(m, n, k, g_sms, g_cc_major, g_cc_minor, request_of(v));
     return (vi == 0 ? "default: " : "") + plan_label(plan);
   };
   bool any = only == nullptr;
   for (size_t vi = 0; vi < timed_variants().size() && !any; ++vi)
     any = label_of(vi, timed_variants()[vi]).find(only) != std::string::npos;
   if (!any) return true;  // nothing selected: skip the operands and the reference run
-  GemmCase gc{n, n, n, Format::kE4M3, Format::kE4M3, 0, 0, false};
+  GemmCase gc{m, n, k, Format::kE4M3, Format::kE4M3, 0, 0, false};
   DeviceGemm g = make_gemm(gc, 3);
   __nv_bfloat16* d_ref = nullptr;
-  KERNELS_CUDA_CHECK(cudaMalloc(&d_ref, n * n * 2));
+  KERNELS_CUDA_CHECK(cudaMalloc(&d_ref, m * n * 2));
   fp8::GemmParams p_ref = g.p;
   p_ref.d = d_ref;
   bool ok = run_gemm(p_ref, int(fp8::gemm::Path::kMmaSync), 0);
   KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto ref = download(d_ref, n * n);
-  std::vector<__nv_bfloat16> got(n * n);
+  const auto ref = download(d_ref, m * n);
+  std::vector<__nv_bfloat16> got(m * n);
   const auto variants = timed_variants();
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const fp8::gemm::PlanRequest req = request_of(variants[vi]);
-    const auto plan = fp8::gemm::plan_gemm(n, n, n, g_sms, g_cc_major, g_cc_minor, req);
+    const auto plan = fp8::gemm::plan_gemm(m, n, k, g_sms, g_cc_major, g_cc_minor, req);
     const std::string label = label_of(vi, variants[vi]);
     if (only != nullptr && label.find(only) == std::string::npos) continue;
-    KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, n * n * 2));
+    KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, m * n * 2));
     const bool launched = run_plan(g.p, req);
     KERNELS_CUDA_CHECK(cudaDeviceSynchronize());
-    KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, n * n * 2, cudaMemcpyDeviceToHost));
+    KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, m * n * 2, cudaMemcpyDeviceToHost));
     const double rel = relative_frobenius(ref, got);
     const bool fast_accum = plan.path == fp8::gemm::Path::kWgmma && plan.accum == fp8::gemm::AccumMode::kFast;
     const bool good = launched && rel < (fast_accum ? 1e-2 : 1e-3);
     const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
-    const double tf = good ? 2.0 * n * n * n / (ms * 1e-3) / 1e12 : 0.0;
-    std::printf("%s time %lld^3 %-40s grid=%-4d rel_err_vs_mma_sync=%.2e %8.4f ms %6.0f TFLOP/s\n",
-                good ? "PASS" : "FAIL", (long long)n, label.c_str(), plan.grid, rel, ms, tf);
+    const double tf = good ? 2.0 * m * n * k / (ms * 1e-3) / 1e12 : 0.0;
+    std::printf("%s time %lldx%lldx%lld %-40s grid=%-4d rel_err_vs_mma_sync=%.2e %8.4f ms %6.0f TFLOP/s\n",
+                good ? "PASS" : "FAIL", (long long)m, (long long)n, (long long)k, label.c_str(), plan.grid, rel, ms,
+                tf);
     std::fflush(stdout);
     labels.push_back(label);
     tflops.push_back(tf);
@@ -1053,28 +1069,42 @@ int main(int argc, char** argv) {
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&g_cc_minor, cudaDevAttrComputeCapabilityMinor, device));
   bool timing = true;
   const char* time_only = nullptr;
+  std::vector<std::array<int64_t, 3>> shapes;  // the timed GEMM shapes (default 4096^3 and 8192^3)
   for (int i = 1; i < argc; ++i) {
+    long long m = 0, n = 0, k = 0;
     if (std::strcmp(argv[i], "--no-timing") == 0) {
       timing = false;
     } else if (std::strcmp(argv[i], "--time-only") == 0 && i + 1 < argc) {
       time_only = argv[++i];
+    } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc &&
+               std::sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0 && k % 16 == 0) {
+      shapes.push_back({m, n, k});
     } else {
-      std::fprintf(stderr, "usage: %s [--no-timing | --time-only LABEL_SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--no-timing | --time-only LABEL_SUBSTRING] [--shape MxNxK ...]\n", argv[0]);
       return 2;
     }
   }
+  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
   const bool hopper = g_cc_major == 9 && g_cc_minor == 0;
   int failures = time_only != nullptr ? 0 : correctness_cases();
   if (hopper && timing) {
-    std::vector<std::string> labels;
-    std::vector<double> t4096, t8192;
-    std::vector<std::string> labels8192;
-    failures += !time_large(4096, time_only, labels, t4096);
-    failures += !time_large(8192, time_only, labels8192, t8192);
-    if (!labels.empty()) {
-      std::printf("\n%-40s %8s %8s   (TFLOP/s, median of sustained launches)\n", "variant", "4096^3", "8192^3");
-      for (size_t i = 0; i < labels.size(); ++i)
-        std::printf("%-40s %8.0f %8.0f\n", labels[i].c_str(), t4096[i], i < t8192.size() ? t8192[i] : 0.0);
+    std::vector<std::vector<std::string>> labels(shapes.size());
+    std::vector<std::vector<double>> tflops(shapes.size());
+    for (size_t si = 0; si < shapes.size(); ++si)
+      failures += !time_large(shapes[si][0], shapes[si][1], shapes[si][2], time_only, labels[si], tflops[si]);
+    if (!labels[0].empty()) {
+      std::printf("\n%-40s", "variant");
+      for (const auto& sh : shapes) {
+        const std::string name = std::to_string(sh[0]) + "x" + std::to_string(sh[1]) + "x" + std::to_string(sh[2]);
+        std::printf(" %16s", name.c_str());
+      }
+      std::printf("   (TFLOP/s, median of sustained launches)\n");
+      for (size_t i = 0; i < labels[0].size(); ++i) {
+        std::printf("%-40s", labels[0][i].c_str());
+        for (size_t si = 0; si < shapes.size(); ++si)
+          std::printf(" %16.0f", i < tflops[si].size() ? tflops[si][i] : 0.0);
+        std::printf("\n");
+      }
     }
     failures += !time_decode(time_only);
     failures += !time_gemv(time_only);

@@ -60,8 +60,8 @@ namespace kernels::fp8::gemm {
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched, const int promote_every, const bool fast_store,
-                     const SplitKPartials split) {
+                     const GemmParams p, const TileScheduler sched, const int promote_every, const bool stagger,
+                     const bool fast_store, const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
         float acc[Policy::kAccRegs];
 #pragma unroll
         for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, epi.alpha);
+        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, stagger, epi.alpha);
         if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
@@ -250,6 +250,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   static SmemOptIn opt_in;
   opt_in.ensure(kernel, Policy::kSmemBytes);
   const int promote_every = plan.promote_every;
+  const bool stagger = plan.stagger;
   const bool fast_store = plan.fast_store;
   SplitKPartials split;
   split.splits = plan.split_k;
@@ -259,7 +260,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   split.ldw = SplitKPartials::row_stride(p.n);
   const int size = sched.cluster_size();
   if (size == 1) {
-    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every,
+    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every, stagger,
                                                                         fast_store, split);
     check_launch("fp8 gemm_sm90_kernel");
     if (split.splits > 1) launch_splitk_reduce(p, split, stream);
@@ -271,7 +272,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
     if (clusters > 0 && grid > size * clusters) grid = size * clusters;
   }
   launch_in_clusters("fp8 gemm_sm90_kernel (cluster)", kernel, dim3(grid, 1, 1), Policy::kThreads, Policy::kSmemBytes,
-                     stream, size, map_a, map_b, p, sched, promote_every, fast_store, split);
+                     stream, size, map_a, map_b, p, sched, promote_every, stagger, fast_store, split);
   if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     PipelineState st;
     // scale 1: alpha is the epilogue's (store_pair), after the cluster's sum; one k-block per
     // promotion in either mode (P::kAccum)
-    Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, ring, 1, 1.f);
+    Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, ring, 1, false, 1.f);
     // m64nX fragment: acc[4j + 2h + e] is (row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e),
     // row = n (B's row in the tile), column = m (A's row): totals[m][n] (P::totals_index).
     const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;

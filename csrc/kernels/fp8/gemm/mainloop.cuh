@@ -155,9 +155,10 @@ struct Sm90Mainloop {
   // scale (the epilogue applies it).
   __device__ __forceinline__ static void consume_tile(const Storage& s, int consumer, int k_blocks,
                                                       float (&acc)[kAccRegs], PipelineState& st,
-                                                      const ClusterRole& role, int promote_every, float scale) {
+                                                      const ClusterRole& role, int promote_every, bool stagger,
+                                                      float scale) {
     if constexpr (Policy::kAccum == AccumMode::kPromote) {
-      consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every, scale);
+      consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every, stagger && consumer == 1, scale);
     } else if constexpr (Policy::kAccum == AccumMode::kPromotePingPong) {
       consume_tile_pingpong(s, consumer, k_blocks, acc, st, role, scale);
     } else {
@@ -204,13 +205,24 @@ struct Sm90Mainloop {
   // in flight: a single loop choosing "last k-block of the interval" at run time left ptxas
   // unsure what was in flight at its head, and it inserted a wgmma.wait_group 0 after every
   // k-block (C7517), so interval 2 drained exactly as often as interval 1.
+  // lead_single (interval 2 only): this warpgroup's first interval is one k-block, so its
+  // drains fall between the other warpgroup's instead of with them (both wait on the same
+  // stages and would otherwise drain together, leaving the tensor cores idle meanwhile).
   __device__ __forceinline__ static void consume_tile_promoted(const Storage& s, int consumer, int k_blocks,
                                                                float (&acc)[kAccRegs], PipelineState& st,
                                                                const ClusterRole& role, int promote_every,
-                                                               float scale) {
+                                                               bool lead_single, float scale) {
     float partial[kAccRegs];  // no init: each interval's first WGMMA ignores it (scale-d 0)
     int kb = 0;
     if (promote_every == 2) {
+      if (lead_single && k_blocks > 0) {
+        issue_stage(s, consumer, st, partial, true);
+        wgmma_wait<0>();
+        release(s, st.stage, role);
+        st.template advance<Policy::kStages>();
+        promote(acc, partial, scale);
+        kb = 1;
+      }
       for (; kb + 1 < k_blocks; kb += 2) {
         const int first_stage = st.stage;
         issue_stage(s, consumer, st, partial, true);

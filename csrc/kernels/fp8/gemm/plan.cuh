@@ -25,6 +25,9 @@ struct PlannerDefaults {
   // (tests/test_fp8.py).
   static constexpr AccumMode kAccum = AccumMode::kPromote;
   static constexpr int kPromoteEvery = 2;  // k-blocks per promotion (kPromote)
+  // With interval 2, the second consumer warpgroup's first interval is a single k-block, so
+  // the two warpgroups drain their WGMMAs at different times (Sm90Mainloop::consume_tile_promoted).
+  static constexpr bool kStagger = false;
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
   static constexpr int kGroupM = 8;  // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
@@ -67,6 +70,7 @@ struct GemmPlan {
   bool persistent = true;
   AccumMode accum = PlannerDefaults::kAccum;
   int promote_every = PlannerDefaults::kPromoteEvery;
+  bool stagger = PlannerDefaults::kStagger;  // kPromote, interval 2: consumers' drains offset by a k-block
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
   bool fast_store = PlannerDefaults::kFastStore;
@@ -79,6 +83,7 @@ struct PlanRequest {
   int persistent = -1;    // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
   int accum = -1;         // -1 auto, else AccumMode (WGMMA path)
   int promote_every = 0;  // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
+  int stagger = -1;       // -1 auto, 0 / 1: the second consumer's intervals offset by one k-block
   int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;        // 0 auto, else raster group height in tiles
   int fast_store = -1;    // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
@@ -178,6 +183,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
                  : req.force_block_n == 256 ? AccumMode::kFast
                                             : PlannerDefaults::kAccum;
     plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
+    plan.stagger = req.stagger >= 0 ? req.stagger == 1 : PlannerDefaults::kStagger;
     if (req.force_block_n > 0) {
       plan.block_n = req.force_block_n;
     } else {
