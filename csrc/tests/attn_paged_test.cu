@@ -353,7 +353,7 @@ static int bench_decode() {
 // kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
 // output is checked against the default's unsplit one.
-static int latency_decode() {
+static int latency_decode(int only_batch) {
   const std::vector<DecodeVariant> variants = decode_variants();
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
   const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
@@ -368,6 +368,7 @@ static int latency_decode() {
       "turn: us per call by split count\n",
       hq, d, hq, hkv, sk, kCopies);
   for (int b : {1, 4, 16, 64}) {
+    if (only_batch > 0 && b != only_batch) continue;
     const int64_t kv_elems = int64_t(b) * sk * hkv * d, q_elems = int64_t(b) * hq * d;
     __nv_bfloat16 *dq, *dout, *dref, *dk[kCopies], *dv[kCopies];
     KERNELS_CUDA_CHECK(cudaMalloc(&dq, q_elems * 2));
@@ -448,7 +449,7 @@ static int latency_decode() {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
-  if (argc > 1 && std::string(argv[1]) == "latency") return latency_decode();
+  if (argc > 1 && std::string(argv[1]) == "latency") return latency_decode(argc > 2 ? std::atoi(argv[2]) : 0);
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
     // One small case per kernel, for compute-sanitizer memcheck / racecheck: paged decode (split,

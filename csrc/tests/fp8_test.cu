@@ -280,7 +280,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
   if (plan.group_m != fp8::gemm::PlannerDefaults::kGroupM) s += " g" + std::to_string(plan.group_m);
-  if (plan.fast_store) s += " fs";
+  if (plan.fast_store) s += plan.fast_store == 2 ? " fs16" : " fs";
   return s;
 }
 
@@ -400,7 +400,7 @@ struct TimedVariant {
   int stagger = -1;
 };
 
-// The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" in a
+// The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" / "fs16" in a
 // label: unchecked interior stores (PlanRequest::fast_store). Pairs that differ in one knob:
 // default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs overlap vs fast
 // (promotion at one tile), bn128 vs bn176 vs bn192 promote (tile width against wave
@@ -421,6 +421,7 @@ std::vector<TimedVariant> timed_variants() {
       {0, 128, promote, 1, none, 1, 0, 1},
       {0, 128, promote, 2, none, 1, 0, 1},
       {0, 128, promote, 2, none, 1, 0, 1, 0, 1},
+      {0, 128, promote, 2, none, 1, 0, 2},
       {0, 128, overlap, 0, none, 1, 0, 1},
       {0, 128, fast, 0, none, 1, 0, 1},
       {0, 192, promote, 1, none, 1, 0, 0},
@@ -428,9 +429,9 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 1, none, 0, 0, 1},
       {0, 192, promote, 2, none, 1, 0, 1},
       {0, 192, promote, 2, none, 1, 0, 1, 0, 1},
+      {0, 192, promote, 2, none, 1, 0, 2},        // 16-byte row stores (StoreMode::kRows16)
+      {0, 192, promote, 2, none, 1, 0, 2, 0, 1},
       {0, 192, promote, 2, pair_m, 1, 0, 1},
-      {0, 192, promote, 2, pair_m, 1, 0, 1, 0, 1},
-      {0, 192, promote, 2, pair_n, 1, 0, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
       {0, 192, overlap, 0, none, 1, 0, 1},
@@ -438,12 +439,13 @@ std::vector<TimedVariant> timed_variants() {
       {0, 176, promote, 1, none, 1, 0, 1},
       {0, 176, promote, 2, none, 1, 0, 1},
       {0, 176, promote, 2, none, 1, 0, 1, 0, 1},  // interval 2, the consumers' drains staggered
-      {0, 176, promote, 2, pair_m, 1, 0, 1},
-      {0, 176, promote, 2, pair_m, 1, 0, 1, 0, 1},
+      {0, 176, promote, 2, none, 1, 0, 2},
+      {0, 176, promote, 2, none, 1, 0, 2, 0, 1},
       {0, 176, promote, 1, pair_m, 1, 0, 1},
       {0, 176, overlap, 0, none, 1, 0, 1},
       {0, 256, fast, 0, none, 1, 0, 0},           // the "bn256 fast" reference
       {0, 256, fast, 0, none, 1, 0, 1},
+      {0, 256, fast, 0, none, 1, 0, 2},
       {0, 256, fast, 0, pair_m, 1, 0, 1},
       {0, 64, promote, 1, none, -1, 0, 1},
       {1, 0, -1, 0, -1, -1, 0, -1},               // mma.sync reference path
@@ -995,6 +997,16 @@ int correctness_cases() {
       cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, 1, 4));
       cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, -1, 0));
       cases.push_back(with({129, 333, 1040, Format::kE4M3, Format::kE5M2, 0, v.block_n, false}, 1, 0));
+    }
+    // 16-byte row stores (StoreMode::kRows16) at every tile width: interior tiles through the
+    // quad transpose, the M / N tails through the checked stores, and N = 333 (rows not
+    // 16-byte aligned) through the pair stores.
+    for (int block_n : {64, 128, 176, 192, 256}) {
+      for (int64_t n : {520, 333}) {
+        GemmCase gc{300, n, 2064, Format::kE4M3, Format::kE4M3, 0, block_n, false};
+        gc.fast_store = 2;
+        cases.push_back(gc);
+      }
     }
   }
   for (const GemmCase& gc : cases) failures += !test_gemm(gc);

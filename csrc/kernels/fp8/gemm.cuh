@@ -12,7 +12,7 @@
 //   issued before the stores, or ping-ponged between two partials at BN <= 128) or keeps the
 //   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256).
 //   The epilogue stores interior fragments without per-pair checks when the plan says
-//   fast_store (Epilogue::store_wgmma_fragment).
+//   fast_store (StoreMode, Epilogue::store_wgmma_fragment).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
 // Split-K (GemmPlan::split_k > 1, for problems whose tiles leave SMs idle): a work unit is
@@ -61,7 +61,7 @@ template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const GemmParams p, const TileScheduler sched, const int promote_every, const bool stagger,
-                     const bool fast_store, const SplitKPartials split) {
+                     const StoreMode store, const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       if (splits > 1) {
         split.store_wgmma_fragment<Policy::kBN>(work % splits, row, col0, acc, Policy::kPromote ? 1.f : epi.alpha);
       } else {
-        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, fast_store);
+        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, store);
       }
     };
     if constexpr (Policy::kAccum == AccumMode::kPromoteOverlap) {
@@ -251,7 +251,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   opt_in.ensure(kernel, Policy::kSmemBytes);
   const int promote_every = plan.promote_every;
   const bool stagger = plan.stagger;
-  const bool fast_store = plan.fast_store;
+  const StoreMode store = StoreMode(plan.fast_store);
   SplitKPartials split;
   split.splits = plan.split_k;
   split.partials = workspace;
@@ -261,7 +261,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every, stagger,
-                                                                        fast_store, split);
+                                                                        store, split);
     check_launch("fp8 gemm_sm90_kernel");
     if (split.splits > 1) launch_splitk_reduce(p, split, stream);
     return;
@@ -272,7 +272,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
     if (clusters > 0 && grid > size * clusters) grid = size * clusters;
   }
   launch_in_clusters("fp8 gemm_sm90_kernel (cluster)", kernel, dim3(grid, 1, 1), Policy::kThreads, Policy::kSmemBytes,
-                     stream, size, map_a, map_b, p, sched, promote_every, stagger, fast_store, split);
+                     stream, size, map_a, map_b, p, sched, promote_every, stagger, store, split);
   if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 

@@ -16,6 +16,10 @@
 
 namespace kernels::fp8::gemm {
 
+// How the sm_90a GEMM stores its interior tiles (Epilogue::store_wgmma_fragment); edge tiles and
+// tiles with row / column scales or a bias always take the checked stores.
+enum class StoreMode : int { kChecked = 0, kPairs = 1, kRows16 = 2 };
+
 struct Epilogue {
   float alpha = 1.f;  // *scale_a * *scale_b, read once per thread
   const float* row_scale = nullptr;
@@ -23,8 +27,9 @@ struct Epilogue {
   const __nv_bfloat16* bias = nullptr;
   __nv_bfloat16* d = nullptr;
   int64_t m = 0, n = 0, ldd = 0;
-  bool pair_aligned = false;  // ldd even and d 4-byte aligned: (col, col+1) is one bf16x2
-  bool plain = false;         // pair_aligned, and no row / column scale and no bias
+  bool pair_aligned = false;   // ldd even and d 4-byte aligned: (col, col+1) is one bf16x2
+  bool plain = false;          // pair_aligned, and no row / column scale and no bias
+  bool row16_aligned = false;  // ldd % 8 == 0 and d 16-byte aligned: 8 columns from col % 8 == 0 are one uint4
 
   __device__ __forceinline__ static Epilogue make(const GemmParams& p) {
     Epilogue e;
@@ -38,6 +43,7 @@ struct Epilogue {
     e.ldd = p.ldd;
     e.pair_aligned = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 4 == 0;
     e.plain = e.pair_aligned && p.row_scale == nullptr && p.col_scale == nullptr && p.bias == nullptr;
+    e.row16_aligned = p.ldd % 8 == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
     return e;
   }
 
@@ -81,23 +87,33 @@ struct Epilogue {
   // col0 + 8j and col0 + 8j + 1 (col0 even) from acc[4j .. 4j + 3], j < kN / 8.
   // kScaled: the promoted mainloops fold alpha into their promotion FFMAs, so acc is already
   // scaled and the stores skip that multiply.
-  // With interior_fast, a thread whose rows and columns all lie inside D, with no row / column
-  // scale and no bias, stores without any per-pair check: F2FP + STG per pair (+ 2 FMUL when
-  // not kScaled), where the checked store_pair spends ~50 instructions: the checked epilogue of
-  // a 128 x 128 tile cost 2 x 3200 issue slots per SM sub-partition, against ~16k cycles of
-  // tensor-core work in a 4096^3 tile's mainloop.
+  // store (StoreMode): kChecked checks every pair (store_pair, ~50 instructions each: the
+  // checked epilogue of a 128 x 128 tile cost 2 x 3200 issue slots per SM sub-partition,
+  // against ~16k cycles of tensor-core work in a 4096^3 tile's mainloop). The unchecked modes
+  // serve a quad of threads whose rows and columns all lie inside D, with no row / column scale
+  // and no bias: kPairs stores each pair as it comes (F2FP + a 4-byte STG), kRows16 first
+  // transposes the quad's pairs (store_rows16) so that each thread stores 16 bytes of a row:
+  // a quarter of the STG instructions, which the kPairs epilogue queued behind each other
+  // (Nsight Compute: its STGs stalled on the LSU queue, "lg throttle", 13% of the kernel's
+  // warp samples at 8192 x 8192 x 4096).
   template <int kN, bool kScaled>
   __device__ __forceinline__ void store_wgmma_fragment(int64_t row, int64_t col0, const float (&acc)[kN / 2],
-                                                       bool interior_fast) const {
+                                                       StoreMode store) const {
     const float scale = kScaled ? 1.f : alpha;
-    if (interior_fast && plain && row + 8 < m && col0 + kN - 6 <= n) {
+    const int quad_lane = threadIdx.x % 4;
+    const int64_t quad_col0 = col0 - 2 * quad_lane;  // the same for the quad's four threads
+    if (store != StoreMode::kChecked && plain && row + 8 < m && quad_col0 + kN <= n) {
       __nv_bfloat16* out = d + row * ldd + col0;
-      __nv_bfloat16* out8 = out + 8 * ldd;
+      int j = 0;
+      if (store == StoreMode::kRows16 && row16_aligned) {
+        store_rows16<kN>(d + row * ldd + quad_col0, acc, scale, quad_lane);
+        j = kN / 32 * 4;
+      }
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
+      for (; j < kN / 8; ++j) {
         *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
             __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
-        *reinterpret_cast<__nv_bfloat162*>(out8 + 8 * j) =
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * ldd + 8 * j) =
             __floats2bfloat162_rn(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
       }
       return;
@@ -107,6 +123,47 @@ struct Epilogue {
     for (int j = 0; j < kN / 8; ++j) {
       store_pair(row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], factor0);
       store_pair(row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], factor8);
+    }
+  }
+
+  // Column groups 0 .. 4 * (kN / 32) of a quad's rows (out: its row `row`, column 0 of the
+  // fragment, 16-byte aligned): per row half and 4 column groups, thread t holds one bf16 pair of
+  // each group (columns 8g + 2t, +1); a 4 x 4 transpose of these words across the quad (two
+  // exchanges of two words) leaves thread t the 8 columns of group t, one 16-byte store.
+  template <int kN>
+  __device__ __forceinline__ void store_rows16(__nv_bfloat16* out, const float (&acc)[kN / 2], float scale,
+                                               int t) const {
+    const unsigned quad = 0xfu << (threadIdx.x % 32 & ~3u);
+    const bool odd = t & 1, upper = t & 2;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int q = 0; q < kN / 32; ++q) {
+        uint32_t w[4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const int a = 4 * (4 * q + g) + 2 * half;
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[a] * scale, acc[a + 1] * scale);
+          w[g] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        // w[g] = M[t][g]; after the exchange with t ^ 1: {M[p][c], M[p + 1][c], M[p][c + 2],
+        // M[p + 1][c + 2]} with c = t & 1, p = t & 2; after the one with t ^ 2: column t of M.
+        uint32_t send0 = odd ? w[0] : w[1], send1 = odd ? w[2] : w[3];
+        uint32_t got0 = __shfl_xor_sync(quad, send0, 1), got1 = __shfl_xor_sync(quad, send1, 1);
+        if (odd) {
+          w[0] = got0;
+          w[2] = got1;
+        } else {
+          w[1] = got0;
+          w[3] = got1;
+        }
+        send0 = upper ? w[0] : w[2];
+        send1 = upper ? w[1] : w[3];
+        got0 = __shfl_xor_sync(quad, send0, 2);
+        got1 = __shfl_xor_sync(quad, send1, 2);
+        const uint4 row8 = upper ? make_uint4(got0, got1, w[2], w[3]) : make_uint4(w[0], w[1], got0, got1);
+        *reinterpret_cast<uint4*>(out + 8 * half * ldd + 8 * (4 * q + t)) = row8;
+      }
     }
   }
 };

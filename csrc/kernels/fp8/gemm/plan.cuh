@@ -31,8 +31,12 @@ struct PlannerDefaults {
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
   static constexpr int kGroupM = 8;  // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
-  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200).
-  static constexpr bool kFastStore = true;
+  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200)
+  // as 4-byte pairs (StoreMode::kPairs); as 16-byte rows (kRows16), against the pairs in one
+  // fp8_test run (TFLOP/s): BN 192 promoted 887 -> 987 at 8192 x 8192 x 4096, 870 -> 967 at
+  // 8192 x 11008 x 4096, 1040 -> 1121 at 8192^3; BN 176 854 -> 876 at 4096^3; BN 256 fast
+  // 822 -> 900 and 966 -> 1012. The planner's default.
+  static constexpr int kFastStore = int(StoreMode::kRows16);
   // Split-K when the tiles leave SMs idle (tiles < SM count; never otherwise, so every plan
   // that fills the GPU is unchanged). Among split counts S with at least kSplitMinKBlocks
   // k-blocks per split and at most kSplitMaxWaves waves of (tile, split) units, the planner
@@ -73,8 +77,8 @@ struct GemmPlan {
   bool stagger = PlannerDefaults::kStagger;  // kPromote, interval 2: consumers' drains offset by a k-block
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
-  bool fast_store = PlannerDefaults::kFastStore;
-  int split_k = 1;  // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
+  int fast_store = PlannerDefaults::kFastStore;  // StoreMode
+  int split_k = 1;                               // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
 };
 
 struct PlanRequest {
@@ -86,7 +90,7 @@ struct PlanRequest {
   int stagger = -1;       // -1 auto, 0 / 1: the second consumer's intervals offset by one k-block
   int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;        // 0 auto, else raster group height in tiles
-  int fast_store = -1;    // -1 auto, 0 checked stores everywhere, 1 unchecked interior stores
+  int fast_store = -1;    // -1 auto, else StoreMode: 0 checked everywhere, 1 / 2 unchecked interior pairs / rows
   int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
@@ -175,7 +179,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
               : hopper            ? Path::kWgmma
                                   : Path::kMmaSync;
   plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
-  plan.fast_store = req.fast_store >= 0 ? req.fast_store == 1 : PlannerDefaults::kFastStore;
+  plan.fast_store = req.fast_store >= 0 ? req.fast_store : PlannerDefaults::kFastStore;
   int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
@@ -276,6 +280,7 @@ inline bool plan_supported(const GemmPlan& plan) {
            plan.block_m == GemvTmaPolicy::width_for(plan.block_m) && plan.block_n == GemvTmaPolicy::kBM;
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
+  if (plan.fast_store < 0 || plan.fast_store > int(StoreMode::kRows16)) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
   if (plan.split_k < 1 || plan.split_k > kMaxSplitK) return false;
   return has_kernel(plan.block_n, plan.accum);
