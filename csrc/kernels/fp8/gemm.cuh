@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       if (splits > 1) {
         split.store_wgmma_fragment<Policy::kBN>(work % splits, row, col0, acc, Policy::kPromote ? 1.f : epi.alpha);
       } else {
-        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote>(row, col0, acc, store);
+        constexpr bool kRows16 = Policy::kAccum == AccumMode::kPromote || Policy::kAccum == AccumMode::kFast;
+        epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote, kRows16>(row, col0, acc, store);
       }
     };
     if constexpr (Policy::kAccum == AccumMode::kPromoteOverlap) {

@@ -96,7 +96,9 @@ struct Epilogue {
   // a quarter of the STG instructions, which the kPairs epilogue queued behind each other
   // (Nsight Compute: its STGs stalled on the LSU queue, "lg throttle", 13% of the kernel's
   // warp samples at 8192 x 8192 x 4096).
-  template <int kN, bool kScaled>
+  // kRows16 = false compiles the kRows16 mode out (it runs as kPairs): the mainloops that keep
+  // a second set of partial sums live across the stores (ping-pong, overlap) spill with it.
+  template <int kN, bool kScaled, bool kRows16 = true>
   __device__ __forceinline__ void store_wgmma_fragment(int64_t row, int64_t col0, const float (&acc)[kN / 2],
                                                        StoreMode store) const {
     const float scale = kScaled ? 1.f : alpha;
@@ -105,9 +107,11 @@ struct Epilogue {
     if (store != StoreMode::kChecked && plain && row + 8 < m && quad_col0 + kN <= n) {
       __nv_bfloat16* out = d + row * ldd + col0;
       int j = 0;
-      if (store == StoreMode::kRows16 && row16_aligned) {
-        store_rows16<kN>(d + row * ldd + quad_col0, acc, scale, quad_lane);
-        j = kN / 32 * 4;
+      if constexpr (kRows16) {
+        if (store == StoreMode::kRows16 && row16_aligned) {
+          store_rows16<kN>(d + row * ldd + quad_col0, acc, scale, quad_lane);
+          j = kN / 32 * 4;
+        }
       }
 #pragma unroll
       for (; j < kN / 8; ++j) {
