@@ -15,19 +15,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
 
 // 16 bytes global -> shared (dst: a smem_addr), bypassing L1; when !valid nothing is read and
 // the destination is zero-filled (tails: zero rows keep the MMAs over them exact and finite).
-#ifndef KERNELS_CP_ASYNC_L2_PREFETCH
-#define KERNELS_CP_ASYNC_L2_PREFETCH 0
-#endif
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-#if KERNELS_CP_ASYNC_L2_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-#elif KERNELS_CP_ASYNC_L2_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-#endif
 }
 
 // 4 bytes global -> shared (dst: a smem_addr), cached in L1 (small tables: page-table entries).
