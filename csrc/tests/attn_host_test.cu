@@ -6,7 +6,10 @@
 //     and dividends across [0, 2^31);
 //   - the error model: host rejections throw the types of common/errors.h;
 //   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported), and its
-//     grid order (prefill_ws_tile: every tile once, L2 sections) and section sizes.
+//     grid order (prefill_ws_tile: every tile once, L2 sections) and section sizes;
+//   - the decode's swizzled tile rows (RowSwizzledTile): a permutation of each row's chunks
+//     that keeps a 128-byte line of a global row in one 128-byte segment and the 8 rows of an
+//     ldmatrix in 8 bank groups.
 //   python -m tools.nvcc csrc/tests/attn_host_test.cu csrc/kernels/attention/attn_decode.cu \
 //       && build/csrc-tests/attn_host_test
 #include <cstdint>
@@ -202,6 +205,38 @@ static int check_prefill_ws_grid() {
   return failures;
 }
 
+// RowSwizzledTile<kD> over 64 rows: every (row, chunk) its own 16-byte slot inside its row;
+// the 8 chunks of one 128-byte line of a global row in one 128-byte-aligned segment; and for
+// every 8 consecutive rows from a multiple of 8 (an ldmatrix's rows) at one chunk, 8 different
+// 16-byte bank groups (offset in bytes / 16 mod 8).
+template <int kD>
+static int check_row_swizzle() {
+  using Tile = kernels::attention::RowSwizzledTile<kD>;
+  constexpr int kRows = 64, kChunks = kD / 8;
+  int failures = 0;
+  std::vector<int> seen(kRows * kChunks, 0);
+  for (int row = 0; row < kRows; ++row) {
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      const int off = Tile::offset(row, chunk);
+      const bool in_row = off % 8 == 0 && off / kD == row;
+      const bool in_segment = (off % kD) / 64 == chunk / 8;
+      failures += !in_row || !in_segment;
+      if (in_row) ++seen[off / 8];
+    }
+  }
+  for (int n : seen) failures += n != 1;
+  for (int row0 = 0; row0 < kRows; row0 += 8) {
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      unsigned groups = 0;
+      for (int r = 0; r < 8; ++r) groups |= 1u << ((Tile::offset(row0 + r, chunk) * 2 / 16) % 8);
+      failures += groups != 0xffu;
+    }
+  }
+  std::printf("RowSwizzledTile<%d>: permutation, lines in segments, ldmatrix rows in 8 bank groups: %s\n", kD,
+              failures ? "FAIL" : "PASS");
+  return failures;
+}
+
 int main() {
   struct Case {
     int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
@@ -228,6 +263,7 @@ int main() {
                 c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
   }
   failures += check_fast_divmod();
+  failures += check_row_swizzle<64>() + check_row_swizzle<128>() + check_row_swizzle<256>();
   failures += check_errors();
   failures += check_prefill_ws_applicability();
   failures += check_prefill_ws_grid();

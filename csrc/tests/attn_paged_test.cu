@@ -192,7 +192,7 @@ static std::vector<DecodeVariant> decode_variants() {
   return {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
           make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W4S6>("w4s6"),
           make_decode_variant<V::W8S2>("w8s2"),       make_decode_variant<V::W8S3>("w8s3"),
-          make_decode_variant<V::W4K32S2>("w4k32s2")};
+          make_decode_variant<V::W4K32S2>("w4k32s2"), make_decode_variant<V::Swizzled>("swizzled")};
 }
 
 // The benchmark's decode step: q [B, 1, hq, d] against keys [B, sk, hkv, d], contiguous

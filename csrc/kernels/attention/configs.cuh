@@ -12,9 +12,11 @@ namespace kernels::attention {
 // are merged in shared memory at the end (split-KV inside the CTA, splits across CTAs).
 // The kernel and its launcher are templated on one DecodeTiles; DecodeConfig<kD> is what
 // run_decode uses, DecodeVariants<kD> what `attn_paged_test bench` compares it with.
-template <int kD_, int kWarps_, int kKeysPerWarp_, int kStages_>
+// kSwizzled: Q, K and V tiles in RowSwizzledTile rows instead of padded ones (tensor cores only).
+template <int kD_, int kWarps_, int kKeysPerWarp_, int kStages_, bool kSwizzled_ = false>
 struct DecodeTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kKeysPerWarp = kKeysPerWarp_, kStages = kStages_;
+  static constexpr bool kSwizzled = kSwizzled_;
 };
 
 template <int kD>
@@ -35,6 +37,10 @@ struct DecodeVariants {
   using W8S2 = DecodeTiles<kD, 8, 16, 2>;  // 128-key tiles, 8 warps
   using W8S3 = DecodeTiles<kD, 8, 16, 3>;
   using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
+  // The default's tiles in swizzled unpadded rows: each 128-byte line of a K/V row lands on one
+  // 128-byte segment of shared memory (Nsight Compute, B 16: the padded tiles' copies ask L2
+  // for 1.5x the sectors cuDNN's decode asks for, about half a line per request).
+  using Swizzled = DecodeTiles<kD, 4, 16, 3, true>;
 };
 
 template <class Cfg>
@@ -43,9 +49,10 @@ struct DecodeTraits : Cfg {
   static constexpr int kThreads = Cfg::kWarps * 32;
   static constexpr int kRows = 16;
   static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
-  static constexpr int kTileElems = kBlockN * smem_stride<kD>();
+  using Tile = std::conditional_t<Cfg::kSwizzled, RowSwizzledTile<kD>, PaddedTile<kD>>;
+  static constexpr int kTileElems = kBlockN * Tile::kRowElems;
   // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
-  static constexpr int kPageEntriesOffset = (kRows * smem_stride<kD>() + 2 * Cfg::kStages * kTileElems) * 2;
+  static constexpr int kPageEntriesOffset = (kRows * Tile::kRowElems + 2 * Cfg::kStages * kTileElems) * 2;
   static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
   // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
   static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;

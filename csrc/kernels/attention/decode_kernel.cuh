@@ -23,15 +23,16 @@ template <class Cfg, AttnImpl kImpl, class KV, class Element>
 __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
   using T = DecodeTraits<Cfg>;
+  using Tile = typename T::Tile;
   constexpr int kD = T::kD;
-  constexpr int S = smem_stride<kD>();
   constexpr int kNT = T::kKeysPerWarp / 8;
   constexpr int kDT = kD / 8;
-  using Math = WarpMath<kImpl, Element, 1, kNT, kD>;
+  static_assert(!Cfg::kSwizzled || kImpl == AttnImpl::kTensorCore, "the scalar math reads padded tiles only");
+  using Math = WarpMath<kImpl, Element, 1, kNT, kD, Tile>;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
-  Element* sK = sQ + T::kRows * S;
+  Element* sK = sQ + T::kRows * Tile::kRowElems;
   Element* sV = sK + T::kStages * T::kTileElems;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 
   // ---- prologue: Q and the first kStages - 1 KV tiles --------------------------------
   const Element* q_base = static_cast<const Element*>(p.q) + b * p.q_batch_stride;
-  load_q_tile<Element, T::kRows, kD, T::kThreads>(sQ, p.q, [&](int r) -> const Element* {
+  load_q_tile<Element, T::kRows, kD, T::kThreads, Tile>(sQ, p.q, [&](int r) -> const Element* {
     const int packed = row0 + r;
     if (packed >= rows_total) return nullptr;
     const int head = hkv * p.group + packed % p.group;
@@ -79,8 +80,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
     if (st < n_tiles) {
-      load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
-                                                             hkv, (tile_begin + st) * T::kBlockN, kv_len);
+      load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV, Tile>(sK + st * T::kTileElems, sV + st * T::kTileElems, p,
+                                                                   b, hkv, (tile_begin + st) * T::kBlockN, kv_len);
     }
     stage_entries(st + T::kStages - 1);
     cp_async_commit();
@@ -108,12 +109,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
         // The tile's pages from its staged copy of the page-table entries.
         const int* entries = sEntries + st * T::kBlockN;
         const int first_index = KV::page_index(p, first_key);
-        load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, true, true>(
+        load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, true, true, Tile>(
             sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
             [&](int pos) { return KV::locate(p, entries, first_index, pos); });
       } else {
-        load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV>(sK + st * T::kTileElems, sV + st * T::kTileElems, p, b,
-                                                               hkv, first_key, kv_len);
+        load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV, Tile>(sK + st * T::kTileElems, sV + st * T::kTileElems,
+                                                                     p, b, hkv, first_key, kv_len);
       }
     }
     // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
@@ -124,14 +125,14 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     const int warp_key0 = warp * T::kKeysPerWarp;
     float acc_s[1][kNT][4];
     // S = Q @ K^T over this warp's keys
-    Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * S);
+    Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * Tile::kRowElems);
     const int key0 = (tile_begin + i) * T::kBlockN + warp_key0;
     if (p.causal || p.mask != nullptr || key0 + T::kKeysPerWarp > kv_len) {
       apply_mask<1, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
     }
     softmax.update(acc_s, acc_o, p.scale_log2);
     // O += P @ V
-    Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * S);
+    Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * Tile::kRowElems);
   }
   cp_async_wait<0>();
   __syncthreads();  // all warps are done with the ring: it becomes the merge buffer

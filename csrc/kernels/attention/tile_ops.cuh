@@ -27,7 +27,22 @@ __host__ __device__ constexpr int smem_stride() {
 // swizzled tiles (Sw128Tile, wgmma_math.cuh) with the same code.
 template <int kD>
 struct PaddedTile {
+  static constexpr int kRowElems = smem_stride<kD>();
   __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
+};
+
+// Unpadded rows of kD elements whose 16-byte chunks are permuted within each 128-byte segment
+// by chunk ^ (row % 8): a 128-byte line of a global row lands on one 128-byte-aligned segment
+// of shared memory (in the padded layout it straddles two in 7 rows of 8), and the 8 rows an
+// ldmatrix reads at one logical chunk still sit in 8 different bank groups. The tile base must
+// be 128-byte aligned.
+template <int kD>
+struct RowSwizzledTile {
+  static_assert(kD % 64 == 0, "128-byte segments need head_dim a multiple of 64");
+  static constexpr int kRowElems = kD;
+  __host__ __device__ __forceinline__ static int offset(int row, int chunk) {
+    return row * kD + ((chunk & ~7) | ((chunk & 7) ^ (row & 7))) * 8;
+  }
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -118,11 +133,11 @@ __device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const Att
 }
 
 // K and V rows [first_key, first_key + kRows), pages looked up in the global page table.
-template <class Element, int kRows, int kD, int kThreads, class KV>
+template <class Element, int kRows, int kD, int kThreads, class KV, class Tile = PaddedTile<kD>>
 __device__ __forceinline__ void load_kv_tile(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
                                              int first_key, int kv_len) {
-  load_kv_rows<Element, kRows, kD, kThreads, KV, true, true>(sK, sV, p, b, hkv, first_key, kv_len,
-                                                             [&](int pos) { return KV::locate(p, b, pos); });
+  load_kv_rows<Element, kRows, kD, kThreads, KV, true, true, Tile>(sK, sV, p, b, hkv, first_key, kv_len,
+                                                                   [&](int pos) { return KV::locate(p, b, pos); });
 }
 
 // P (softmax numerators in the S accumulators) -> Element A fragments of P @ V: the
@@ -144,23 +159,25 @@ __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4]
 // qk: acc_s[mt][nt] = Q[16*kMT rows] @ K[8*kNT keys]^T over kD (sQ, sK: the warp's first row/key)
 // pv: acc_o[mt][dt] += P[16*kMT rows][8*kNT keys] @ V[8*kNT keys][kD]
 
-// Both read padded tiles through the generic proxy; a warp's operand rows start at
-// first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has the same contract).
-template <int kMT, int kD>
+// Both read their tiles (padded by default; Tile: PaddedTile or RowSwizzledTile for Q, K and
+// V alike) through the generic proxy; sQ / sK / sV point at the warp's first row or key, a
+// multiple of 16 rows into its tile (so the swizzle's row % 8 is that of the tile), and a
+// warp's operand rows start at first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has
+// the same contract).
+template <int kMT, int kD, class Tile = PaddedTile<kD>>
 struct WarpMathTiles {
-  using QSmemTile = PaddedTile<kD>;
-  using KVSmemTile = PaddedTile<kD>;
+  using QSmemTile = Tile;
+  using KVSmemTile = Tile;
   static constexpr bool kAsyncProxy = false;
   __device__ __forceinline__ static int first_q_row(int warp) { return warp * 16 * kMT; }
 };
 
-template <class Element, int kMT, int kNT, int kD>
-struct TensorCoreMath : WarpMathTiles<kMT, kD> {
+template <class Element, int kMT, int kNT, int kD, class Tile = PaddedTile<kD>>
+struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
   static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
   static constexpr int kDT = kD / 8;
 
   __device__ static void qk(float (&acc)[kMT][kNT][4], const Element* sQ, const Element* sK) {
-    constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -170,17 +187,18 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
     // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
     // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
-    const Element* q_lane = sQ + (lane % 16) * S + (lane / 16) * 8;
-    const Element* k_lane = sK + ((lane / 16) * 8 + lane % 8) * S + ((lane / 8) % 2) * 8;
+    const int q_row = lane % 16, q_chunk = lane / 16;
+    const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2;
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], smem_addr(q_lane + mt * 16 * S + kc * 16));
+      for (int mt = 0; mt < kMT; ++mt)
+        ldmatrix_x4(a[mt], smem_addr(sQ + Tile::offset(mt * 16 + q_row, 2 * kc + q_chunk)));
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(k_lane + np * 16 * S + kc * 16));
+        ldmatrix_x4(b, smem_addr(sK + Tile::offset(np * 16 + k_row, 2 * kc + k_chunk)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -191,11 +209,10 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
   }
 
   __device__ static void pv(float (&acc_o)[kMT][kDT][4], const float (&p)[kMT][kNT][4], const Element* sV) {
-    constexpr int S = smem_stride<kD>();
     const int lane = threadIdx.x % 32;
     // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
     // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
-    const Element* v_lane = sV + (((lane / 8) % 2) * 8 + lane % 8) * S + (lane / 16) * 8;
+    const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16;
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
       // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
@@ -210,7 +227,7 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD> {
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(v_lane + kc * 16 * S + dp * 16));
+        ldmatrix_x4_trans(b, smem_addr(sV + Tile::offset(kc * 16 + v_row, 2 * dp + v_chunk)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -288,8 +305,9 @@ struct ScalarMath : WarpMathTiles<kMT, kD> {
   }
 };
 
-template <AttnImpl kImpl, class Element, int kMT, int kNT, int kD>
-using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<Element, kMT, kNT, kD>,
+// Tile: the tensor-core math reads any tile layout; the scalar math reads padded tiles only.
+template <AttnImpl kImpl, class Element, int kMT, int kNT, int kD, class Tile = PaddedTile<kD>>
+using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<Element, kMT, kNT, kD, Tile>,
                                            ScalarMath<Element, kMT, kNT, kD>>::type;
 
 // ---- rows, masking, online softmax --------------------------------------------------------
