@@ -28,6 +28,7 @@ __host__ __device__ constexpr int smem_stride() {
 template <int kD>
 struct PaddedTile {
   static constexpr int kRowElems = smem_stride<kD>();
+  static constexpr bool kLinear = true;  // offset(r + dr, c + dc) = offset(r, c) + offset(dr, dc)
   __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
 };
 
@@ -40,6 +41,7 @@ template <int kD>
 struct RowSwizzledTile {
   static_assert(kD % 64 == 0, "128-byte segments need head_dim a multiple of 64");
   static constexpr int kRowElems = kD;
+  static constexpr bool kLinear = false;
   __host__ __device__ __forceinline__ static int offset(int row, int chunk) {
     return row * kD + ((chunk & ~7) | ((chunk & 7) ^ (row & 7))) * 8;
   }
@@ -164,6 +166,18 @@ __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4]
 // multiple of 16 rows into its tile (so the swizzle's row % 8 is that of the tile), and a
 // warp's operand rows start at first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has
 // the same contract).
+// Offset of (row + dr, chunk + dc), dr and dc compile-time steps, for a lane at (row, chunk)
+// whose own offset is lane_offset: one constant add on a linear (padded) tile, as the padded
+// kernels always addressed it; the whole map on a swizzled one.
+template <class Tile>
+__device__ __forceinline__ int tile_step(int lane_offset, int row, int chunk, int dr, int dc) {
+  if constexpr (Tile::kLinear) {
+    return lane_offset + Tile::offset(dr, dc);
+  } else {
+    return Tile::offset(row + dr, chunk + dc);
+  }
+}
+
 template <int kMT, int kD, class Tile = PaddedTile<kD>>
 struct WarpMathTiles {
   using QSmemTile = Tile;
@@ -187,18 +201,18 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
     // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
     // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
-    const int q_row = lane % 16, q_chunk = lane / 16;
-    const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2;
+    const int q_row = lane % 16, q_chunk = lane / 16, q_lane = Tile::offset(q_row, q_chunk);
+    const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2, k_lane = Tile::offset(k_row, k_chunk);
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       uint32_t a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
-        ldmatrix_x4(a[mt], smem_addr(sQ + Tile::offset(mt * 16 + q_row, 2 * kc + q_chunk)));
+        ldmatrix_x4(a[mt], smem_addr(sQ + tile_step<Tile>(q_lane, q_row, q_chunk, mt * 16, 2 * kc)));
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(sK + Tile::offset(np * 16 + k_row, 2 * kc + k_chunk)));
+        ldmatrix_x4(b, smem_addr(sK + tile_step<Tile>(k_lane, k_row, k_chunk, np * 16, 2 * kc)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -212,7 +226,7 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
     const int lane = threadIdx.x % 32;
     // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
     // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
-    const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16;
+    const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16, v_lane = Tile::offset(v_row, v_chunk);
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
       // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
@@ -227,7 +241,7 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(sV + Tile::offset(kc * 16 + v_row, 2 * dp + v_chunk)));
+        ldmatrix_x4_trans(b, smem_addr(sV + tile_step<Tile>(v_lane, v_row, v_chunk, kc * 16, 2 * dp)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
