@@ -9,6 +9,7 @@
 //       && build/csrc-tests/attn_paged_test
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -357,6 +358,8 @@ static int latency_decode(int only_batch) {
   const std::vector<DecodeVariant> variants = decode_variants();
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
   const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
+  // B >= 16 fills the GPU without splits: only up to 8 of them are timed there
+  const auto timed = [](int b, int splits) { return b < 16 || splits <= 8; };
   int dev = 0, sms = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -393,12 +396,12 @@ static int latency_decode(int only_batch) {
       std::printf("\n  B%d %s, %.1f MB of K/V; the cost model: %d splits\n  %-9s %-12s", b, layout_name[layout],
                   2.0 * kv_elems * 2 / 1e6, model, "variant", "tiles");
       for (int splits : split_counts)
-        if (b < 16 || splits <= 8) std::printf(" %7d", splits);
+        if (timed(b, splits)) std::printf(" %7d", splits);
       std::printf("\n");
       for (size_t vi = 0; vi < variants.size(); ++vi) {
         std::printf("  %-9s %-12s", variants[vi].name, variants[vi].tiles.c_str());
         for (int splits : split_counts) {
-          if (b >= 16 && splits > 8) continue;
+          if (!timed(b, splits)) continue;
           AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
           if (heads_major) {  // [B, Hkv, Sk, D]: a kv head's keys contiguous
             p.k_token_stride = p.v_token_stride = d;

@@ -161,11 +161,6 @@ __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4]
 // qk: acc_s[mt][nt] = Q[16*kMT rows] @ K[8*kNT keys]^T over kD (sQ, sK: the warp's first row/key)
 // pv: acc_o[mt][dt] += P[16*kMT rows][8*kNT keys] @ V[8*kNT keys][kD]
 
-// Both read their tiles (padded by default; Tile: PaddedTile or RowSwizzledTile for Q, K and
-// V alike) through the generic proxy; sQ / sK / sV point at the warp's first row or key, a
-// multiple of 16 rows into its tile (so the swizzle's row % 8 is that of the tile), and a
-// warp's operand rows start at first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has
-// the same contract).
 // Offset of (row + dr, chunk + dc), dr and dc compile-time steps, for a lane at (row, chunk)
 // whose own offset is lane_offset: one constant add on a linear (padded) tile, as the padded
 // kernels always addressed it; the whole map on a swizzled one.
@@ -178,6 +173,11 @@ __device__ __forceinline__ int tile_step(int lane_offset, int row, int chunk, in
   }
 }
 
+// qk and pv read their tiles (padded by default; Tile: PaddedTile or RowSwizzledTile for Q, K and
+// V alike) through the generic proxy; sQ / sK / sV point at the warp's first row or key, a
+// multiple of 16 rows into its tile (so the swizzle's row % 8 is that of the tile), and a
+// warp's operand rows start at first_q_row(warp) of the Q tile (WgmmaMath in wgmma_math.cuh has
+// the same contract).
 template <int kMT, int kD, class Tile = PaddedTile<kD>>
 struct WarpMathTiles {
   using QSmemTile = Tile;
