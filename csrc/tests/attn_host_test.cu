@@ -232,8 +232,22 @@ static int check_row_swizzle() {
       failures += groups != 0xffu;
     }
   }
-  std::printf("RowSwizzledTile<%d>: permutation, lines in segments, ldmatrix rows in 8 bank groups: %s\n", kD,
-              failures ? "FAIL" : "PASS");
+  // The math's hoisted addressing: a lane at (row < 16, chunk < 2) steps by whole 16-row tiles
+  // and even chunk counts, as qk and pv do.
+  for (int row = 0; row < 16; ++row) {
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      for (int dr = 0; dr + row < kRows; dr += 16) {
+        for (int dc = 0; dc + chunk < kChunks; dc += 2) {
+          const int stepped = kernels::attention::tile_step<Tile>(Tile::offset(row, chunk), dr, dc);
+          failures += stepped != Tile::offset(row + dr, chunk + dc);
+        }
+      }
+    }
+  }
+  std::printf(
+      "RowSwizzledTile<%d>: permutation, lines in segments, ldmatrix rows in 8 bank groups, "
+      "hoisted steps: %s\n",
+      kD, failures ? "FAIL" : "PASS");
   return failures;
 }
 

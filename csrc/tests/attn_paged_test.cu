@@ -2,7 +2,8 @@
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's), and
-// `attn_paged_test latency` their time per call at B = 1, 4, 16 and 64 under CUDA-graph replay.
+// `attn_paged_test latency [B] [head_dim]` their time per call at B = 1, 4, 16 and 64 under
+// CUDA-graph replay (head_dim 64 / 256: the default and its other row layout).
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -188,12 +189,25 @@ DecodeVariant make_decode_variant(const char* name) {
           T::kCtasPerSm, &launch_decode_variant<Cfg>};
 }
 
+// The default, its tiles in the other row layout (padded or swizzled), and at D 128 the tile
+// shapes measured before.
+template <int kD>
 static std::vector<DecodeVariant> decode_variants() {
-  using V = DecodeVariants<128>;
-  return {make_decode_variant<V::Default>("default"), make_decode_variant<V::W4S2>("w4s2"),
-          make_decode_variant<V::W4S4>("w4s4"),       make_decode_variant<V::W4S6>("w4s6"),
-          make_decode_variant<V::W8S2>("w8s2"),       make_decode_variant<V::W8S3>("w8s3"),
-          make_decode_variant<V::W4K32S2>("w4k32s2"), make_decode_variant<V::Swizzled>("swizzled")};
+  using V = DecodeVariants<kD>;
+  std::vector<DecodeVariant> variants = {make_decode_variant<typename V::Default>("default")};
+  if constexpr (V::Default::kSwizzled) {
+    variants.push_back(make_decode_variant<typename V::Padded>("padded"));
+  } else {
+    variants.push_back(make_decode_variant<typename V::Swizzled>("swizzled"));
+  }
+  if constexpr (kD == 128) {
+    variants.insert(
+        variants.end(),
+        {make_decode_variant<typename V::W4S2>("w4s2"), make_decode_variant<typename V::W4S4>("w4s4"),
+         make_decode_variant<typename V::W4S6>("w4s6"), make_decode_variant<typename V::W8S2>("w8s2"),
+         make_decode_variant<typename V::W8S3>("w8s3"), make_decode_variant<typename V::W4K32S2>("w4k32s2")});
+  }
+  return variants;
 }
 
 // The benchmark's decode step: q [B, 1, hq, d] against keys [B, sk, hkv, d], contiguous
@@ -259,7 +273,7 @@ static double run_against_reference(const DecodeVariant& variant, const AttnPara
 }
 
 static int bench_decode() {
-  const std::vector<DecodeVariant> variants = decode_variants();
+  const std::vector<DecodeVariant> variants = decode_variants<128>();
   constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kMaxSplits = 4;
   int dev = 0, sms = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&dev));
@@ -347,16 +361,16 @@ static int bench_decode() {
 // ---- latency: B = 1 to 64 under CUDA-graph replay --------------------------------------------
 
 // `attn_paged_test latency`: the decode's time per call at B = 1, 4, 16 and 64 (Sk 4096, 32 / 8
-// heads, D 128, contiguous and on shuffled pages of 16; contiguous heads-major too, [B, Hkv, Sk, D]
-// through the strides, where each CTA's keys are one contiguous run), every variant at every
-// split count (up to 8 at B >= 16), each call
-// replayed from a CUDA graph (no launch overhead, as a model's decode loop runs it) on one of
+// heads, D 128 or the head_dim argument, contiguous and on shuffled pages of 16; contiguous heads-major too, [B, Hkv,
+// Sk, D] through the strides, where each CTA's keys are one contiguous run), every variant at every split count (up to
+// 8 at B >= 16), each call replayed from a CUDA graph (no launch overhead, as a model's decode loop runs it) on one of
 // kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
 // output is checked against the default's unsplit one.
+template <int d>
 static int latency_decode(int only_batch) {
-  const std::vector<DecodeVariant> variants = decode_variants();
-  constexpr int hq = 32, hkv = 8, d = 128, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
+  const std::vector<DecodeVariant> variants = decode_variants<d>();
+  constexpr int hq = 32, hkv = 8, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
   const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
   // B >= 16 fills the GPU without splits: only up to 8 of them are timed there
   const auto timed = [](int b, int splits) { return b < 16 || splits <= 8; };
@@ -452,7 +466,12 @@ static int latency_decode(int only_batch) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
-  if (argc > 1 && std::string(argv[1]) == "latency") return latency_decode(argc > 2 ? std::atoi(argv[2]) : 0);
+  if (argc > 1 && std::string(argv[1]) == "latency") {  // latency [B (0: all)] [head_dim (128)]
+    const int only_batch = argc > 2 ? std::atoi(argv[2]) : 0, head_dim = argc > 3 ? std::atoi(argv[3]) : 128;
+    if (head_dim == 64) return latency_decode<64>(only_batch);
+    if (head_dim == 256) return latency_decode<256>(only_batch);
+    return latency_decode<128>(only_batch);
+  }
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
     // One small case per kernel, for compute-sanitizer memcheck / racecheck: paged decode (split,

@@ -21,8 +21,9 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
         paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element>(p, stream)
               : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV, Element>(p, stream);
       } else {
-        paged ? launch_decode<Cfg, AttnImpl::kScalar, PagedKV, Element>(p, stream)
-              : launch_decode<Cfg, AttnImpl::kScalar, ContiguousKV, Element>(p, stream);
+        using Scalar = PaddedDecodeTiles<Cfg>;
+        paged ? launch_decode<Scalar, AttnImpl::kScalar, PagedKV, Element>(p, stream)
+              : launch_decode<Scalar, AttnImpl::kScalar, ContiguousKV, Element>(p, stream);
       }
     });
   });

@@ -21,26 +21,32 @@ struct DecodeTiles {
 
 template <int kD>
 struct DecodeConfig;
+// Every head dim reads its K/V rows into swizzled tiles (RowSwizzledTile). H200, graph replay,
+// Sk 4096, GQA 32 / 8, unsplit, padded against swizzled (attn_paged_test latency B D, us):
+// D 64 B16 36.0 / 33.6, B64 132.7 / 123.9; D 128 B16 68.9 / 63.7, B64 259.3 / 240.6; D 256
+// B16 139.3 / 124.4, B64 531.5 / 481.1.
 template <>
-struct DecodeConfig<64> : DecodeTiles<64, 4, 32, 3> {};
+struct DecodeConfig<64> : DecodeTiles<64, 4, 32, 3, true> {};
 template <>
-struct DecodeConfig<128> : DecodeTiles<128, 4, 16, 3> {};
+struct DecodeConfig<128> : DecodeTiles<128, 4, 16, 3, true> {};
 template <>
-struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 2> {};
+struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 2, true> {};
+
+// A configuration's tiles in padded rows (the scalar math reads only those).
+template <class Cfg>
+using PaddedDecodeTiles = DecodeTiles<Cfg::kD, Cfg::kWarps, Cfg::kKeysPerWarp, Cfg::kStages, false>;
 
 template <int kD>
 struct DecodeVariants {
   using Default = DecodeConfig<kD>;
+  using Padded = PaddedDecodeTiles<Default>;
+  using Swizzled = DecodeTiles<kD, Default::kWarps, Default::kKeysPerWarp, Default::kStages, true>;
   using W4S2 = DecodeTiles<kD, 4, 16, 2>;  // smaller ring: three CTAs per SM at D 128
   using W4S4 = DecodeTiles<kD, 4, 16, 4>;  // deeper ring, one CTA per SM
   using W4S6 = DecodeTiles<kD, 4, 16, 6>;  // five tiles in flight: B16 runs one CTA per SM anyway
   using W8S2 = DecodeTiles<kD, 8, 16, 2>;  // 128-key tiles, 8 warps
   using W8S3 = DecodeTiles<kD, 8, 16, 3>;
   using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
-  // The default's tiles in swizzled unpadded rows: each 128-byte line of a K/V row lands on one
-  // 128-byte segment of shared memory (Nsight Compute, B 16: the padded tiles' copies ask L2
-  // for 1.5x the sectors cuDNN's decode asks for, about half a line per request).
-  using Swizzled = DecodeTiles<kD, 4, 16, 3, true>;
 };
 
 template <class Cfg>

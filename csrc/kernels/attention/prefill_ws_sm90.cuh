@@ -136,13 +136,6 @@ constexpr int kEpilogueBarrier0 = 4;
 // Paged: every consumer thread, once V's rows past the sequence's keys are zeroed.
 constexpr int kVTailBarrier = 7;
 
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // A 4-byte shared-memory store by shared-window address (a generic pointer into the aligned
 // dynamic shared memory would compile to a generic ST).
 __device__ __forceinline__ void st_shared(uint32_t addr, uint32_t value) {
@@ -356,12 +349,10 @@ struct PrefillWs {
     __device__ __forceinline__ void release(uint64_t* empty) const {
       if (lane == 0) mbarrier_arrive(empty);
     }
-    __device__ __forceinline__ void wait_turn() const {
-      prefill_ws::named_barrier_sync(prefill_ws::kTurnBarrier0 + wg, 256);
-    }
+    __device__ __forceinline__ void wait_turn() const { named_barrier_sync(prefill_ws::kTurnBarrier0 + wg, 256); }
     __device__ __forceinline__ void pass_turn() const {
       const int next = wg + 1 < kWarpgroups ? wg + 1 : 0;
-      prefill_ws::named_barrier_arrive(prefill_ws::kTurnBarrier0 + next, 256);
+      named_barrier_arrive(prefill_ws::kTurnBarrier0 + next, 256);
     }
 
     // Scores of keys past a row's limit become -inf: one compare and select per score against
@@ -446,7 +437,7 @@ struct PrefillWs {
                                      (i - panel * chunks) * 16);
       }
       fence_proxy_async_shared();  // the generic-proxy writes, visible to WGMMA
-      prefill_ws::named_barrier_sync(prefill_ws::kVTailBarrier, T::kConsumerThreads);
+      named_barrier_sync(prefill_ws::kVTailBarrier, T::kConsumerThreads);
     }
 
     __device__ __forceinline__ void last_pv(const Smem& s, int n, int k_len) {
@@ -486,7 +477,7 @@ struct PrefillWs {
         }
       }
       fence_proxy_async_shared();  // the generic-proxy writes, visible to the TMA store
-      prefill_ws::named_barrier_sync(prefill_ws::kEpilogueBarrier0 + wg, 128);
+      named_barrier_sync(prefill_ws::kEpilogueBarrier0 + wg, 128);
       const bool store_thread = threadIdx.x % 128 == 0 && wg_row0 < t.q_len;
       if (store_thread) {
         tma_store_5d(&p.o, sO, 0, t.q_start + wg_row0, 0, t.head, kPaged ? 0 : t.batch);
@@ -554,7 +545,7 @@ struct PrefillWs {
       for (int e = 0; e < 4; ++e) c.acc_o[0][dt][e] = 0.f;
     c.softmax.init();
     prefill_ws::wait(s.q_full(), 0, "Q's full barrier");
-    if (c.wg == 0) prefill_ws::named_barrier_arrive(prefill_ws::kTurnBarrier0, 256);  // the first turn
+    if (c.wg == 0) named_barrier_arrive(prefill_ws::kTurnBarrier0, 256);  // the first turn
     if (n_tiles > 0) {
       c.first_tile(s, p.scale_log2);
       // Mask-free tiles first (a compile-time branch: no mask code), then the masked ones.

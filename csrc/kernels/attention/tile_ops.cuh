@@ -29,7 +29,9 @@ template <int kD>
 struct PaddedTile {
   static constexpr int kRowElems = smem_stride<kD>();
   static constexpr bool kLinear = true;  // offset(r + dr, c + dc) = offset(r, c) + offset(dr, dc)
-  __device__ __forceinline__ static int offset(int row, int chunk) { return row * smem_stride<kD>() + chunk * 8; }
+  __host__ __device__ __forceinline__ static int offset(int row, int chunk) {
+    return row * smem_stride<kD>() + chunk * 8;
+  }
 };
 
 // Unpadded rows of kD elements whose 16-byte chunks are permuted within each 128-byte segment
@@ -163,13 +165,16 @@ __device__ __forceinline__ void pack_p_fragments(uint32_t (&pa)[kMT][kNT / 2][4]
 
 // Offset of (row + dr, chunk + dc), dr and dc compile-time steps, for a lane at (row, chunk)
 // whose own offset is lane_offset: one constant add on a linear (padded) tile, as the padded
-// kernels always addressed it; the whole map on a swizzled one.
+// kernels always addressed it. On a row-swizzled tile, with dr a multiple of 8 (row % 8 kept)
+// and the lane's chunk < 8 with dc's low bits clear of it (chunk + dc == chunk ^ dc below 8),
+// the swizzled chunk is (chunk ^ row % 8) ^ (dc % 8): one XOR of the lane's offset by a
+// constant, then a constant add.
 template <class Tile>
-__device__ __forceinline__ int tile_step(int lane_offset, int row, int chunk, int dr, int dc) {
+__host__ __device__ __forceinline__ int tile_step(int lane_offset, int dr, int dc) {
   if constexpr (Tile::kLinear) {
     return lane_offset + Tile::offset(dr, dc);
   } else {
-    return Tile::offset(row + dr, chunk + dc);
+    return (lane_offset ^ ((dc & 7) * 8)) + dr * Tile::kRowElems + (dc & ~7) * 8;
   }
 }
 
@@ -207,12 +212,11 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
     for (int kc = 0; kc < kD / 16; ++kc) {
       uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-        ldmatrix_x4(a[mt], smem_addr(sQ + tile_step<Tile>(q_lane, q_row, q_chunk, mt * 16, 2 * kc)));
+      for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], smem_addr(sQ + tile_step<Tile>(q_lane, mt * 16, 2 * kc)));
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(sK + tile_step<Tile>(k_lane, k_row, k_chunk, np * 16, 2 * kc)));
+        ldmatrix_x4(b, smem_addr(sK + tile_step<Tile>(k_lane, np * 16, 2 * kc)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -241,7 +245,7 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(sV + tile_step<Tile>(v_lane, v_row, v_chunk, kc * 16, 2 * dp)));
+        ldmatrix_x4_trans(b, smem_addr(sV + tile_step<Tile>(v_lane, kc * 16, 2 * dp)));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
