@@ -43,8 +43,9 @@ def parse_ptxas(report: str) -> dict[str, dict]:
         if m := re.search(r"Compiling entry function '(\S+)'", line):
             current = m.group(1)
             kernels[current] = {}
-        elif current and (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)):
-            kernels[current]["spill_stores"], kernels[current]["spill_loads"] = int(m.group(1)), int(m.group(2))
+        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            kernels[current]["stack_frame"] = int(m.group(1))
+            kernels[current]["spill_stores"], kernels[current]["spill_loads"] = int(m.group(2)), int(m.group(3))
         elif current and (m := re.search(r"Used (\d+) registers", line)):
             kernels[current]["registers"] = int(m.group(1))
     return kernels
@@ -73,7 +74,7 @@ def test_parse_ptxas_report():
         "    8 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n"
         "ptxas info    : Used 255 registers, used 1 barriers\n"
     )
-    assert parse_ptxas(report) == {"_Z3foov": {"spill_stores": 4, "spill_loads": 8, "registers": 255}}
+    assert parse_ptxas(report) == {"_Z3foov": {"stack_frame": 8, "spill_stores": 4, "spill_loads": 8, "registers": 255}}
 
 
 @needs_nvcc
@@ -86,9 +87,11 @@ def test_torch_free_units_compile_without_spills(compiled):
             continue
         for name, info in parse_ptxas(result.stdout + result.stderr).items():
             table.append(f"{rel}: {name}: {info}")
-            spilled = info.get("spill_stores", 0) + info.get("spill_loads", 0)
+            # a stack frame without spills is an array ptxas could not keep in registers (an index
+            # it cannot resolve at compile time): local-memory traffic just the same
+            spilled = info.get("spill_stores", 0) + info.get("spill_loads", 0) + info.get("stack_frame", 0)
             if spilled and not any(key in name for key in SPILLS_ALLOWED):
-                failures.append(f"{rel}: {name} spills ({info})")
+                failures.append(f"{rel}: {name} spills or keeps a stack frame ({info})")
     print("\n".join(table))
     assert not failures, "\n".join(failures)
 

@@ -10,6 +10,7 @@
 // forced, with its width for M (16 / 32 / 64 / 128), in-cluster split counts, stages and totals
 // layout; the launch checks throw the errors of common/errors.h.
 // Prints the decode plans and "N failure(s)".
+#include <array>
 #include <cstdint>
 #include <cstdio>
 
@@ -282,6 +283,25 @@ int main() {
       ok = ok && expected_begin == k_blocks && largest - smallest <= 1;
       expect(ok, "split_k_range partition", splits, 0, k_blocks);
     }
+
+  // Store modes: the default is the TMA-store epilogue where the tile has that kernel (BN 128 /
+  // 176 / 192 promoted, 128 / 256 fast), the 16-byte row stores elsewhere; a forced TMA store on
+  // a tile without it is no plan.
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 11008, 4096}}) {
+    const GemmPlan plan = plan_of(m, n, k);
+    expect(plan.fast_store == int(StoreMode::kTma) && has_tma_store_kernel(plan.block_n, plan.accum) &&
+               plan_supported(plan),
+           "default plan stores by TMA", m, n, k);
+  }
+  {
+    PlanRequest req;
+    req.force_block_n = 64;
+    GemmPlan plan = plan_gemm(2048, 2048, 2048, kSms, 9, 0, req);
+    expect(plan.fast_store == int(StoreMode::kRows16) && plan_supported(plan), "BN 64 falls back to row stores", 2048,
+           2048, 2048);
+    plan.fast_store = int(StoreMode::kTma);
+    expect(!plan_supported(plan), "a forced TMA store without its kernel is no plan", 2048, 2048, 2048);
+  }
 
   // The launch checks throw the error types of common/errors.h (what the binding raises).
   {

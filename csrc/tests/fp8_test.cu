@@ -280,7 +280,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
   if (plan.group_m != fp8::gemm::PlannerDefaults::kGroupM) s += " g" + std::to_string(plan.group_m);
-  if (plan.fast_store) s += plan.fast_store == 2 ? " fs16" : " fs";
+  if (plan.fast_store) s += plan.fast_store == 3 ? " tma" : plan.fast_store == 2 ? " fs16" : " fs";
   return s;
 }
 
@@ -431,6 +431,12 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 2, none, 1, 0, 1, 0, 1},
       {0, 192, promote, 2, none, 1, 0, 2},        // 16-byte row stores (StoreMode::kRows16)
       {0, 192, promote, 2, none, 1, 0, 2, 0, 1},
+      {0, 192, promote, 2, none, 1, 0, 3},        // TMA-store epilogue (StoreMode::kTma)
+      {0, 176, promote, 2, none, 1, 0, 3},
+      {0, 192, promote, 1, none, 1, 0, 3},
+      {0, 192, promote, 2, pair_m, 1, 0, 3},
+      {0, 128, promote, 2, none, 1, 0, 3},
+      {0, 128, fast, 0, none, 1, 0, 3},
       {0, 192, promote, 2, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
@@ -446,6 +452,7 @@ std::vector<TimedVariant> timed_variants() {
       {0, 256, fast, 0, none, 1, 0, 0},           // the "bn256 fast" reference
       {0, 256, fast, 0, none, 1, 0, 1},
       {0, 256, fast, 0, none, 1, 0, 2},
+      {0, 256, fast, 0, none, 1, 0, 3},
       {0, 256, fast, 0, pair_m, 1, 0, 1},
       {0, 64, promote, 1, none, -1, 0, 1},
       {1, 0, -1, 0, -1, -1, 0, -1},               // mma.sync reference path
@@ -1007,6 +1014,43 @@ int correctness_cases() {
         gc.fast_store = 2;
         cases.push_back(gc);
       }
+    }
+  }
+  if (hopper) {
+    // TMA-store epilogues (StoreMode::kTma) on every kernel that has one: M / N tails clipped by
+    // TMA, a wrapped persistent grid (4 SMs), clusters, N = 333 (rows not 16-byte aligned) and
+    // extras (scales, bias) through the direct stores, a K tail.
+    using fp8::gemm::AccumMode;
+    using fp8::gemm::ClusterMode;
+    struct TmaVariant {
+      int block_n, accum, promote_every, cluster;
+    };
+    const TmaVariant tma_variants[] = {
+        {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kFast), 0, int(ClusterMode::kPairN)},
+        {192, int(AccumMode::kPromote), 1, int(ClusterMode::kNone)},
+        {192, int(AccumMode::kPromote), 2, int(ClusterMode::kPairM)},
+        {176, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
+        {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
+        {256, int(AccumMode::kFast), 0, int(ClusterMode::kNone)},
+        {256, int(AccumMode::kFast), 0, int(ClusterMode::kQuad)},
+    };
+    for (const TmaVariant& v : tma_variants) {
+      const auto with = [&v](GemmCase gc, int persistent, int sms) {
+        gc.accum = v.accum;
+        gc.promote_every = v.promote_every;
+        gc.cluster = v.cluster;
+        gc.persistent = persistent;
+        gc.sms = sms;
+        gc.fast_store = 3;
+        return gc;
+      };
+      cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 4));
+      cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
+      cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, -1, 0));
+      cases.push_back(with({129, 333, 1040, Format::kE4M3, Format::kE5M2, 0, v.block_n, false}, 1, 0));
+      cases.push_back(with({300, 520, 2064, Format::kE5M2, Format::kE4M3, 0, v.block_n, true}, 1, 0));
+      cases.push_back(with({640, 1024, 512, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 0));
     }
   }
   for (const GemmCase& gc : cases) failures += !test_gemm(gc);

@@ -1,7 +1,8 @@
 // Hopper (sm_90a) warpgroup plumbing shared by the kernel families: the wgmma fence /
 // commit / wait trio, shared-memory matrix descriptors for 128-byte-swizzled tiles, the
 // proxy fence that makes generic-proxy writes (cp.async, st.shared) visible to WGMMA reads,
-// and setmaxnreg, which moves registers between the warpgroups of a warp-specialized block.
+// named barriers, stmatrix, and setmaxnreg, which moves registers between the warpgroups of a
+// warp-specialized block.
 // The instructions exist only in sm_90a code: elsewhere KERNELS_SM90A_ASM traps, so a module
 // built for another target fails loudly if a host ever launches a Hopper path on it.
 // KERNELS_SM90_ASM does the same for the sm_90 instructions (TMA, clusters, mbarrier phase
@@ -97,6 +98,25 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
 // visible to the async proxy (WGMMA operand reads) once a barrier follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   KERNELS_SM90A_ASM("fence.proxy.async.shared::cta;" :: : "memory");
+}
+
+// Named barriers (id 0 is __syncthreads): `threads` (a multiple of 32) of the block meet at
+// barrier `id` (1-15); arrive counts this warp in without waiting. The kernels number theirs
+// in one enum each.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements from registers to shared memory: register i holds
+// this thread's element pair of matrix i in the mma C-fragment layout (row lane / 4, columns
+// 2 (lane % 4), +1), and lanes 8i .. 8i + 7 give the shared addresses of matrix i's eight
+// 16-byte rows.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  KERNELS_SM90_ASM("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                   "r"(r2), "r"(r3) : "memory");
 }
 
 // Register reallocation (all 128 threads of a warpgroup execute it): dec hands this

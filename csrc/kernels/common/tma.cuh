@@ -1,6 +1,6 @@
 // TMA (sm_90): 2-D and 5-D tile loads into shared memory that complete on an mbarrier
-// (common/mbarrier.cuh), plain or multicast to the blocks of a cluster, 5-D tile stores from
-// shared memory (bulk groups), the tensor-map prefetch, and the host side's
+// (common/mbarrier.cuh), plain or multicast to the blocks of a cluster, 2-D and 5-D tile
+// stores from shared memory (bulk groups), the tensor-map prefetch, and the host side's
 // cuTensorMapEncodeTiled taken from the driver through the runtime's entry-point query (no
 // libcuda link needed).
 #pragma once
@@ -47,7 +47,15 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       "r"(c4) : "memory");
 }
 
-// The reverse: one 5-D box from shared memory to global memory; elements outside the tensor
+// One 2-D box from shared memory to global memory (inner coordinate first); elements outside
+// the tensor are not written. Completion as tma_store_5d's below.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t inner, int32_t outer) {
+  KERNELS_SM90_ASM("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                       reinterpret_cast<uint64_t>(map)),
+                   "r"(smem_addr(src)), "r"(inner), "r"(outer) : "memory");
+}
+
+// The reverse of tma_load_5d: one 5-D box from shared memory to global memory; elements outside the tensor
 // are not written. Asynchronous: tma_store_commit() closes this thread's stores into a bulk
 // group, tma_store_wait_read<N>() waits until at most N groups may still read shared memory.
 // The shared-memory writes it sends must be made visible to the async proxy first

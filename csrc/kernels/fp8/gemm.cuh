@@ -57,11 +57,14 @@ namespace kernels::fp8::gemm {
 
 // ---- kernels --------------------------------------------------------------------------------
 
+// Named barrier of consumer warpgroup c's TMA-store epilogue: kStoreBarrier0 + c (0 is __syncthreads).
+constexpr int kStoreBarrier0 = 1;
+
 template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmParams p, const TileScheduler sched, const int promote_every, const bool stagger,
-                     const StoreMode store, const SplitKPartials split) {
+                     const __grid_constant__ CUtensorMap map_d, const GemmParams p, const TileScheduler sched,
+                     const int promote_every, const bool stagger, const StoreMode store, const SplitKPartials split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -116,6 +119,14 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       if (splits > 1) {
         split.store_wgmma_fragment<Policy::kBN>(work % splits, row, col0, acc, Policy::kPromote ? 1.f : epi.alpha);
       } else {
+        if constexpr (Policy::kTmaStore) {
+          if (store == StoreMode::kTma) {  // the launcher checked D for it
+            TmaStoreEpilogue<Policy::kBN>::store(&map_d, storage.staging(consumer), kStoreBarrier0 + consumer,
+                                                 m_block * Policy::kBM + consumer * 64, n_block * Policy::kBN, acc,
+                                                 Policy::kPromote ? 1.f : epi.alpha);
+            return;
+          }
+        }
         constexpr bool kRows16 = Policy::kAccum == AccumMode::kPromote || Policy::kAccum == AccumMode::kFast;
         epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote, kRows16>(row, col0, acc, store);
       }
@@ -157,6 +168,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
         if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
+    if constexpr (Policy::kTmaStore) TmaStoreEpilogue<Policy::kBN>::drain();
   }
   // no block of a cluster may exit while a partner can still arrive on its barriers
   if (role.size > 1) cluster_sync();
@@ -234,9 +246,16 @@ inline void launch_splitk_reduce(const GemmParams& p, const SplitKPartials& spli
   check_launch("fp8 splitk_reduce_kernel");
 }
 
-template <int kBlockN, AccumMode kAccum, Format FA, Format FB>
+// The TMA-store epilogue takes plain epilogues (no row / column scale, no bias) on a D whose rows
+// are 16-byte aligned (the tensor map's stride); other calls store as StoreMode::kRows16.
+inline bool tma_store_applies(const GemmParams& p) {
+  return p.row_scale == nullptr && p.col_scale == nullptr && p.bias == nullptr && p.ldd % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
+}
+
+template <int kBlockN, AccumMode kAccum, Format FA, Format FB, bool kTmaStore = false>
 void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
-  using Policy = Sm90Policy<kBlockN, kAccum>;
+  using Policy = Sm90Policy<kBlockN, kAccum, kTmaStore>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
   sched.tiles_n = int(ceil_div<int64_t>(p.n, Policy::kBN));
@@ -252,7 +271,15 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   opt_in.ensure(kernel, Policy::kSmemBytes);
   const int promote_every = plan.promote_every;
   const bool stagger = plan.stagger;
-  const StoreMode store = StoreMode(plan.fast_store);
+  StoreMode store = StoreMode(plan.fast_store);
+  CUtensorMap map_d{};  // read only by StoreMode::kTma
+  if (store == StoreMode::kTma) {
+    if (kTmaStore && plan.split_k == 1 && tma_store_applies(p)) {
+      make_output_map(&map_d, p.d, p.m, p.n, p.ldd, 64, TmaStoreEpilogue<kBlockN>::kPanelCols);
+    } else {
+      store = StoreMode::kRows16;
+    }
+  }
   SplitKPartials split;
   split.splits = plan.split_k;
   split.partials = workspace;
@@ -261,8 +288,8 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   split.ldw = SplitKPartials::row_stride(p.n);
   const int size = sched.cluster_size();
   if (size == 1) {
-    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, p, sched, promote_every, stagger,
-                                                                        store, split);
+    kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, map_d, p, sched, promote_every,
+                                                                        stagger, store, split);
     check_launch("fp8 gemm_sm90_kernel");
     if (split.splits > 1) launch_splitk_reduce(p, split, stream);
     return;
@@ -273,7 +300,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
     if (clusters > 0 && grid > size * clusters) grid = size * clusters;
   }
   launch_in_clusters("fp8 gemm_sm90_kernel (cluster)", kernel, dim3(grid, 1, 1), Policy::kThreads, Policy::kSmemBytes,
-                     stream, size, map_a, map_b, p, sched, promote_every, stagger, store, split);
+                     stream, size, map_a, map_b, map_d, p, sched, promote_every, stagger, store, split);
   if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 
@@ -297,6 +324,18 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.path == Path::kGemvTma)
     return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream);
   // only the pairs plan_supported() admits
+  if (plan.fast_store == int(StoreMode::kTma)) {  // has_tma_store_kernel
+    switch (plan.block_n) {
+      case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream);
+      case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
+      case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
+      case 128:
+        return plan.accum == AccumMode::kFast
+                   ? launch_sm90<128, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream)
+                   : launch_sm90<128, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
+      default: break;
+    }
+  }
   switch (plan.block_n) {
     case 256: return launch_sm90<256, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
     case 128:

@@ -12,13 +12,18 @@
 
 #include <cstdint>
 
+#include "../../common/sm90.cuh"
+#include "../../common/smem.cuh"
+#include "../../common/tma.cuh"
 #include "../common.h"
 
 namespace kernels::fp8::gemm {
 
 // How the sm_90a GEMM stores its interior tiles (Epilogue::store_wgmma_fragment); edge tiles and
-// tiles with row / column scales or a bias always take the checked stores.
-enum class StoreMode : int { kChecked = 0, kPairs = 1, kRows16 = 2 };
+// tiles with row / column scales or a bias always take the checked stores. kTma stages whole
+// tiles in shared memory for TMA stores (TmaStoreEpilogue; kernels built with
+// Sm90Policy::kTmaStore, plain epilogues on 16-byte aligned rows; else as kRows16).
+enum class StoreMode : int { kChecked = 0, kPairs = 1, kRows16 = 2, kTma = 3 };
 
 struct Epilogue {
   float alpha = 1.f;  // *scale_a * *scale_b, read once per thread
@@ -106,20 +111,14 @@ struct Epilogue {
     const int64_t quad_col0 = col0 - 2 * quad_lane;  // the same for the quad's four threads
     if (store != StoreMode::kChecked && plain && row + 8 < m && quad_col0 + kN <= n) {
       __nv_bfloat16* out = d + row * ldd + col0;
-      int j = 0;
       if constexpr (kRows16) {
         if (store == StoreMode::kRows16 && row16_aligned) {
           store_rows16<kN>(d + row * ldd + quad_col0, acc, scale, quad_lane);
-          j = kN / 32 * 4;
+          store_pairs<kN, kN / 32 * 4>(out, acc, scale);  // the groups past the last whole 32 columns
+          return;
         }
       }
-#pragma unroll
-      for (; j < kN / 8; ++j) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
-            __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * ldd + 8 * j) =
-            __floats2bfloat162_rn(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
-      }
+      store_pairs<kN, 0>(out, acc, scale);
       return;
     }
     const float factor0 = row_factor(row, scale), factor8 = row_factor(row + 8, scale);
@@ -127,6 +126,21 @@ struct Epilogue {
     for (int j = 0; j < kN / 8; ++j) {
       store_pair(row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], factor0);
       store_pair(row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], factor8);
+    }
+  }
+
+  // Unchecked pair stores of 8-column groups kFirst .. kN / 8 - 1 (out: this thread's first pair
+  // of row `row`). kFirst is a compile-time constant so that every acc index is one: a run-time
+  // start (rows16 or not) made ptxas keep acc in local memory, stored after every tile's
+  // mainloop and read back here.
+  template <int kN, int kFirst>
+  __device__ __forceinline__ void store_pairs(__nv_bfloat16* out, const float (&acc)[kN / 2], float scale) const {
+#pragma unroll
+    for (int j = kFirst; j < kN / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
+          __floats2bfloat162_rn(acc[4 * j] * scale, acc[4 * j + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * ldd + 8 * j) =
+          __floats2bfloat162_rn(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
     }
   }
 
@@ -169,6 +183,69 @@ struct Epilogue {
         *reinterpret_cast<uint4*>(out + 8 * half * ldd + 8 * (4 * q + t)) = row8;
       }
     }
+  }
+};
+
+// The TMA-store epilogue of one consumer warpgroup (StoreMode::kTma): its m64 x kBN fragment,
+// rounded to bf16, goes to its staging block in shared memory as column panels of 64 rows x
+// kPanelBytes (64 columns in the 128-byte swizzle, or 16 in the 32-byte one where kBN is not a
+// multiple of 64: BN 176), one stmatrix per two 8-column groups (four 8 x 8 matrices: rows 0-7
+// and 8-15 of the warp's 16, by two groups); the swizzle (16-byte chunk bits XOR the 128-byte
+// line bits, as TMA reads it) spreads a matrix's eight 16-byte rows over all 32 banks. One
+// thread then hands each panel to TMA (rows and columns past D are not written: tails need no
+// predicates) and the warpgroup goes on to its next tile while the stores drain; the next
+// epilogue first waits until they have read the staging block. Against the direct stores, the
+// stores leave the warpgroup as a few bulk copies instead of kBN / 16 16-byte STGs per thread
+// queued in the LSU while the tensor cores idle.
+template <int kBN>
+struct TmaStoreEpilogue {
+  static constexpr int kPanelCols = kBN % 64 == 0 ? 64 : 16;
+  static constexpr int kPanelBytes = kPanelCols * 2;  // one row of a panel = its swizzle span
+  static constexpr int kPanels = kBN / kPanelCols;
+  static constexpr int kPanelBlockBytes = 64 * kPanelBytes;
+  static_assert(kBN % 16 == 0, "16-column panels at least");
+
+  // Byte offset of 16-byte chunk `chunk` (< kPanelBytes / 16) of row `row` in a panel.
+  __host__ __device__ __forceinline__ static constexpr uint32_t chunk_offset(int row, int chunk) {
+    const uint32_t linear = uint32_t(row * kPanelBytes + chunk * 16);
+    return linear ^ (((linear >> 7) & (kPanelBytes / 16 - 1)) << 4);
+  }
+
+  // row0 / col0: the block's first row and column in D; barrier: the warpgroup's named barrier.
+  __device__ __forceinline__ static void store(const CUtensorMap* map_d, uint8_t* staging, int barrier, int row0,
+                                               int col0, const float (&acc)[kBN / 2], float scale) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+    const bool store_thread = threadIdx.x % 128 == 0;
+    if (store_thread) tma_store_wait_read<0>();  // the previous tile's stores are done reading
+    named_barrier_sync(barrier, 128);
+    // this lane's row address in stmatrix: row lane % 8 of matrix lane / 8
+    const int matrix = lane / 8, row = 16 * warp + 8 * (matrix & 1) + lane % 8;
+    const uint32_t base = smem_addr(staging);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; j += 2) {
+      const int group = j + (matrix >> 1), chunks = kPanelBytes / 16;
+      uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[4 * j + 2 * q] * scale, acc[4 * j + 2 * q + 1] * scale);
+        w[q] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+      stmatrix_x4(base + (group / chunks) * kPanelBlockBytes + chunk_offset(row, group % chunks), w[0], w[1], w[2],
+                  w[3]);
+    }
+    fence_proxy_async_shared();  // the stmatrix writes, visible to the TMA unit
+    named_barrier_sync(barrier, 128);
+    if (store_thread) {
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p)
+        tma_store_2d(map_d, staging + p * kPanelBlockBytes, col0 + kPanelCols * p, row0);
+      tma_store_commit();
+    }
+  }
+
+  // Before the block exits: its shared memory must outlive the last stores' reads.
+  __device__ __forceinline__ static void drain() {
+    if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();
   }
 };
 

@@ -1,5 +1,6 @@
-// FP8 GEMM loads, host side: the TMA tensor maps of the fp8 operands. The device side (TMA,
-// mbarriers, clusters, cp.async) is the families' common one: common/{tma, mbarrier, smem}.cuh.
+// FP8 GEMM loads, host side: the TMA tensor maps of the fp8 operands, and of D for the TMA-store
+// epilogue. The device side (TMA, mbarriers, clusters, cp.async) is the families' common one:
+// common/{tma, mbarrier, smem}.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +28,25 @@ inline void make_kmajor_map(CUtensorMap* map, const void* ptr, int64_t rows, int
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check<CudaError>(res == CUDA_SUCCESS, "fp8 gemm: cuTensorMapEncodeTiled rejected the tensor map of a [", rows, ", ",
                    k, "] operand (row stride ", ld, " bytes, box ", box_rows, " x ", box_k, "): CUresult ", int(res));
+}
+
+// D [rows, cols] bf16 (row stride ld elements, a multiple of 8; D 16-byte aligned) as the
+// TMA-store epilogue writes it: boxes of box_cols (64: the 128-byte swizzle, 16: the 32-byte
+// one) x box_rows.
+inline void make_output_map(CUtensorMap* map, void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows,
+                            int box_cols) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  check<CudaError>(encode != nullptr, "fp8 gemm: cuTensorMapEncodeTiled is not available from the driver");
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUtensorMapSwizzle swizzle = box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B;
+  const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  check<CudaError>(res == CUDA_SUCCESS, "fp8 gemm: cuTensorMapEncodeTiled rejected the output map of D [", rows, ", ",
+                   cols, "] (row stride ", ld, " elements, box ", box_rows, " x ", box_cols, "): CUresult ", int(res));
 }
 
 }  // namespace kernels::fp8::gemm

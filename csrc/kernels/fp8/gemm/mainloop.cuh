@@ -79,14 +79,18 @@ template <class Policy, Format FA, Format FB>
 struct Sm90Mainloop {
   static constexpr int kAccRegs = Policy::kAccRegs;
 
-  // Shared storage carved from a 1024-aligned base: stages of [A tile | B tile], then barriers.
-  // The offsets are the same in every block of a cluster, which multicast relies on.
+  // Shared storage carved from a 1024-aligned base: stages of [A tile | B tile], the
+  // consumers' output staging (Policy::kTmaStore; 1024-aligned), then barriers. The offsets
+  // are the same in every block of a cluster, which multicast relies on.
   struct Storage {
     uint8_t* base;
     __device__ __forceinline__ uint8_t* a(int stage) const { return base + stage * Policy::kStageBytes; }
     __device__ __forceinline__ uint8_t* b(int stage) const { return a(stage) + Policy::kStageBytesA; }
+    __device__ __forceinline__ uint8_t* staging(int consumer) const {
+      return base + Policy::kStages * Policy::kStageBytes + consumer * Policy::kStagingBytesPerConsumer;
+    }
     __device__ __forceinline__ uint64_t* full(int stage) const {
-      return reinterpret_cast<uint64_t*>(base + Policy::kStages * Policy::kStageBytes) + stage;
+      return reinterpret_cast<uint64_t*>(base + Policy::kStages * Policy::kStageBytes + Policy::kStagingBytes) + stage;
     }
     __device__ __forceinline__ uint64_t* empty(int stage) const { return full(Policy::kStages) + stage; }
   };

@@ -63,10 +63,13 @@ inline int cluster_n_of(ClusterMode c) { return c == ClusterMode::kPairN || c ==
 // sm_90a: TMA + WGMMA, one producer warpgroup and kConsumers math warpgroups of 64 rows each.
 // BK = 128 fp8 = 128 bytes: one 128-byte swizzle row per tile row, four k32 WGMMAs per stage.
 // Stages: 7 at BN 128 (32 KiB each), 5 at BN 176 / 192 (38 / 40 KiB), 4 at BN 256 (48 KiB).
+// kTmaStore: the epilogue stages each consumer's 64 x BN bf16 block in shared memory and TMA
+// stores it (TmaStoreEpilogue, epilogue.cuh); the staging costs a stage of the ring: 6 at
+// BN 128, 4 at BN 176 / 192, 3 at BN 256.
 // The promoted widths past 128 trade wave quantization for tile intensity: on 132 SMs,
 // 4096^3 has 1024 tiles at BN 128 (7.8 waves), 768 at 176 (5.8), 704 at 192 (5.3); 8192^3
 // fills its last wave within 2% at both.
-template <int kBlockN, AccumMode kAccumMode>
+template <int kBlockN, AccumMode kAccumMode, bool kTmaStore_ = false>
 struct Sm90Policy {
   static constexpr int kBM = 128;
   static constexpr int kBN = kBlockN;
@@ -78,10 +81,13 @@ struct Sm90Policy {
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
   static constexpr int kAlignSlack = 1024;          // 128B-swizzled tiles start 1024-aligned
+  static constexpr bool kTmaStore = kTmaStore_;
+  static constexpr int kStagingBytesPerConsumer = kTmaStore ? 64 * kBN * 2 : 0;  // bf16
+  static constexpr int kStagingBytes = kConsumers * kStagingBytesPerConsumer;
   static constexpr int kMaxStages = 8;
-  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack) / kStageBytes;
+  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack - kStagingBytes) / kStageBytes;
   static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kAlignSlack;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + kAlignSlack;
   // Register split after setmaxnreg: 128 * (40 + 2 * 232) = 64512 <= 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
@@ -95,6 +101,7 @@ struct Sm90Policy {
   static_assert(kAccum != AccumMode::kPromotePingPong || kBN <= 128, "ping-pong needs BN <= 128 (registers)");
   static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
+  static_assert(!kTmaStore || kBN % 16 == 0, "the TMA-store epilogue stages 16- or 64-column panels");
 };
 
 // sm_89 (and a reference path on sm_90): cp.async + mma.sync m16n8k32, 8 warps as 2 (M) x 4 (N),
@@ -163,6 +170,7 @@ struct GemvTmaTiles {
   // The block's fp32 totals, [m][n] with rows of kBM floats, n XOR-swizzled by m (totals_index):
   // the fragment stores (8 n x 4 m per instruction) hit 32 banks without padding; split-K's
   // blocks read each other's through DSMEM.
+  static constexpr int kStagingBytesPerConsumer = 0, kStagingBytes = 0;  // Sm90Mainloop::Storage: no output staging
   static constexpr int kTotalsPitch = kBM;
   static constexpr int kTotalsBytes = kBN * kTotalsPitch * 4;
   static constexpr int kMaxStages = 16;
