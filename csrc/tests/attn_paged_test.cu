@@ -201,11 +201,11 @@ static std::vector<DecodeVariant> decode_variants() {
     variants.push_back(make_decode_variant<typename V::Swizzled>("swizzled"));
   }
   if constexpr (kD == 128) {
-    variants.insert(
-        variants.end(),
-        {make_decode_variant<typename V::W4S2>("w4s2"), make_decode_variant<typename V::W4S4>("w4s4"),
-         make_decode_variant<typename V::W4S6>("w4s6"), make_decode_variant<typename V::W8S2>("w8s2"),
-         make_decode_variant<typename V::W8S3>("w8s3"), make_decode_variant<typename V::W4K32S2>("w4k32s2")});
+    variants.insert(variants.end(),
+                    {make_decode_variant<typename V::W4S2>("w4s2"), make_decode_variant<typename V::W4S4>("w4s4"),
+                     make_decode_variant<typename V::W4S6>("w4s6"), make_decode_variant<typename V::W8S2>("w8s2"),
+                     make_decode_variant<typename V::W8S3>("w8s3"), make_decode_variant<typename V::W4K32S2>("w4k32s2"),
+                     make_decode_variant<typename V::W4K32S3>("w4k32s3")});
   }
   return variants;
 }

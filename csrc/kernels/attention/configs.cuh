@@ -41,12 +41,14 @@ struct DecodeVariants {
   using Default = DecodeConfig<kD>;
   using Padded = PaddedDecodeTiles<Default>;
   using Swizzled = DecodeTiles<kD, Default::kWarps, Default::kKeysPerWarp, Default::kStages, true>;
-  using W4S2 = DecodeTiles<kD, 4, 16, 2>;  // smaller ring: three CTAs per SM at D 128
-  using W4S4 = DecodeTiles<kD, 4, 16, 4>;  // deeper ring, one CTA per SM
-  using W4S6 = DecodeTiles<kD, 4, 16, 6>;  // five tiles in flight: B16 runs one CTA per SM anyway
-  using W8S2 = DecodeTiles<kD, 8, 16, 2>;  // 128-key tiles, 8 warps
-  using W8S3 = DecodeTiles<kD, 8, 16, 3>;
-  using W4K32S2 = DecodeTiles<kD, 4, 32, 2>;  // 128-key tiles, 4 warps of 32 keys
+  // other tile shapes, in the default's swizzled rows
+  using W4S2 = DecodeTiles<kD, 4, 16, 2, true>;  // smaller ring: three CTAs per SM at D 128
+  using W4S4 = DecodeTiles<kD, 4, 16, 4, true>;  // deeper ring
+  using W4S6 = DecodeTiles<kD, 4, 16, 6, true>;  // five tiles in flight: B16 runs one CTA per SM anyway
+  using W8S2 = DecodeTiles<kD, 8, 16, 2, true>;  // 128-key tiles, 8 warps
+  using W8S3 = DecodeTiles<kD, 8, 16, 3, true>;
+  using W4K32S2 = DecodeTiles<kD, 4, 32, 2, true>;  // 128-key tiles, 4 warps of 32 keys
+  using W4K32S3 = DecodeTiles<kD, 4, 32, 3, true>;
 };
 
 template <class Cfg>
