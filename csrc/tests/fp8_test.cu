@@ -143,6 +143,22 @@ struct GemmCase {
   int stagger = -1;
 };
 
+// A forced sm_90a kernel of the correctness cases (PlanRequest fields; block_n is the case's).
+struct KernelChoice {
+  int block_n, accum, promote_every, cluster;
+};
+
+// gc on kernel v, with the persistence, planner SM count and store mode (StoreMode) given.
+GemmCase with_kernel(GemmCase gc, const KernelChoice& v, int persistent, int sms, int fast_store) {
+  gc.accum = v.accum;
+  gc.promote_every = v.promote_every;
+  gc.cluster = v.cluster;
+  gc.persistent = persistent;
+  gc.sms = sms;
+  gc.fast_store = fast_store;
+  return gc;
+}
+
 // The planner request of a test case or a timed variant (both carry the same knobs).
 template <class Knobs>
 fp8::gemm::PlanRequest request_of(const Knobs& v) {
@@ -955,10 +971,7 @@ int correctness_cases() {
     // checked stores at the tails; the cases with extras (scales, bias) take checked stores.
     using fp8::gemm::AccumMode;
     using fp8::gemm::ClusterMode;
-    struct Variant {
-      int block_n, accum, promote_every, cluster;
-    };
-    const Variant variants[] = {
+    const KernelChoice variants[] = {
         {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
         {128, int(AccumMode::kPromotePingPong), 0, int(ClusterMode::kNone)},
         {128, int(AccumMode::kFast), 0, int(ClusterMode::kNone)},
@@ -989,16 +1002,8 @@ int correctness_cases() {
         {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairM)},
         {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairN)},
     };
-    for (const Variant& v : variants) {
-      const auto with = [&v](GemmCase gc, int persistent, int sms) {
-        gc.accum = v.accum;
-        gc.promote_every = v.promote_every;
-        gc.cluster = v.cluster;
-        gc.persistent = persistent;
-        gc.sms = sms;
-        gc.fast_store = 1;
-        return gc;
-      };
+    for (const KernelChoice& v : variants) {
+      const auto with = [&v](GemmCase gc, int persistent, int sms) { return with_kernel(gc, v, persistent, sms, 1); };
       cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, 0, 0));
       cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
       cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, true}, 1, 4));
@@ -1022,10 +1027,7 @@ int correctness_cases() {
     // extras (scales, bias) through the direct stores, a K tail.
     using fp8::gemm::AccumMode;
     using fp8::gemm::ClusterMode;
-    struct TmaVariant {
-      int block_n, accum, promote_every, cluster;
-    };
-    const TmaVariant tma_variants[] = {
+    const KernelChoice tma_variants[] = {
         {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
         {128, int(AccumMode::kFast), 0, int(ClusterMode::kPairN)},
         {192, int(AccumMode::kPromote), 1, int(ClusterMode::kNone)},
@@ -1035,16 +1037,8 @@ int correctness_cases() {
         {256, int(AccumMode::kFast), 0, int(ClusterMode::kNone)},
         {256, int(AccumMode::kFast), 0, int(ClusterMode::kQuad)},
     };
-    for (const TmaVariant& v : tma_variants) {
-      const auto with = [&v](GemmCase gc, int persistent, int sms) {
-        gc.accum = v.accum;
-        gc.promote_every = v.promote_every;
-        gc.cluster = v.cluster;
-        gc.persistent = persistent;
-        gc.sms = sms;
-        gc.fast_store = 3;
-        return gc;
-      };
+    for (const KernelChoice& v : tma_variants) {
+      const auto with = [&v](GemmCase gc, int persistent, int sms) { return with_kernel(gc, v, persistent, sms, 3); };
       cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 4));
       cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
       cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, -1, 0));
