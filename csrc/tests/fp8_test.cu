@@ -7,6 +7,7 @@
 // sustained clocks (>= 200 ms of launches as warm-up, then the median of per-launch event
 // pairs over >= 300 ms, as the Python harness) and prints compact tables. Exit status 0 when
 // every case passes.
+//   fp8_test --small           one case per store path (for compute-sanitizer), nothing else
 //   fp8_test --no-timing       correctness cases only
 //   fp8_test --time-only SUB   no correctness cases; check and time the variants whose label
 //                              contains SUB (e.g. "bn192", "fast", "default"; "splitk": the
@@ -1111,6 +1112,31 @@ int correctness_cases() {
   return failures;
 }
 
+// `fp8_test --small`: one case per store path of the sm_90a GEMM, for compute-sanitizer
+// memcheck / racecheck: TMA stores at BN 128 fast, 176, 192 and 256 (64- and 16-column panels,
+// clipped tails, a wrapped persistent grid), the 16-byte row stores, the checked stores with
+// scales and bias, and a split-K plan.
+int small_cases() {
+  using fp8::gemm::AccumMode;
+  using fp8::gemm::ClusterMode;
+  const Format e4 = Format::kE4M3;
+  const int none = int(ClusterMode::kNone);
+  int failures = 0;
+  for (const KernelChoice& v :
+       {KernelChoice{128, int(AccumMode::kFast), 0, none}, KernelChoice{176, int(AccumMode::kPromote), 2, none},
+        KernelChoice{192, int(AccumMode::kPromote), 2, none}, KernelChoice{256, int(AccumMode::kFast), 0, none}}) {
+    failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, v.block_n, false}, v, 1, 4, 3));
+  }
+  const KernelChoice bn192{192, int(AccumMode::kPromote), 2, none};
+  failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, 192, false}, bn192, 1, 0, 2));
+  failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, 192, true}, bn192, 1, 0, 3));
+  GemmCase split{16, 520, 2048, e4, e4, 0, 128, false};
+  split.split_k = 4;
+  failures += !test_gemm(split);
+  std::printf("fp8_test small: %d failure(s)\n", failures);
+  return failures;
+}
+
 int main(int argc, char** argv) {
   int device = 0;
   KERNELS_CUDA_CHECK(cudaGetDevice(&device));
@@ -1122,7 +1148,9 @@ int main(int argc, char** argv) {
   std::vector<std::array<int64_t, 3>> shapes;  // the timed GEMM shapes (default 4096^3 and 8192^3)
   for (int i = 1; i < argc; ++i) {
     long long m = 0, n = 0, k = 0;
-    if (std::strcmp(argv[i], "--no-timing") == 0) {
+    if (std::strcmp(argv[i], "--small") == 0) {
+      return small_cases() == 0 ? 0 : 1;
+    } else if (std::strcmp(argv[i], "--no-timing") == 0) {
       timing = false;
     } else if (std::strcmp(argv[i], "--time-only") == 0 && i + 1 < argc) {
       time_only = argv[++i];
@@ -1130,7 +1158,8 @@ int main(int argc, char** argv) {
                std::sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0 && k % 16 == 0) {
       shapes.push_back({m, n, k});
     } else {
-      std::fprintf(stderr, "usage: %s [--no-timing | --time-only LABEL_SUBSTRING] [--shape MxNxK ...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--small | --no-timing | --time-only LABEL_SUBSTRING] [--shape MxNxK ...]\n",
+                   argv[0]);
       return 2;
     }
   }
