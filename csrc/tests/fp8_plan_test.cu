@@ -289,17 +289,16 @@ int main() {
   // a tile without it is no plan.
   for (const auto& [m, n, k] : {std::array<int64_t, 3>{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 11008, 4096}}) {
     const GemmPlan plan = plan_of(m, n, k);
-    expect(plan.fast_store == int(StoreMode::kTma) && has_tma_store_kernel(plan.block_n, plan.accum) &&
-               plan_supported(plan),
+    expect(plan.store == int(StoreMode::kTma) && has_tma_store_kernel(plan.block_n, plan.accum) && plan_supported(plan),
            "default plan stores by TMA", m, n, k);
   }
   {
     PlanRequest req;
     req.force_block_n = 64;
     GemmPlan plan = plan_gemm(2048, 2048, 2048, kSms, 9, 0, req);
-    expect(plan.fast_store == int(StoreMode::kRows16) && plan_supported(plan), "BN 64 falls back to row stores", 2048,
-           2048, 2048);
-    plan.fast_store = int(StoreMode::kTma);
+    expect(plan.store == int(StoreMode::kRows16) && plan_supported(plan), "BN 64 falls back to row stores", 2048, 2048,
+           2048);
+    plan.store = int(StoreMode::kTma);
     expect(!plan_supported(plan), "a forced TMA store without its kernel is no plan", 2048, 2048, 2048);
   }
 

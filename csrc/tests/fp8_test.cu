@@ -138,7 +138,7 @@ struct GemmCase {
   int block_n;  // 0 = planner
   bool extras;  // row / col scales and bias
   // PlanRequest fields beyond path / block_n (-1 / 0 = planner)
-  int accum = -1, promote_every = 0, cluster = -1, persistent = -1, group_m = 0, fast_store = -1;
+  int accum = -1, promote_every = 0, cluster = -1, persistent = -1, group_m = 0, store = -1;
   int sms = 0;  // SM count the planner sees (0: the device's); small values force persistent wrap
   int split_k = 0;
   int stagger = -1;
@@ -150,13 +150,13 @@ struct KernelChoice {
 };
 
 // gc on kernel v, with the persistence, planner SM count and store mode (StoreMode) given.
-GemmCase with_kernel(GemmCase gc, const KernelChoice& v, int persistent, int sms, int fast_store) {
+GemmCase with_kernel(GemmCase gc, const KernelChoice& v, int persistent, int sms, int store) {
   gc.accum = v.accum;
   gc.promote_every = v.promote_every;
   gc.cluster = v.cluster;
   gc.persistent = persistent;
   gc.sms = sms;
-  gc.fast_store = fast_store;
+  gc.store = store;
   return gc;
 }
 
@@ -171,7 +171,7 @@ fp8::gemm::PlanRequest request_of(const Knobs& v) {
   req.cluster = v.cluster;
   req.persistent = v.persistent;
   req.group_m = v.group_m;
-  req.fast_store = v.fast_store;
+  req.store = v.store;
   req.split_k = v.split_k;
   req.stagger = v.stagger;
   return req;
@@ -297,7 +297,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
   if (plan.group_m != fp8::gemm::PlannerDefaults::kGroupM) s += " g" + std::to_string(plan.group_m);
-  if (plan.fast_store) s += plan.fast_store == 3 ? " tma" : plan.fast_store == 2 ? " fs16" : " fs";
+  if (plan.store) s += plan.store == 3 ? " tma" : plan.store == 2 ? " fs16" : " fs";
   return s;
 }
 
@@ -412,13 +412,13 @@ bool test_scheduler() {
 // ---- large problems: every variant checked against mma.sync and timed -------------------------
 
 struct TimedVariant {
-  int path, block_n, accum, promote_every, cluster, persistent, group_m, fast_store;
+  int path, block_n, accum, promote_every, cluster, persistent, group_m, store;
   int split_k = 0;
   int stagger = -1;
 };
 
 // The variants the timing table covers (-1 / 0 = planner), the planner's default first; "fs" / "fs16" in a
-// label: unchecked interior stores (PlanRequest::fast_store). Pairs that differ in one knob:
+// label: unchecked interior stores (PlanRequest::store). Pairs that differ in one knob:
 // default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs overlap vs fast
 // (promotion at one tile), bn128 vs bn176 vs bn192 promote (tile width against wave
 // quantization), promote vs overlap (epilogue hidden behind the next tile's first k-block),
@@ -952,7 +952,7 @@ int correctness_cases() {
         gc.split_k = v.split_k;
         gc.persistent = persistent;
         gc.sms = sms;
-        gc.fast_store = 1;
+        gc.store = 1;
         return gc;
       };
       cases.push_back(with({16, 131, 1040, e4, e4, 0, v.block_n, true}, -1, 0));
@@ -1017,7 +1017,7 @@ int correctness_cases() {
     for (int block_n : {64, 128, 176, 192, 256}) {
       for (int64_t n : {520, 333}) {
         GemmCase gc{300, n, 2064, Format::kE4M3, Format::kE4M3, 0, block_n, false};
-        gc.fast_store = 2;
+        gc.store = 2;
         cases.push_back(gc);
       }
     }

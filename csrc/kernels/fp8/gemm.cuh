@@ -11,8 +11,9 @@
 //   (BN <= 192; per k-block, per 2 k-blocks, per k-block with the next tile's first k-block
 //   issued before the stores, or ping-ponged between two partials at BN <= 128) or keeps the
 //   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256).
-//   The epilogue stores interior fragments without per-pair checks when the plan says
-//   fast_store (StoreMode, Epilogue::store_wgmma_fragment).
+//   The plan's store (StoreMode) picks the epilogue: checked pairs, unchecked interior pairs or
+//   16-byte rows (Epilogue::store_wgmma_fragment), or TMA stores from shared memory
+//   (TmaStoreEpilogue, kernels built with Sm90Policy::kTmaStore).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
 // Split-K (GemmPlan::split_k > 1, for problems whose tiles leave SMs idle): a work unit is
@@ -271,7 +272,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   opt_in.ensure(kernel, Policy::kSmemBytes);
   const int promote_every = plan.promote_every;
   const bool stagger = plan.stagger;
-  StoreMode store = StoreMode(plan.fast_store);
+  StoreMode store = StoreMode(plan.store);
   CUtensorMap map_d{};  // read only by StoreMode::kTma
   if (store == StoreMode::kTma) {
     if (kTmaStore && plan.split_k == 1 && tma_store_applies(p)) {
@@ -324,7 +325,7 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.path == Path::kGemvTma)
     return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream);
   // only the pairs plan_supported() admits
-  if (plan.fast_store == int(StoreMode::kTma)) {  // has_tma_store_kernel
+  if (plan.store == int(StoreMode::kTma)) {  // has_tma_store_kernel
     switch (plan.block_n) {
       case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream);
       case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);

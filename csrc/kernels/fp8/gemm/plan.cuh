@@ -40,7 +40,7 @@ struct PlannerDefaults {
   // BN 192 promoted 1023 / 1212 / 1121 / 1142 -> 1072 / 1212 / 1182 / 1187; BN 256 fast
   // 1210 / 1287 / 1251 / 1224 -> 1175 / 1299 / 1277 / 1239. The planner's default where the
   // tile has a TMA-store kernel (has_tma_store_kernel), else kRows16.
-  static constexpr int kFastStore = int(StoreMode::kTma);
+  static constexpr int kStore = int(StoreMode::kTma);
   // Split-K when the tiles leave SMs idle (tiles < SM count; never otherwise, so every plan
   // that fills the GPU is unchanged). Among split counts S with at least kSplitMinKBlocks
   // k-blocks per split and at most kSplitMaxWaves waves of (tile, split) units, the planner
@@ -81,8 +81,8 @@ struct GemmPlan {
   bool stagger = PlannerDefaults::kStagger;  // kPromote, interval 2: consumers' drains offset by a k-block
   ClusterMode cluster = ClusterMode::kNone;
   int group_m = PlannerDefaults::kGroupM;
-  int fast_store = PlannerDefaults::kFastStore;  // StoreMode
-  int split_k = 1;                               // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
+  int store = PlannerDefaults::kStore;  // StoreMode
+  int split_k = 1;                      // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
 };
 
 struct PlanRequest {
@@ -94,7 +94,7 @@ struct PlanRequest {
   int stagger = -1;       // -1 auto, 0 / 1: the second consumer's intervals offset by one k-block
   int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;        // 0 auto, else raster group height in tiles
-  int fast_store = -1;    // -1 auto, else StoreMode: 0 checked everywhere, 1 / 2 unchecked interior pairs / rows, 3 TMA
+  int store = -1;         // -1 auto, else StoreMode: 0 checked everywhere, 1 / 2 unchecked interior pairs / rows, 3 TMA
   int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
@@ -194,7 +194,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
               : hopper            ? Path::kWgmma
                                   : Path::kMmaSync;
   plan.group_m = req.group_m > 0 ? req.group_m : PlannerDefaults::kGroupM;
-  plan.fast_store = req.fast_store >= 0 ? req.fast_store : PlannerDefaults::kFastStore;
+  plan.store = req.store >= 0 ? req.store : PlannerDefaults::kStore;
   int cluster_size = 1;
   if (plan.path == Path::kWgmma) {
     plan.block_m = 128;
@@ -224,9 +224,8 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     // BN 64, 176 and 192 have only the kPromote kernel
     if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
     // a default of TMA stores where the tile has no such kernel: 16-byte row stores
-    if (req.fast_store < 0 && plan.fast_store == int(StoreMode::kTma) &&
-        !has_tma_store_kernel(plan.block_n, plan.accum))
-      plan.fast_store = int(StoreMode::kRows16);
+    if (req.store < 0 && plan.store == int(StoreMode::kTma) && !has_tma_store_kernel(plan.block_n, plan.accum))
+      plan.store = int(StoreMode::kRows16);
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
     } else {
@@ -299,8 +298,8 @@ inline bool plan_supported(const GemmPlan& plan) {
            plan.block_m == GemvTmaPolicy::width_for(plan.block_m) && plan.block_n == GemvTmaPolicy::kBM;
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
-  if (plan.fast_store < 0 || plan.fast_store > int(StoreMode::kTma)) return false;
-  if (plan.fast_store == int(StoreMode::kTma) && !has_tma_store_kernel(plan.block_n, plan.accum)) return false;
+  if (plan.store < 0 || plan.store > int(StoreMode::kTma)) return false;
+  if (plan.store == int(StoreMode::kTma) && !has_tma_store_kernel(plan.block_n, plan.accum)) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
   if (plan.split_k < 1 || plan.split_k > kMaxSplitK) return false;
   return has_kernel(plan.block_n, plan.accum);
@@ -312,7 +311,7 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", accum ", accum_name(plan.accum), ", promote_every ", plan.promote_every, ", cluster ", int(plan.cluster),
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
-        "overlap at 128 / 176 / 192; TMA stores (fast_store 3) at 128 promote / fast, 176 / 192 promote, 256 fast), "
+        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote, 256 fast), "
         "promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
         kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows,
         " (gemv_tma: M <= ", GemvTmaPolicy::kMaxRows, ", block_m 16 / 32 / 64 / 128, block_n 128)");
