@@ -206,8 +206,8 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
     // ldmatrix row addresses: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in a0..a3 order;
     // B matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
-    const int q_row = lane % 16, q_chunk = lane / 16, q_lane = Tile::offset(q_row, q_chunk);
-    const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2, k_lane = Tile::offset(k_row, k_chunk);
+    const int q_lane = Tile::offset(lane % 16, lane / 16);
+    const int k_lane = Tile::offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       uint32_t a[kMT][4];
@@ -230,7 +230,7 @@ struct TensorCoreMath : WarpMathTiles<kMT, kD, Tile> {
     const int lane = threadIdx.x % 32;
     // V^T fragments by ldmatrix.trans: matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7),
     // (keys 0-7, d 8-15), (keys 8-15, d 8-15) -> b0, b1 of d tile 0, b0, b1 of d tile 1
-    const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16, v_lane = Tile::offset(v_row, v_chunk);
+    const int v_lane = Tile::offset(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
       // The S accumulator of keys [16kc, 16kc + 16) is exactly the A fragment of P.
