@@ -400,15 +400,17 @@ def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
     (the narrowest that holds it), every format pair, tails in N and K, the epilogue's extras,
     promoted WGMMA accumulation (every 128-deep k-block), its split-K inside a cluster summed in
     rank order (the same bits every call); operands in guard regions. Where the planner picks it
-    on its own (16 < M <= 64 here: GemvTmaPolicy::planner_takes), the default call gives the
-    same bits."""
+    on its own (16 < M <= 64 here, and up to 128 where it plans blocks of 64 rows:
+    GemvTmaPolicy::planner_takes), the default call gives the same bits."""
     _need_module()
     if not _is_hopper():
         pytest.skip("the gemv_tma path is sm_90a only")
     automatic = fp8_ops.gemm_plan(m, n, k)["path"]
-    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 else "wgmma"), automatic
     plan = fp8_ops.gemm_plan(m, n, k, path=3)
     assert plan["path"] == "gemv_tma" and plan["supported"] and plan["workspace_bytes"] == 0, plan
+    assert plan["block_n"] in (64, 128), plan
+    narrow = plan["block_n"] == 64
+    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 or narrow else "wgmma"), automatic
     assert plan["block_m"] == next(w for w in (16, 32, 64, 128) if m <= w), plan
     for extras in (False, True):
         a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, n, k, da, db, guards, seed=m * n + k + 1,

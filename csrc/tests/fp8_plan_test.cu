@@ -65,7 +65,7 @@ int main() {
                                ceil_div<int64_t>(k, 128) >= PlannerDefaults::kSplitTwoMinKBlocks;
         expect(PlannerDefaults::kAutoSplitK || automatic.split_k == (split_two ? 2 : 1),
                "split while kAutoSplitK is off", m, n, k);
-        expect((automatic.path == Path::kGemvTma) == GemvTmaPolicy::planner_takes(m, n, k),
+        expect((automatic.path == Path::kGemvTma) == GemvTmaPolicy::planner_takes(m, n, k, kSms),
                "the planner's gemv_tma choice is not planner_takes", m, n, k);
         expect(plan_supported(automatic), "unsupported automatic plan", m, n, k);
         const GemmPlan modelled = model_plan(m, n, k);
@@ -157,9 +157,9 @@ int main() {
       {1, 4096, 4096, Path::kGemv},        {16, 4096, 4096, Path::kGemv},       {1, 4096, 8192, Path::kGemvTma},
       {1, 4096, 14336, Path::kGemvTma},    {1, 11008, 11008, Path::kGemvTma},   {16, 14336, 4096, Path::kGemvTma},
       {17, 4096, 4096, Path::kGemvTma},    {32, 200, 272, Path::kGemvTma},      {64, 14336, 4096, Path::kGemvTma},
-      {65, 4096, 4096, Path::kWgmma},      {65, 4096, 8192, Path::kWgmma},      {128, 4096, 11008, Path::kWgmma},
-      {128, 4096, 4096, Path::kWgmma},     {128, 11008, 4096, Path::kWgmma},    {128, 14336, 14336, Path::kWgmma},
-      {129, 4096, 14336, Path::kWgmma},
+      {65, 4096, 4096, Path::kGemvTma},    {65, 4096, 8192, Path::kGemvTma},    {128, 4096, 11008, Path::kGemvTma},
+      {128, 4096, 4096, Path::kGemvTma},   {128, 11008, 4096, Path::kWgmma},    {128, 14336, 14336, Path::kWgmma},
+      {128, 8192, 4096, Path::kWgmma},     {129, 4096, 14336, Path::kWgmma},    {65, 14336, 4096, Path::kWgmma},
   };
   // clang-format on
   for (const Auto& e : automatic) {
@@ -167,49 +167,53 @@ int main() {
     expect(plan.path == e.path && plan_supported(plan), "the planner's path", e.m, e.n, e.k);
   }
   expect(plan_of(32, 4096, 4096, 1).path == Path::kWgmma, "a tile request keeps the tiles", 32, 4096, 4096);
-  // Two K slices with the model off: M = 128, N = 4096 (64 tiles of BN 64) at K >= 4096 only.
+  // Two K slices with the model off: M = 128, N = 4096 (64 tiles of BN 64) at K >= 4096 only
+  // (the tiled path forced: on its own the planner takes gemv_tma there).
   for (int64_t k : {4096, 11008, 14336}) {
-    const GemmPlan plan = plan_of(128, 4096, k);
+    const GemmPlan plan = plan_of(128, 4096, k, 0, int(Path::kWgmma));
     expect(plan.tiles == 64 && plan.split_k == 2 && plan.grid == 128 && plan_supported(plan) &&
                gemm_workspace_bytes(plan, 128, 4096) == size_t(2) * 128 * 4096 * sizeof(float),
            "two K slices", 128, 4096, k);
   }
-  expect(plan_of(128, 4096, 3968).split_k == 1 && plan_of(128, 11008, 14336).split_k == 1 &&
+  expect(plan_of(128, 4096, 3968, 0, int(Path::kWgmma)).split_k == 1 && plan_of(128, 11008, 14336).split_k == 1 &&
              plan_of(129, 4096, 14336).split_k == 1 && plan_of(2048, 4096, 14336).split_k == 1,
          "no split: shallow K, a full wave of tiles, two rows of tiles", 128, 4096, 3968);
   expect(!plan_supported(plan_of(17, 4096, 4096, 0, int(Path::kGemv))), "forced GEMV at M = 17", 17, 4096, 4096);
-  // The swap-AB TMA GEMV, forced or chosen: 128 columns per block, M in the narrowest WGMMA n of 16 / 32 /
-  // 64 / 128 that holds it (block_m), grid = splits x tiles with splits the largest power of two
-  // <= 8 that keeps splits x tiles <= 132 and splits <= the k-blocks, whatever the width; its
-  // split-K lives in a cluster (split_k 1, no workspace). Ping-pong promotion up to 64 rows, one
-  // partial at 128 (registers). M > 128: unsupported.
+  // The swap-AB TMA GEMV, forced or chosen: 128 or 64 columns per block (rows: 64 where its
+  // tiles, split in pairs, put more blocks to work), M in the narrowest WGMMA n of 16 / 32 / 64 /
+  // 128 that holds it (block_m), grid = splits x tiles with splits the largest power of two <= 8
+  // that keeps splits x tiles <= 132 and splits <= the k-blocks, whatever the width; its split-K
+  // lives in a cluster (split_k 1, no workspace). Ping-pong promotion but at 128 rows x width 128
+  // (one partial: registers). M > 128: unsupported.
   struct TmaExpected {
     int64_t m, n, k;
-    int tiles, splits, width;
+    int rows, tiles, splits, width;
   };
   // clang-format off
   const TmaExpected tma_expected[] = {
-      {1, 11008, 11008, 86, 1, 16},  {16, 11008, 11008, 86, 1, 16},  {1, 14336, 4096, 112, 1, 16},
-      {1, 4096, 4096, 32, 4, 16},    {16, 4096, 14336, 32, 4, 16},   {1, 2048, 4096, 16, 8, 16},
-      {3, 200, 1040, 2, 8, 16},      {8, 200, 272, 2, 2, 16},        {1, 17, 16, 1, 1, 16},
-      {16, 4112, 11008, 33, 4, 16},  {1, 8448, 4096, 66, 2, 16},     {1, 8576, 4096, 67, 1, 16},
-      {17, 200, 272, 2, 2, 32},      {32, 4096, 4096, 32, 4, 32},    {33, 4112, 4096, 33, 4, 64},
-      {64, 4096, 11008, 32, 4, 64},  {65, 14336, 4096, 112, 1, 128}, {100, 200, 4096, 2, 8, 128},
-      {128, 4096, 4096, 32, 4, 128}, {128, 4096, 14336, 32, 4, 128}, {128, 11008, 4096, 86, 1, 128},
-      {128, 2048, 272, 16, 2, 128},
+      {1, 11008, 11008, 128, 86, 1, 16},  {16, 11008, 11008, 128, 86, 1, 16}, {1, 14336, 4096, 128, 112, 1, 16},
+      {1, 4096, 4096, 64, 64, 2, 16},     {16, 4096, 14336, 64, 64, 2, 16},   {1, 2048, 4096, 64, 32, 4, 16},
+      {3, 200, 1040, 64, 4, 8, 16},       {8, 200, 272, 64, 4, 2, 16},        {1, 17, 16, 128, 1, 1, 16},
+      {16, 4112, 11008, 64, 65, 2, 16},   {1, 8448, 4096, 128, 66, 2, 16},    {1, 8576, 4096, 128, 67, 1, 16},
+      {17, 200, 272, 64, 4, 2, 32},       {32, 4096, 4096, 64, 64, 2, 32},    {33, 4112, 4096, 64, 65, 2, 64},
+      {64, 4096, 11008, 64, 64, 2, 64},   {65, 14336, 4096, 128, 112, 1, 128}, {100, 200, 4096, 64, 4, 8, 128},
+      {128, 4096, 4096, 64, 64, 2, 128},  {128, 4096, 14336, 64, 64, 2, 128}, {128, 11008, 4096, 128, 86, 1, 128},
+      {128, 2048, 272, 64, 32, 2, 128},   {128, 8192, 4096, 128, 64, 2, 128},
   };
   // clang-format on
   for (const TmaExpected& e : tma_expected) {
     const GemmPlan plan = plan_of(e.m, e.n, e.k, 0, int(Path::kGemvTma));
-    std::printf("plan gemv_tma M=%-3lld N=%-6lld K=%-6lld block_m=%-3d %-8s tiles=%-4d grid=%-4d (splits %d)\n",
-                (long long)e.m, (long long)e.n, (long long)e.k, plan.block_m, accum_name(plan.accum), plan.tiles,
-                plan.grid, plan.tiles > 0 ? plan.grid / plan.tiles : 0);
-    const AccumMode accum = e.width <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
-    expect(plan.path == Path::kGemvTma && plan.block_m == e.width && plan.block_n == 128 && plan.tiles == e.tiles &&
+    std::printf(
+        "plan gemv_tma M=%-3lld N=%-6lld K=%-6lld block_m=%-3d block_n=%-3d %-8s tiles=%-4d grid=%-4d (splits %d)\n",
+        (long long)e.m, (long long)e.n, (long long)e.k, plan.block_m, plan.block_n, accum_name(plan.accum), plan.tiles,
+        plan.grid, plan.tiles > 0 ? plan.grid / plan.tiles : 0);
+    const AccumMode accum = e.width <= 64 || e.rows == 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+    expect(plan.path == Path::kGemvTma && plan.block_m == e.width && plan.block_n == e.rows && plan.tiles == e.tiles &&
                plan.grid == e.tiles * e.splits && plan.split_k == 1 && !plan.persistent && plan.accum == accum &&
                plan.promote_every == 1 && gemm_workspace_bytes(plan, e.m, e.n) == 0 && plan_supported(plan),
            "gemv_tma plan", e.m, e.n, e.k);
-    expect(GemvTmaPolicy::splits_for(e.n, e.k, kSms) == e.splits, "gemv_tma splits", e.m, e.n, e.k);
+    expect(GemvTmaPolicy::rows_for(e.n, e.k, kSms) == e.rows, "gemv_tma rows", e.m, e.n, e.k);
+    expect(GemvTmaPolicy::splits_for(e.n, e.k, kSms, e.rows) == e.splits, "gemv_tma splits", e.m, e.n, e.k);
     expect(GemvTmaPolicy::width_for(e.m) == e.width, "gemv_tma width", e.m, e.n, e.k);
   }
   for (int64_t m = 1; m <= GemvTmaPolicy::kMaxRows; ++m) {
@@ -218,28 +222,39 @@ int main() {
         width >= m && (width == 16 || width / 2 < m) && plan_supported(plan_of(m, 4096, 4096, 0, int(Path::kGemvTma))),
         "gemv_tma: the narrowest width that holds M", m, 4096, 4096);
   }
-  expect(plan_of(1, 4096, 256, 0, int(Path::kGemvTma)).grid == 32 * 2, "gemv_tma splits capped at the k-blocks", 1,
+  expect(plan_of(1, 4096, 256, 0, int(Path::kGemvTma)).grid == 64 * 2, "gemv_tma splits capped at the k-blocks", 1,
          4096, 256);
+  expect(plan_of(1, 4096, 128, 0, int(Path::kGemvTma)).grid == 64, "gemv_tma: one k-block, 64 tiles of 64 rows", 1,
+         4096, 128);
+  GemmPlan odd_rows = plan_of(17, 4096, 4096, 0, int(Path::kGemvTma));
+  odd_rows.block_n = 96;
+  expect(!plan_supported(odd_rows), "gemv_tma with block_n 96 accepted", 17, 4096, 4096);
   expect(plan_of(16, 4096, 4096, 4, int(Path::kGemvTma)).split_k == 1, "gemv_tma takes no split_k", 16, 4096, 4096);
   expect(!plan_supported(plan_of(129, 4096, 4096, 0, int(Path::kGemvTma))), "forced gemv_tma at M = 129", 129, 4096,
          4096);
   GemmPlan odd_width = plan_of(17, 4096, 4096, 0, int(Path::kGemvTma));
   odd_width.block_m = 48;
   expect(!plan_supported(odd_width), "gemv_tma with block_m 48 accepted", 17, 4096, 4096);
-  // Stages from the shared memory left beside the fp32 totals (kBN x 128 floats): 18 / 20 / 24 /
-  // 32 KiB stages.
+  // Stages from the shared memory left beside the fp32 totals (kBN x kBM floats), up to 16: 18 / 20
+  // / 24 / 32 KiB stages at 128 rows, 10 / 12 / 16 / 24 KiB at 64.
   expect(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
              GemvTmaTiles<128>::kStages == 5,
          "gemv_tma rings of 12 / 10 / 8 / 5 stages", 0, 0, 0);
+  expect(GemvTmaTiles<16, 64>::kStages == 16 && GemvTmaTiles<32, 64>::kStages == 16 &&
+             GemvTmaTiles<64, 64>::kStages == 13 && GemvTmaTiles<128, 64>::kStages == 8,
+         "gemv_tma rings of 16 / 16 / 13 / 8 stages at 64 rows", 0, 0, 0);
   expect(GemvTmaTiles<16>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<32>::kSmemBytes <= kSm90SmemLimit &&
-             GemvTmaTiles<64>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<128>::kSmemBytes <= kSm90SmemLimit,
+             GemvTmaTiles<64>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<128>::kSmemBytes <= kSm90SmemLimit &&
+             GemvTmaTiles<128, 64>::kSmemBytes <= kSm90SmemLimit && GemvTmaTiles<64, 64>::kSmemBytes <= kSm90SmemLimit,
          "gemv_tma shared memory", 0, 0, 0);
-  std::printf("gemv_tma shared memory (bytes): n16 %d, n32 %d, n64 %d, n128 %d\n", GemvTmaTiles<16>::kSmemBytes,
-              GemvTmaTiles<32>::kSmemBytes, GemvTmaTiles<64>::kSmemBytes, GemvTmaTiles<128>::kSmemBytes);
+  std::printf("gemv_tma shared memory (bytes): n16 %d, n32 %d, n64 %d, n128 %d; 64 rows: %d, %d, %d, %d\n",
+              GemvTmaTiles<16>::kSmemBytes, GemvTmaTiles<32>::kSmemBytes, GemvTmaTiles<64>::kSmemBytes,
+              GemvTmaTiles<128>::kSmemBytes, GemvTmaTiles<16, 64>::kSmemBytes, GemvTmaTiles<32, 64>::kSmemBytes,
+              GemvTmaTiles<64, 64>::kSmemBytes, GemvTmaTiles<128, 64>::kSmemBytes);
   // The totals' swizzle: a permutation of each row that keeps (n even, n + 1) adjacent, and every
-  // fragment store (8 consecutive n of one warp x the four m of lane % 4) hits 32 banks.
-  {
-    using T = GemvTmaTiles<128>;
+  // fragment store (8 consecutive n of one warp x the four m of lane % 4) hits 32 banks, for
+  // rows of 128 and of 64 floats.
+  const auto check_totals_swizzle = []<class T>() {
     bool ok = true;
     for (int m = 0; m < T::kBN && ok; ++m) {
       bool seen[T::kBM] = {};
@@ -261,8 +276,10 @@ int main() {
               bank[b] = true;
             }
         }
-    expect(ok, "gemv_tma totals swizzle", 0, 0, 0);
-  }
+    expect(ok, "gemv_tma totals swizzle", T::kBM, T::kBN, 0);
+  };
+  check_totals_swizzle.operator()<GemvTmaTiles<128>>();
+  check_totals_swizzle.operator()<GemvTmaTiles<128, 64>>();
   GemmPlan too_many = plan_of(1, 4096, 4096, 2);
   too_many.split_k = kMaxSplitK + 1;
   expect(!plan_supported(too_many), "split_k above kMaxSplitK accepted", 1, 4096, 4096);

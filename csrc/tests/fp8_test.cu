@@ -718,12 +718,16 @@ GemvVariant gemv_variant(const char* name) {
   return {name, [](const fp8::GemmParams& p) { fp8::gemm::launch_gemv<Format::kE4M3, Format::kE4M3, Tiles>(p, 0); }};
 }
 
-// splits 0: GemvTmaPolicy::splits_for on the device's SM count, fewer where the device holds
-// fewer clusters at once (what Path::kGemvTma runs); else exactly that many
-GemvVariant gemv_tma_variant(const char* name, int splits) {
-  return {name, [splits](const fp8::GemmParams& p) {
-            if (splits > 0) fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(p, splits, 0, false);
-            else fp8::gemm::launch_gemv_tma<Format::kE4M3, Format::kE4M3>(p, g_sms, 0);
+// rows 0: GemvTmaPolicy::rows_for, else 64 or 128 B rows per block; splits 0: splits_for on the
+// device's SM count, fewer where the device holds fewer clusters at once (what Path::kGemvTma
+// runs); else exactly that many
+GemvVariant gemv_tma_variant(const char* name, int splits, int rows = 0) {
+  return {name, [splits, rows](const fp8::GemmParams& p) {
+            const int r = rows > 0 ? rows : fp8::gemm::GemvTmaPolicy::rows_for(p.n, p.k, g_sms);
+            if (splits > 0) fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(p, splits, 0, false, r);
+            else
+              fp8::gemm::launch_gemv_tma_splits<Format::kE4M3, Format::kE4M3>(
+                  p, fp8::gemm::GemvTmaPolicy::splits_for(p.n, p.k, g_sms, r), 0, true, r);
           }};
 }
 
@@ -754,16 +758,17 @@ bool time_columns(const char* table, const std::vector<GemvVariant>& variants, c
     const auto ref = download(d_ref, elems);
     std::string line = label;
     line.resize(34, ' ');
-    // the planner's own plan, and what the "tma" column runs (Path::kGemvTma): its width, planned
-    // splits, and those the device holds
-    const int planned = fp8::gemm::GemvTmaPolicy::splits_for(shape.n, shape.k, g_sms);
+    // the planner's own plan, and what the "tma" column runs (Path::kGemvTma): its width, rows,
+    // planned splits, and those the device holds
+    const int rows = fp8::gemm::GemvTmaPolicy::rows_for(shape.n, shape.k, g_sms);
+    const int planned = fp8::gemm::GemvTmaPolicy::splits_for(shape.n, shape.k, g_sms, rows);
     const auto automatic = fp8::gemm::plan_gemm(shape.m, shape.n, shape.k, g_sms, g_cc_major, g_cc_minor);
     std::printf(
-        "     %s planner: %s; gemv_tma m%d: %lld tiles, %d splits planned, %d launched (clusters the "
-        "device holds)\n",
+        "     %s planner: %s; gemv_tma m%d: %lld tiles of %d rows, %d splits planned, %d launched (clusters "
+        "the device holds)\n",
         label, plan_label(automatic).c_str(), fp8::gemm::GemvTmaPolicy::width_for(shape.m),
-        (long long)kernels::ceil_div<int64_t>(shape.n, fp8::gemm::GemvTmaPolicy::kBM), planned,
-        fp8::gemm::gemv_tma_fit_splits<Format::kE4M3, Format::kE4M3>(shape.m, shape.n, planned));
+        (long long)kernels::ceil_div<int64_t>(shape.n, rows), rows, planned,
+        fp8::gemm::gemv_tma_fit_splits<Format::kE4M3, Format::kE4M3>(shape.m, shape.n, planned, rows));
     for (const GemvVariant& v : variants) {
       KERNELS_CUDA_CHECK(cudaMemset(g.p.d, 0xFF, elems * 2));
       const bool launched = ref_ran && kernels::test::runs("fp8 gemm", [&] { v.launch(g.p); });
@@ -801,26 +806,29 @@ bool time_gemv(const char* only) {
       gemv_variant<2, 8, 4>("n2w8u4"), gemv_variant<4, 8, 4>("n4w8u4"), gemv_variant<4, 8, 2>("n4w8u2"),
       gemv_variant<1, 8, 4>("n1w8u4"), gemv_variant<2, 4, 4>("n2w4u4"), gemv_variant<2, 8, 8>("n2w8u8"),
       gemv_variant<4, 4, 4>("n4w4u4"), gemv_variant<8, 4, 2>("n8w4u2"), gemv_tma_variant("tma", 0),
-      gemv_tma_variant("tma-s1", 1), gemv_tma_variant("tma-s2", 2)};
+      gemv_tma_variant("tma-r128", 0, 128), gemv_tma_variant("tma-r64", 0, 64), gemv_tma_variant("tma-s1", 1),
+      gemv_tma_variant("tma-s2", 2)};
   const std::vector<DecodeShape> shapes = {{1, 4096, 4096}, {1, 11008, 11008}, {1, 14336, 4096}, {1, 4096, 14336},
                                            {16, 4096, 4096}, {16, 11008, 11008}, {16, 14336, 4096}, {16, 4096, 14336}};
   // clang-format on
   return time_columns("gemv", variants, shapes,
-                      "nNwWuU: n8 tiles, warps, chunks in flight; tma: gemv_tma, -sS: S splits", only);
+                      "nNwWuU: n8 tiles, warps, chunks in flight; tma: gemv_tma, -rR: R rows per block, -sS: S "
+                      "splits",
+                      only);
 }
 
 bool time_skinny(const char* only) {
-  const std::vector<GemvVariant> variants = {plan_variant("default", forced(-1, 0)),
-                                             plan_variant("tma", forced(int(fp8::gemm::Path::kGemvTma), 0)),
-                                             gemv_tma_variant("tma-s1", 1)};
+  const std::vector<GemvVariant> variants = {
+      plan_variant("default", forced(-1, 0)), plan_variant("tma", forced(int(fp8::gemm::Path::kGemvTma), 0)),
+      gemv_tma_variant("tma-r128", 0, 128), gemv_tma_variant("tma-r64", 0, 64), gemv_tma_variant("tma-s1", 1)};
   std::vector<DecodeShape> shapes;
   for (int64_t m : {32, 64, 128})
     for (const auto& [n, k] :
          {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 11008}, {4096, 14336}, {11008, 4096}, {14336, 4096}})
       shapes.push_back({m, n, k});
   return time_columns("skinny", variants, shapes,
-                      "default: the planner's tiled WGMMA plan; tma: gemv_tma (path 3) with its split count, "
-                      "-s1: one block per tile",
+                      "default: the planner's plan; tma: gemv_tma (path 3) with its rows and split count, "
+                      "-rR: R rows per block, -s1: one block per tile",
                       only);
 }
 
@@ -868,12 +876,12 @@ int correctness_cases() {
   }
   if (hopper) {
     // The swap-AB TMA GEMV (path 3, forced only; sm_90a): M inside WGMMA's n16 (rows past M
-    // zero-filled by TMA), N tails in its 128-column tiles (17: one partial tile, 200: two,
-    // 4112: 33, the last 16 wide), K tails in its 128-deep k-blocks (16: one partial, 272 and
-    // 1040: 3 and 9 with a 16-deep tail, 11008: 86, many times round the 12-stage ring), split-K
-    // inside a cluster (132 SMs: 1 split at K = 16, 2 at 272, 8 for N = 17 / 200 at K >= 1040,
-    // 4 for N = 4112; a split of 1 or 2 k-blocks), every format pair, extras on and off; then
-    // one block per tile at long K (the planner sees one SM: no split).
+    // zero-filled by TMA), N tails in its 128- or 64-column tiles (17: one partial tile of 128;
+    // 200: four of 64, 4112: 65 of 64, the last 16 wide), K tails in its 128-deep k-blocks (16:
+    // one partial, 272 and 1040: 3 and 9 with a 16-deep tail, 11008: 86, many times round the
+    // ring), split-K inside a cluster (132 SMs: 1 split at K = 16, 2 at 272, 8 for N = 17 / 200
+    // at K >= 1040, 2 for N = 4112; a split of 1 or 2 k-blocks), every format pair, extras on
+    // and off; then one block per tile at long K (the planner sees one SM: 128 rows, no split).
     const Format e4 = Format::kE4M3, e5 = Format::kE5M2;
     const std::pair<Format, Format> pairs[] = {{e4, e4}, {e4, e5}, {e5, e4}};
     for (const auto& [fa, fb] : pairs)
@@ -905,6 +913,16 @@ int correctness_cases() {
       GemmCase unsplit{m, 200, 11008, e4, e4, 3, 0, m != 64};
       unsplit.sms = 1;
       cases.push_back(unsplit);
+    }
+    // 128-row blocks at the wider widths: the planner sees 40 SMs (N = 4112: 33 tiles of 128,
+    // 65 of 64 would not fit; unsplit) or 4 (N = 200: two tiles of 128 in pairs).
+    for (int64_t m : {17, 33, 100, 128}) {
+      GemmCase wide{m, 4112, 4096, e4, e4, 3, 0, m % 2 == 0};
+      wide.sms = 40;
+      cases.push_back(wide);
+      GemmCase pairs{m, 200, 4096, e4, e4, 3, 0, m % 2 == 1};
+      pairs.sms = 4;
+      cases.push_back(pairs);
     }
   }
   if (hopper) {
@@ -1115,7 +1133,8 @@ int correctness_cases() {
 // `fp8_test --small`: one case per store path of the sm_90a GEMM, for compute-sanitizer
 // memcheck / racecheck: TMA stores at BN 128 fast, 176, 192 and 256 (64- and 16-column panels,
 // clipped tails, a wrapped persistent grid), the 16-byte row stores, the checked stores with
-// scales and bias, and a split-K plan.
+// scales and bias, and a split-K plan; the swap-AB TMA GEMV in 64- and 128-row blocks, split
+// in a cluster.
 int small_cases() {
   using fp8::gemm::AccumMode;
   using fp8::gemm::ClusterMode;
@@ -1133,6 +1152,12 @@ int small_cases() {
   GemmCase split{16, 520, 2048, e4, e4, 0, 128, false};
   split.split_k = 4;
   failures += !test_gemm(split);
+  for (int64_t m : {16, 100}) {
+    failures += !test_gemm({m, 200, 1040, e4, e4, int(fp8::gemm::Path::kGemvTma), 0, true});  // 64 rows, 8 splits
+    GemmCase rows128{m, 200, 1040, e4, e4, int(fp8::gemm::Path::kGemvTma), 0, false};
+    rows128.sms = 4;  // two tiles of 128 rows in pairs
+    failures += !test_gemm(rows128);
+  }
   std::printf("fp8_test small: %d failure(s)\n", failures);
   return failures;
 }

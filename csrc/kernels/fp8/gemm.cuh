@@ -27,7 +27,7 @@
 // GEMV kernel (Path::kGemv, M <= 16, the planner's choice there below 32 Mi values of B or off
 // sm_90a): gemm/gemv.cuh.
 // Swap-AB GEMV (Path::kGemvTma, M <= 128 in WGMMA n 16 / 32 / 64 / 128, sm_90a; the planner's
-// choice at 16 < M <= 64, GemvTmaPolicy::planner_takes): gemm/gemv_tma.cuh.
+// choice at 16 < M <= 64 and up to 128 on narrow N, GemvTmaPolicy::planner_takes): gemm/gemv_tma.cuh.
 //
 // Constraints (checked; errors as in common/errors.h): K % 16 == 0; A, B 16-byte aligned with row
 // strides that are multiples of 16 bytes; format pairs e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
@@ -321,9 +321,9 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.path == Path::kGemv)
     return plan.block_n == GemvLongK::kColsPerBlock ? launch_gemv<FA, FB, GemvLongK>(p, stream)
                                                     : launch_gemv<FA, FB>(p, stream);
-  // the plan's grid is splits x tiles (plan_gemm: GemvTmaPolicy::splits_for)
+  // the plan's grid is splits x tiles of block_n B rows (plan_gemm: GemvTmaPolicy::rows_for, splits_for)
   if (plan.path == Path::kGemvTma)
-    return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream);
+    return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream, true, plan.block_n);
   // only the pairs plan_supported() admits
   if (plan.store == int(StoreMode::kTma)) {  // has_tma_store_kernel
     switch (plan.block_n) {

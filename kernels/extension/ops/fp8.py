@@ -17,12 +17,13 @@ decode step calls them once per linear layer, where the host is all there is.
   a, b 16-byte aligned with row strides that are multiples of 16 bytes; format pairs
   e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3. `path` -1 auto / 0 WGMMA (sm_90a) / 1 mma.sync /
   2 GEMV (M <= 16: one mma.sync m16n8k32 row tile, b streamed from global memory into its
-  fragments, fp32 accumulation) / 3 swap-AB GEMV (M <= 128, sm_90a: 128 rows of b in WGMMA's
-  M slot, a's rows in the narrowest of its n16 / n32 / n64 / n128 that holds them, fed by a
-  TMA ring of 12 / 10 / 8 / 5 stages, every 128-deep k-block promoted to fp32, split-K inside
-  a thread-block cluster; M > 128 raises ValueError). Auto, unless `block_n`, `persistent` or
-  `split_k` ask for the tiled kernels: on sm_90a path 3 for 16 < M <= 64 and for M <= 16 once b
-  holds 32 Mi values; path 2 for the other M <= 16; else the tiled kernels
+  fragments, fp32 accumulation) / 3 swap-AB GEMV (M <= 128, sm_90a: 128 or 64 rows of b in
+  WGMMA's M slot, a's rows in the narrowest of its n16 / n32 / n64 / n128 that holds them, fed by
+  a TMA ring of up to 16 stages, every 128-deep k-block promoted to fp32, split-K inside a
+  thread-block cluster; M > 128 raises ValueError). Auto, unless `block_n`, `persistent` or
+  `split_k` ask for the tiled kernels: on sm_90a path 3 for 16 < M <= 64, for M <= 128 where
+  blocks of 64 rows of b fill more SMs (N = 4096) and for M <= 16 once b holds 32 Mi values;
+  path 2 for the other M <= 16; else the tiled kernels
   (fp8::gemm::GemvTmaPolicy::planner_takes, measured on the H200);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
   0 planner / 1 none / 2..64 slices of K (WGMMA path; the slices' fp32 partials go to a

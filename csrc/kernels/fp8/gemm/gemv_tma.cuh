@@ -17,25 +17,34 @@
 // at M = 128, N = 4096, K = 4096 / 11008 / 14336), and its split-K goes through a workspace and a
 // second kernel; here the split-K stays inside a cluster. A's rows take the narrowest WGMMA n of
 // 16, 32, 64 and 128 that holds M (GemvTmaTiles<width>, GemvTmaPolicy::width_for), so M = 17
-// loads and multiplies 32 rows, not 128; every width streams the same 128 rows of B per block.
+// loads and multiplies 32 rows, not 128.
+//
+// A block streams 128 rows of B (the default) or 64 (GemvTmaPolicy::rows_for: where the tiles of
+// 128 leave SMs idle even split in pairs, e.g. N = 4096: 32 tiles x 2 blocks). Why not split
+// 128-row tiles four ways: a cluster lives in one GPC, and the H200's GPCs hold only 31 clusters
+// of 4 one-block-per-SM blocks, so 32 tiles x 4 splits would not all run at once and the launcher
+// falls back to pairs (64 blocks). Nsight Compute, M = 16, N = K = 4096: ours in 64 blocks 10.2
+// us at 35% of DRAM bandwidth, cuBLASLt (nvjet ..._64x8_128x16_1x2: 64 rows of B per block, 128
+// blocks in pairs) 8.1 us at 44%.
 //
 // The kernel takes cuBLASLt's layout, for every width:
-//   warpgroup 0     one elected thread issues the TMA loads: per 128-deep k-block a box of 128
-//                   rows of B (16 KiB) and one of A's kBN rows (kBN x 128 B; rows >= M lie
-//                   outside the tensor map, TMA zero-fills them), both 128B-swizzled, into a ring
-//                   of kStages stages (12 / 10 / 8 / 5 at kBN 16 / 32 / 64 / 128: what 227 KiB
-//                   holds beside the fp32 totals, policy.cuh).
+//   warpgroup 0     one elected thread issues the TMA loads: per 128-deep k-block a box of the
+//                   block's rows of B (8 or 16 KiB) and one of A's kBN rows (kBN x 128 B; rows >= M
+//                   lie outside the tensor map, TMA zero-fills them), both 128B-swizzled, into a
+//                   ring of kStages stages (what 227 KiB holds beside the fp32 totals, up to 16:
+//                   policy.cuh).
 //   warpgroups 1-2  64 rows of B each: wgmma m64nXk32 .f32.<FB>.<FA> with X = kBN (B's tile is
 //                   WGMMA's A operand, A's tile its B operand, both K-major from shared memory),
 //                   four per k-block, each k-block into a fresh partial accumulator that is added
-//                   into fp32 registers (FP8 WGMMA accumulates with reduced precision). Up to
-//                   kBN 64 two partials ping-pong, so k-block kb + 1 is issued before kb is waited
-//                   for; at kBN 128 three sets of 64 accumulators would spill (384 threads, no
-//                   setmaxnreg: 168 registers), so it promotes one partial per k-block (kPromote).
+//                   into fp32 registers (FP8 WGMMA accumulates with reduced precision). Two
+//                   partials ping-pong, so k-block kb + 1 is issued before kb is waited for, except
+//                   at kBN 128 with two consumers: three sets of 64 accumulators would spill (384
+//                   threads, no setmaxnreg: 168 registers), so it promotes one partial per k-block
+//                   (kPromote). One consumer (64 rows: 256 threads) has the registers for them.
 // The ring and the consumers' loop are Sm90Mainloop's (mainloop.cuh) instantiated with the
 // operands swapped (GemvTmaTiles names B's tile "A").
 //
-// Split-K when N / 128 tiles leave SMs idle: grid (splits, tiles), clusters of `splits` blocks
+// Split-K when the N / kBM tiles leave SMs idle: grid (splits, tiles), clusters of `splits` blocks
 // along x (GemvTmaPolicy::splits_for: a power of two up to 8 with splits x tiles <= SMs), each
 // block a contiguous range of k-blocks (split_k_range). Every block writes its fp32 totals to
 // its own shared buffer ([m][n], transposed from the fragment: rows of the fragment are n,
@@ -190,10 +199,18 @@ void gemv_tma_opt_in() {
   opt_in.ensure(gemv_tma_kernel<FA, FB, P>, P::kSmemBytes);
 }
 
-// Calls f.template operator()<GemvTmaTiles<w>>() for the width w = GemvTmaPolicy::width_for(m)
-// (M <= GemvTmaPolicy::kMaxRows; checked by the launcher).
+// Calls f.template operator()<GemvTmaTiles<w, rows>>() for the width w = GemvTmaPolicy::width_for(m)
+// (M <= GemvTmaPolicy::kMaxRows; checked by the launcher) and rows = 64 or 128 B rows per block.
 template <class F>
-decltype(auto) with_gemv_tma_tiles(int64_t m, F&& f) {
+decltype(auto) with_gemv_tma_tiles(int64_t m, int rows, F&& f) {
+  if (rows == GemvTmaPolicy::kNarrowBM) {
+    switch (GemvTmaPolicy::width_for(m)) {
+      case 16: return f.template operator()<GemvTmaTiles<16, 64>>();
+      case 32: return f.template operator()<GemvTmaTiles<32, 64>>();
+      case 64: return f.template operator()<GemvTmaTiles<64, 64>>();
+      default: return f.template operator()<GemvTmaTiles<128, 64>>();
+    }
+  }
   switch (GemvTmaPolicy::width_for(m)) {
     case 16: return f.template operator()<GemvTmaTiles<16>>();
     case 32: return f.template operator()<GemvTmaTiles<32>>();
@@ -218,10 +235,10 @@ int gemv_tma_fit_splits_of(int64_t n, int splits) {
   return splits;
 }
 
-// As above for the kernel that M rows run (its width, GemvTmaPolicy::width_for).
+// As above for the kernel that M rows run in blocks of `rows` B rows (its width, GemvTmaPolicy::width_for).
 template <Format FA, Format FB>
-int gemv_tma_fit_splits(int64_t m, int64_t n, int splits) {
-  return with_gemv_tma_tiles(m, [&]<class P>() { return gemv_tma_fit_splits_of<FA, FB, P>(n, splits); });
+int gemv_tma_fit_splits(int64_t m, int64_t n, int splits, int rows = GemvTmaPolicy::kBM) {
+  return with_gemv_tma_tiles(m, rows, [&]<class P>() { return gemv_tma_fit_splits_of<FA, FB, P>(n, splits); });
 }
 
 // One launch of the width-P kernel with `splits` (1, 2, 4 or 8) blocks per n-tile: with
@@ -246,23 +263,28 @@ void launch_gemv_tma_tiles(const GemmParams& p, int splits, cudaStream_t stream,
                      map_a, p);
 }
 
-// One launch with `splits` (1, 2, 4 or 8) blocks per n-tile, on the narrowest width that holds
-// M (16, 32, 64 or 128 rows); M > GemvTmaPolicy::kMaxRows is refused.
+// One launch with `splits` (1, 2, 4 or 8) blocks per n-tile of `rows` (64 or 128) B rows, on the
+// narrowest width that holds M (16, 32, 64 or 128 rows); M > GemvTmaPolicy::kMaxRows is refused.
 template <Format FA, Format FB>
-void launch_gemv_tma_splits(const GemmParams& p, int splits, cudaStream_t stream, bool fit_clusters = true) {
+void launch_gemv_tma_splits(const GemmParams& p, int splits, cudaStream_t stream, bool fit_clusters = true,
+                            int rows = GemvTmaPolicy::kBM) {
   check(p.m <= GemvTmaPolicy::kMaxRows, "fp8 gemm: the gemv_tma path takes M <= ", GemvTmaPolicy::kMaxRows,
         " (WGMMA n 16 / 32 / 64 / 128), got M=", p.m);
   check(splits == 1 || splits == 2 || splits == 4 || splits == 8,
         "fp8 gemm: the gemv_tma path splits K over 1, 2, 4 or 8 blocks, got ", splits);
+  check(rows == GemvTmaPolicy::kBM || rows == GemvTmaPolicy::kNarrowBM,
+        "fp8 gemm: the gemv_tma path takes blocks of 64 or 128 B rows, got ", rows);
   if (p.m == 0 || p.n == 0) return;
   check(p.k > 0, "fp8 gemm: the gemv_tma path needs K > 0 (TMA describes K), got K=", p.k);
-  with_gemv_tma_tiles(p.m, [&]<class P>() { launch_gemv_tma_tiles<FA, FB, P>(p, splits, stream, fit_clusters); });
+  with_gemv_tma_tiles(p.m, rows, [&]<class P>() { launch_gemv_tma_tiles<FA, FB, P>(p, splits, stream, fit_clusters); });
 }
 
-// The split count from the problem and the SM count (GemvTmaPolicy::splits_for), then as above.
+// The rows per block and split count from the problem and the SM count (GemvTmaPolicy::rows_for,
+// splits_for), then as above.
 template <Format FA, Format FB>
 void launch_gemv_tma(const GemmParams& p, int num_sms, cudaStream_t stream) {
-  launch_gemv_tma_splits<FA, FB>(p, GemvTmaPolicy::splits_for(p.n, p.k, num_sms), stream);
+  const int rows = GemvTmaPolicy::rows_for(p.n, p.k, num_sms);
+  launch_gemv_tma_splits<FA, FB>(p, GemvTmaPolicy::splits_for(p.n, p.k, num_sms, rows), stream, true, rows);
 }
 
 }  // namespace kernels::fp8::gemm

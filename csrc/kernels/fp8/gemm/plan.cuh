@@ -182,11 +182,12 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   const bool hopper = cc_major == 9 && cc_minor == 0;
   // Decode-sized M goes to a GEMV kernel unless the request names a tile choice (block_n,
   // accumulation, split-K, persistence, clusters), which only the tiled kernels have: on sm_90a
-  // the swap-AB TMA one where GemvTmaPolicy::planner_takes (16 < M <= 64, and M <= 16 with a
-  // large B), else the mma.sync one at M <= 16.
+  // the swap-AB TMA one where GemvTmaPolicy::planner_takes (16 < M <= 64, up to 128 where its
+  // blocks of 64 rows fill more SMs than tiles of 128 in pairs, and M <= 16 with a large B),
+  // else the mma.sync one at M <= 16.
   const bool tile_request = req.force_block_n > 0 || req.accum >= 0 || req.promote_every > 0 || req.split_k > 0 ||
                             req.persistent >= 0 || req.cluster >= 0;
-  const bool gemv_tma = hopper && !tile_request && GemvTmaPolicy::planner_takes(m, n, k);
+  const bool gemv_tma = hopper && !tile_request && GemvTmaPolicy::planner_takes(m, n, k, num_sms);
   const bool gemv = m <= GemvPolicy::kMaxRows && !tile_request;
   plan.path = req.force_path >= 0 ? Path(req.force_path)
               : gemv_tma          ? Path::kGemvTma
@@ -246,15 +247,15 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.block_n = k >= GemvLongK::kMinK ? GemvLongK::kColsPerBlock : GemvPolicy::kColsPerBlock;
     plan.cluster = ClusterMode::kNone;
   } else if (plan.path == Path::kGemvTma) {
-    // 128 columns per block, M in the narrowest WGMMA n of 16 / 32 / 64 / 128 that holds it
-    // (block_m; M > kMaxRows: kMaxRows + 1, unsupported), every k-block promoted (ping-pong up
-    // to 64 rows, one partial at 128). Its split-K runs inside a cluster and needs
-    // no workspace: split_k stays 1, the grid says splits x tiles. The device check (sm_90a) is
-    // launch_gemm's, as for the WGMMA path.
+    // 128 or 64 columns per block (block_n: GemvTmaPolicy::rows_for), M in the narrowest WGMMA n
+    // of 16 / 32 / 64 / 128 that holds it (block_m; M > kMaxRows: kMaxRows + 1, unsupported),
+    // every k-block promoted (ping-pong, but one partial at 128 rows x 128 columns). Its split-K
+    // runs inside a cluster and needs no workspace: split_k stays 1, the grid says splits x
+    // tiles. The device check (sm_90a) is launch_gemm's, as for the WGMMA path.
     const int width = GemvTmaPolicy::width_for(m);
     plan.block_m = width > 0 ? width : GemvTmaPolicy::kMaxRows + 1;
-    plan.block_n = GemvTmaPolicy::kBM;
-    plan.accum = GemvTmaPolicy::accum_for(plan.block_m);
+    plan.block_n = GemvTmaPolicy::rows_for(n, k, num_sms);
+    plan.accum = GemvTmaPolicy::accum_for(plan.block_m, plan.block_n);
     plan.promote_every = 1;
     plan.cluster = ClusterMode::kNone;
   } else {
@@ -270,7 +271,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
   } else if (plan.path == Path::kGemvTma) {
     plan.tiles = int(ceil_div<int64_t>(n, plan.block_n));
     plan.persistent = false;
-    plan.grid = plan.tiles * GemvTmaPolicy::splits_for(n, k, num_sms);
+    plan.grid = plan.tiles * GemvTmaPolicy::splits_for(n, k, num_sms, plan.block_n);
   } else if (plan.path == Path::kMmaSync) {
     plan.persistent = req.persistent >= 0 ? req.persistent == 1 : plan.tiles > num_sms;
     // two 256-thread blocks (40 KB shared each) fit an SM comfortably
@@ -295,7 +296,8 @@ inline bool plan_supported(const GemmPlan& plan) {
            (plan.block_n == GemvPolicy::kColsPerBlock || plan.block_n == GemvLongK::kColsPerBlock);
   if (plan.path == Path::kGemvTma)
     return plan.split_k == 1 && plan.block_m <= GemvTmaPolicy::kMaxRows &&
-           plan.block_m == GemvTmaPolicy::width_for(plan.block_m) && plan.block_n == GemvTmaPolicy::kBM;
+           plan.block_m == GemvTmaPolicy::width_for(plan.block_m) &&
+           (plan.block_n == GemvTmaPolicy::kBM || plan.block_n == GemvTmaPolicy::kNarrowBM);
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
   if (plan.store < 0 || plan.store > int(StoreMode::kTma)) return false;
@@ -314,7 +316,7 @@ inline void check_plan_supported(const GemmPlan& plan) {
         "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote, 256 fast), "
         "promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
         kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows,
-        " (gemv_tma: M <= ", GemvTmaPolicy::kMaxRows, ", block_m 16 / 32 / 64 / 128, block_n 128)");
+        " (gemv_tma: M <= ", GemvTmaPolicy::kMaxRows, ", block_m 16 / 32 / 64 / 128, block_n 64 / 128)");
 }
 
 // What every GEMM launch checks first (launch_gemm): the device, the format pair, K and the

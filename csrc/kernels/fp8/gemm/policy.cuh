@@ -143,26 +143,30 @@ struct GemvLongK : GemvTiles<1, 8, 4> {
   static constexpr int64_t kMinK = 8192;
 };
 
-// The swap-AB GEMV (gemv_tma.cuh, Path::kGemvTma, sm_90a): WGMMA m64nXk32 with 128 rows of B in
-// WGMMA's M slot (64 per consumer warpgroup) and A's M <= X rows in its N slot (X = kWidth: 16,
-// 32, 64 or 128), fed by a TMA ring of kStages stages. The member names are Sm90Mainloop's
-// (mainloop.cuh), which runs the ring with the operands swapped: its "A" tile (kBM rows) is B's,
-// its "B" tile (kBN rows) A's. A block owns kBM output columns; split-K across the blocks of a
-// cluster (GemvTmaPolicy::splits_for). Shared memory per width (ring + fp32 totals, of 227 KiB):
+// The swap-AB GEMV (gemv_tma.cuh, Path::kGemvTma, sm_90a): WGMMA m64nXk32 with kRows (128 or 64)
+// rows of B in WGMMA's M slot (64 per consumer warpgroup) and A's M <= X rows in its N slot
+// (X = kWidth: 16, 32, 64 or 128), fed by a TMA ring of kStages stages. The member names are
+// Sm90Mainloop's (mainloop.cuh), which runs the ring with the operands swapped: its "A" tile
+// (kBM rows) is B's, its "B" tile (kBN rows) A's. A block owns kBM output columns; split-K
+// across the blocks of a cluster (GemvTmaPolicy::splits_for). Shared memory per width (ring +
+// fp32 totals, of 227 KiB), 128 rows:
 //   kBN  16: 18 KiB stages x 12,  8 KiB totals      kBN  64: 24 KiB stages x 8, 32 KiB totals
 //   kBN  32: 20 KiB stages x 10, 16 KiB totals      kBN 128: 32 KiB stages x 5, 64 KiB totals
-// Registers (no setmaxnreg: 384 threads at one block per SM leave 168 per thread): ping-pong
-// promotion holds 3 x kBN / 2 accumulators per consumer thread, 96 at kBN 64; at kBN 128 its
-// 192 would not fit, so that width promotes with one partial (2 x 64, kPromote, every k-block:
-// the same results, the warpgroup's WGMMAs drained once per k-block while the other one's run).
-template <int kWidth>
+// 64 rows (one consumer warpgroup): 16 stages of 10 / 12 KiB at kBN 16 / 32, 13 of 16 KiB at
+// 64, 8 of 24 KiB at 128.
+// Registers (no setmaxnreg): ping-pong promotion holds 3 x kBN / 2 accumulators per consumer
+// thread. 384 threads at one block per SM leave 168 per thread: 96 at kBN 64 fit, the 192 of
+// kBN 128 do not, so 128 rows at that width promote with one partial (2 x 64, kPromote, every
+// k-block: the same results, the warpgroup's WGMMAs drained once per k-block while the other
+// one's run). 64 rows run 256 threads, 255 registers each: ping-pong at every width.
+template <int kWidth, int kRows = 128>
 struct GemvTmaTiles {
-  static constexpr int kBM = 128;     // B rows (output columns) per block: WGMMA M, 2 x 64
+  static constexpr int kBM = kRows;   // B rows (output columns) per block: WGMMA M, 64 per consumer
   static constexpr int kBN = kWidth;  // A rows (M <= kBN): WGMMA N, rows past M zero-filled by TMA
   static constexpr int kBK = 128;     // one 128-byte swizzle row per tile row, four k32 WGMMAs
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kStageBytesA = kBM * kBK;  // B's box: 16 KiB
+  static constexpr int kStageBytesA = kBM * kBK;  // B's box: 8 or 16 KiB
   static constexpr int kStageBytesB = kBN * kBK;  // A's box: kBN x 128 B (rows >= M zero-filled, still counted)
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
@@ -175,17 +179,18 @@ struct GemvTmaTiles {
   static constexpr int kTotalsBytes = kBN * kTotalsPitch * 4;
   static constexpr int kMaxStages = 16;
   static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack - kTotalsBytes) / kStageBytes;
-  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;  // 12 / 10 / 8 / 5
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;  // see above
   static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kTotalsBytes + kAlignSlack;
   static constexpr int kAccRegs = 64 * kBN / 128;  // m64nX: X / 2 per thread
-  // Every 128-deep k-block into a fresh partial, promoted into fp32 registers; up to kBN 64 two
-  // partials, so the next k-block is issued before waiting for this one (see above).
-  static constexpr AccumMode kAccum = kBN <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+  // Every 128-deep k-block into a fresh partial, promoted into fp32 registers; two partials where
+  // the registers hold them, so the next k-block is issued before waiting for this one (above).
+  static constexpr int kAccRegBudget = kConsumers == 1 ? 192 : 96;
+  static constexpr AccumMode kAccum = 3 * kAccRegs <= kAccRegBudget ? AccumMode::kPromotePingPong : AccumMode::kPromote;
   static_assert(kBN == 16 || kBN == 32 || kBN == 64 || kBN == 128, "WGMMA n of the swap-AB GEMV");
+  static_assert(kBM == 64 || kBM == 128, "one or two consumer warpgroups of 64 B rows");
   static_assert(kStageBytes % 1024 == 0 && kStageBytesA % 1024 == 0, "128B-swizzled tiles start 1024-aligned");
   static_assert(kStages >= 2 && kSmemBytes <= kSm90SmemLimit, "GEMV TMA ring does not fit");
   static_assert(kStages <= 16, "barriers: room for 16 stages");
-  static_assert(kAccum != AccumMode::kPromotePingPong || 3 * kAccRegs <= 96, "ping-pong registers");
 
   // Element (m, n) of the totals: the fragment's stores have m = 8j + 2q + e (q = lane % 4) and n
   // = 8 consecutive values; n ^ 8q puts the four q in four different 8-bank groups. Pairs (n even,
@@ -195,29 +200,48 @@ struct GemvTmaTiles {
   }
 };
 
-// What the widths share: the rows they take, the split count and the width for M.
+// What the widths share: the rows they take, the rows of B per block, the split count and the
+// width for M.
 struct GemvTmaPolicy {
   static constexpr int kMaxRows = 128;  // M up to this: the widest WGMMA n of GemvTmaTiles
-  static constexpr int kBM = 128;       // output columns per block (every width)
+  static constexpr int kBM = 128;       // output columns per block, unless rows_for takes kNarrowBM
+  static constexpr int kNarrowBM = 64;  // one consumer warpgroup
   static constexpr int kBK = 128;
   static constexpr int kMaxSplits = 8;  // cluster size (portable limit)
+  // Clusters of this many blocks of a one-block-per-SM kernel fill every GPC: the H200's 132 SMs
+  // hold 66 clusters of 2 but only 31 of 4 (cudaOccupancyMaxActiveClusters), so a launch of 32
+  // tiles in clusters of 4 falls back to pairs (gemv_tma_fit_splits) and leaves half the SMs idle.
+  static constexpr int kWholeClusterSize = 2;
 
   // The narrowest width that holds M rows (16, 32, 64, 128); 0 for M > kMaxRows.
   static constexpr int width_for(int64_t m) {
     return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : m <= kMaxRows ? 128 : 0;
   }
   // The accumulation of a width's kernel (GemvTmaTiles::kAccum).
-  static constexpr AccumMode accum_for(int width) {
-    return width <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
+  static constexpr AccumMode accum_for(int width, int rows = kBM) {
+    return rows == kNarrowBM || width <= 64 ? AccumMode::kPromotePingPong : AccumMode::kPromote;
   }
 
-  // K splits (= cluster size): the largest power of two up to kMaxSplits with splits x tiles
-  // <= the SM count and at least one k-block per split; 1 when the tiles alone fill the SMs.
-  static constexpr int splits_for(int64_t n, int64_t k, int num_sms) {
-    const int64_t tiles = (n + kBM - 1) / kBM, k_blocks = (k + kBK - 1) / kBK;
+  // K splits (= cluster size) for blocks of `rows` B rows: the largest power of two up to
+  // kMaxSplits with splits x tiles <= the SM count and at least one k-block per split; 1 when the
+  // tiles alone fill the SMs.
+  static constexpr int splits_for(int64_t n, int64_t k, int num_sms, int rows = kBM) {
+    const int64_t tiles = (n + rows - 1) / rows, k_blocks = (k + kBK - 1) / kBK;
     int splits = 1;
     while (2 * splits <= kMaxSplits && 2 * splits * tiles <= num_sms && 2 * splits <= k_blocks) splits *= 2;
     return splits;
+  }
+
+  // B rows per block: kNarrowBM where its tiles, split in clusters every GPC holds whole
+  // (kWholeClusterSize), put more blocks to work than kBM's (N = 4096: 64 tiles x 2 against 32 x
+  // 2 blocks), else kBM (fewer re-reads of A, and no more blocks than tiles of 128 fill).
+  static constexpr int rows_for(int64_t n, int64_t k, int num_sms) {
+    const auto blocks = [&](int rows) {
+      const int splits = splits_for(n, k, num_sms, rows);
+      return (n + rows - 1) / rows * (splits < kWholeClusterSize ? splits : kWholeClusterSize);
+    };
+    const int64_t narrow = blocks(kNarrowBM);
+    return narrow <= num_sms && narrow > blocks(kBM) ? kNarrowBM : kBM;
   }
 
   // Where the planner takes this kernel on its own (sm_90a, no tile request), as the H200 measured
@@ -226,20 +250,26 @@ struct GemvTmaPolicy {
   //    shorter launch wins (7.9 vs 10.0 us), from 4096 x 14336 on this one (22.8 vs 29.4 us;
   //    11008^2: 38.1 vs 49.4);
   //  - 16 < M <= 64 always: 1.2-2.7x the tiled WGMMA kernel at every LLM shape measured;
-  //  - not above 64 rows, where the n128 width's single-partial promotion and 5-stage ring make
-  //    it slower than the tiled kernel (4096^2: 15.4 vs 13.4 us) or, at deep K, than the tiled
-  //    kernel in two K slices (N = 4096, K = 14336: 31.7 vs 25.7 us).
+  //  - 64 < M <= 128 where rows_for takes 64-row blocks (N = 4096: 12.7 / 20.6 / 26.4 us at K =
+  //    4096 / 11008 / 14336 against the tiled kernel in two K slices, 14.7 / 23.7 / 28.9), not
+  //    where it takes 128 (N = 11008 / 14336 at K = 4096: the n128 width's single-partial
+  //    promotion and 5-stage ring, 23.0 / 26.4 us against the tiled kernel's 19.9 / 23.8).
   static constexpr int64_t kMinAutoElems = int64_t(1) << 25;
-  static constexpr bool planner_takes(int64_t m, int64_t n, int64_t k) {
-    return m <= GemvPolicy::kMaxRows ? n * k >= kMinAutoElems : m <= 64;
+  static constexpr bool planner_takes(int64_t m, int64_t n, int64_t k, int num_sms) {
+    if (m <= GemvPolicy::kMaxRows) return n * k >= kMinAutoElems;
+    return m <= 64 || (m <= kMaxRows && rows_for(n, k, num_sms) == kNarrowBM);
   }
 };
 static_assert(GemvTmaTiles<16>::kStages == 12 && GemvTmaTiles<32>::kStages == 10 && GemvTmaTiles<64>::kStages == 8 &&
-                  GemvTmaTiles<128>::kStages == 5,
+                  GemvTmaTiles<128>::kStages == 5 && GemvTmaTiles<16, 64>::kStages == 16 &&
+                  GemvTmaTiles<32, 64>::kStages == 16 && GemvTmaTiles<64, 64>::kStages == 13 &&
+                  GemvTmaTiles<128, 64>::kStages == 8,
               "the stage counts documented above");
 static_assert(GemvTmaTiles<128>::kAccum == GemvTmaPolicy::accum_for(128) &&
                   GemvTmaTiles<64>::kAccum == GemvTmaPolicy::accum_for(64) &&
-                  GemvTmaTiles<16>::kAccum == GemvTmaPolicy::accum_for(16),
+                  GemvTmaTiles<16>::kAccum == GemvTmaPolicy::accum_for(16) &&
+                  GemvTmaTiles<128, 64>::kAccum == GemvTmaPolicy::accum_for(128, 64) &&
+                  GemvTmaTiles<16, 64>::kAccum == GemvTmaPolicy::accum_for(16, 64),
               "accum_for names the kernels' modes");
 
 // kGemv: M <= GemvPolicy::kMaxRows (gemv.cuh: mma.sync m16n8k32), sm_89 and newer.
