@@ -368,13 +368,15 @@ def test_gemm_small_m(m, guards):
 )
 @pytest.mark.parametrize("da, db", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)])
 def test_gemv_matches_reference(m, n, k, da, db, guards):
-    """The GEMV path (what M <= 16 runs): every format pair, tails in N and K, the epilogue's
-    extras, fp32 accumulation (mma.sync's bound); operands in guard regions."""
+    """The GEMV path (what M <= 16 runs below 16 Mi values of b, and everywhere off sm_90a): every
+    format pair, tails in N and K, the epilogue's extras, fp32 accumulation (mma.sync's bound);
+    operands in guard regions."""
     _need_module()
-    assert fp8_ops.gemm_plan(m, n, k)["path"] == "gemv"
+    large_b = n * k >= 1 << 24 and _is_hopper()  # GemvTmaPolicy::kMinAutoElems: the swap-AB GEMV
+    assert fp8_ops.gemm_plan(m, n, k)["path"] == ("gemv_tma" if large_b else "gemv")
     for extras in (False, True):
         a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, n, k, da, db, guards, seed=m * n + k, extras=extras)
-        out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs)
+        out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=2)
         _assert_gemm_close(out, ref, f"gemv M={m} N={n} K={k} extras={extras}", u=ACC_U)
         assert torch.equal(out, torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs, path=2))
 
@@ -409,8 +411,12 @@ def test_gemv_tma_matches_reference(m, n, k, da, db, guards):
     plan = fp8_ops.gemm_plan(m, n, k, path=3)
     assert plan["path"] == "gemv_tma" and plan["supported"] and plan["workspace_bytes"] == 0, plan
     assert plan["block_n"] in (64, 128), plan
-    narrow = plan["block_n"] == 64
-    assert automatic == ("gemv" if m <= 16 else "gemv_tma" if m <= 64 or narrow else "wgmma"), automatic
+    narrow, large_b = plan["block_n"] == 64, n * k >= 1 << 24  # GemvTmaPolicy::kMinAutoElems
+    if m <= 16:
+        expected = "gemv_tma" if large_b else "gemv"
+    else:
+        expected = "gemv_tma" if m <= 64 or narrow else "wgmma"
+    assert automatic == expected, automatic
     assert plan["block_m"] == next(w for w in (16, 32, 64, 128) if m <= w), plan
     for extras in (False, True):
         a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, n, k, da, db, guards, seed=m * n + k + 1,
@@ -628,8 +634,10 @@ def test_gemm_split_k_is_deterministic_and_graph_safe(guards):
 @pytest.mark.gpu
 def test_gemm_plan_split_k():
     """The planner's own splits: its cost model is off until refitted (PlannerDefaults::
-    kAutoSplitK), so only one half-wave row of tiles at K >= 4096 goes in two; forced counts
-    split, capped at the k-blocks, with a workspace that follows the plan."""
+    kAutoSplitK), so only one half-wave row of tiles at K >= 4096 goes in two (on the tiled
+    path: on its own the planner sends that shape to the swap-AB GEMV, whose split-K needs no
+    workspace); forced counts split, capped at the k-blocks, with a workspace that follows the
+    plan."""
     _need_module()
     if not _is_hopper():
         pytest.skip("split-K is a WGMMA-path plan (sm_90a)")
@@ -638,8 +646,10 @@ def test_gemm_plan_split_k():
     for m, n, k in [(1, 4096, 4096), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 4096)]:
         plan = fp8_ops.gemm_plan(m, n, k)
         assert plan["split_k"] == 1 and plan["workspace_bytes"] == 0, plan
-    two = fp8_ops.gemm_plan(128, 4096, 14336)
+    two = fp8_ops.gemm_plan(128, 4096, 14336, path=0)
     assert two["split_k"] == 2 and two["workspace_bytes"] == 2 * 128 * 4096 * 4, two
+    own = fp8_ops.gemm_plan(128, 4096, 14336)
+    assert own["path"] == "gemv_tma" and own["grid"] == 2 * own["tiles"] and own["workspace_bytes"] == 0, own
     assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=1)["split_k"] == 1
     assert fp8_ops.gemm_plan(1, 4096, 4096, split_k=7)["split_k"] == 7
     assert fp8_ops.gemm_plan(1, 96, 272, split_k=8)["split_k"] == 3  # 3 k-blocks

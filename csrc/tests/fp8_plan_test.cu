@@ -124,24 +124,24 @@ int main() {
   expect(plan_of(1, 4096, 128, 4).split_k == 1, "one k-block split", 1, 4096, 128);
   expect(plan_of(1, 4096, 0, 4).split_k == 1, "K = 0 split", 1, 4096, 0);
 
-  // Decode-sized M with B under 32 Mi values: the mma.sync GEMV kernel, one block per
+  // Decode-sized M with B under 16 Mi values: the mma.sync GEMV kernel, one block per
   // GemvPolicy::kColsPerBlock columns, unless the request names a tile choice; M > kMaxRows
   // never, even when forced.
   for (int64_t m : {1, 2, 3, 5, 8, 9, 16}) {
-    const GemmPlan gemv = plan_of(m, 4000, 4096);
+    const GemmPlan gemv = plan_of(m, 4000, 4000);
     expect(gemv.path == Path::kGemv && gemv.block_m == GemvPolicy::kMaxRows &&
                gemv.grid == ceil_div<int64_t>(4000, GemvPolicy::kColsPerBlock) && gemv.split_k == 1 &&
                !gemv.persistent && gemm_workspace_bytes(gemv, m, 4000) == 0 && plan_supported(gemv),
-           "GEMV plan", m, 4000, 4096);
+           "GEMV plan", m, 4000, 4000);
   }
   // At K >= GemvLongK::kMinK one n8 tile per block (twice the blocks).
   for (int64_t k : {8192, 11008, 14336}) {
-    const GemmPlan gemv = plan_of(16, 2048, k);
-    expect(gemv.path == Path::kGemv && gemv.block_n == GemvLongK::kColsPerBlock && gemv.grid == 2048 / 8 &&
+    const GemmPlan gemv = plan_of(16, 1024, k);
+    expect(gemv.path == Path::kGemv && gemv.block_n == GemvLongK::kColsPerBlock && gemv.grid == 1024 / 8 &&
                plan_supported(gemv),
-           "long-K GEMV plan", 16, 2048, k);
+           "long-K GEMV plan", 16, 1024, k);
   }
-  expect(plan_of(1, 4096, 8191).block_n == GemvPolicy::kColsPerBlock, "GEMV below the long K", 1, 4096, 8191);
+  expect(plan_of(1, 2048, 8191).block_n == GemvPolicy::kColsPerBlock, "GEMV below the long K", 1, 2048, 8191);
   expect(plan_of(1, 4096, 4096, 2).path == Path::kWgmma, "a split-K request keeps the tiles", 1, 4096, 4096);
   expect(plan_gemm(1, 4096, 4096, kSms, 8, 9).path == Path::kGemv, "GEMV on sm_89", 1, 4096, 4096);
   expect(plan_gemm(1, 11008, 11008, kSms, 8, 9).path == Path::kGemv &&
@@ -154,7 +154,8 @@ int main() {
   };
   // clang-format off
   const Auto automatic[] = {
-      {1, 4096, 4096, Path::kGemv},        {16, 4096, 4096, Path::kGemv},       {1, 4096, 8192, Path::kGemvTma},
+      {1, 4096, 4096, Path::kGemvTma},     {16, 4096, 4096, Path::kGemvTma},    {1, 4096, 8192, Path::kGemvTma},
+      {1, 4096, 4080, Path::kGemv},        {16, 2048, 4096, Path::kGemv},
       {1, 4096, 14336, Path::kGemvTma},    {1, 11008, 11008, Path::kGemvTma},   {16, 14336, 4096, Path::kGemvTma},
       {17, 4096, 4096, Path::kGemvTma},    {32, 200, 272, Path::kGemvTma},      {64, 14336, 4096, Path::kGemvTma},
       {65, 4096, 4096, Path::kGemvTma},    {65, 4096, 8192, Path::kGemvTma},    {128, 4096, 11008, Path::kGemvTma},

@@ -24,7 +24,7 @@
 // Optional clusters of 2 or 2 x 2 blocks (ClusterMode) multicast the operand tiles they share.
 // What the planner picks when a request leaves it open: PlannerDefaults (gemm/plan.cuh).
 // sm_89 kernel (Path::kMmaSync): 8 warps, cp.async double buffer, mma.sync m16n8k32.
-// GEMV kernel (Path::kGemv, M <= 16, the planner's choice there below 32 Mi values of B or off
+// GEMV kernel (Path::kGemv, M <= 16, the planner's choice there below 16 Mi values of B or off
 // sm_90a): gemm/gemv.cuh.
 // Swap-AB GEMV (Path::kGemvTma, M <= 128 in WGMMA n 16 / 32 / 64 / 128, sm_90a; the planner's
 // choice at 16 < M <= 64 and up to 128 on narrow N, GemvTmaPolicy::planner_takes): gemm/gemv_tma.cuh.

@@ -22,7 +22,7 @@ decode step calls them once per linear layer, where the host is all there is.
   a TMA ring of up to 16 stages, every 128-deep k-block promoted to fp32, split-K inside a
   thread-block cluster; M > 128 raises ValueError). Auto, unless `block_n`, `persistent` or
   `split_k` ask for the tiled kernels: on sm_90a path 3 for 16 < M <= 64, for M <= 128 where
-  blocks of 64 rows of b fill more SMs (N = 4096) and for M <= 16 once b holds 32 Mi values;
+  blocks of 64 rows of b fill more SMs (N = 4096) and for M <= 16 once b holds 16 Mi values;
   path 2 for the other M <= 16; else the tiled kernels
   (fp8::gemm::GemvTmaPolicy::planner_takes, measured on the H200);
   `block_n` 0 auto / 64 / 128 / 176 / 192 / 256; `persistent` -1 auto / 0 / 1; `split_k`
