@@ -2,8 +2,9 @@
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's), and
-// `attn_paged_test latency [B] [head_dim]` their time per call at B = 1, 4, 16 and 64 under
-// CUDA-graph replay (head_dim 64 / 256: the default and its other row layout).
+// `attn_paged_test latency [B] [head_dim] [splits]` their time per call at B = 1, 4, 16 and 64 under
+// CUDA-graph replay (head_dim 64 / 256: the default and its other row layout; splits: one split
+// count of the default only, for a profiler).
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -366,9 +367,10 @@ static int bench_decode() {
 // 8 at B >= 16), each call replayed from a CUDA graph (no launch overhead, as a model's decode loop runs it) on one of
 // kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
-// output is checked against the default's unsplit one.
+// output is checked against the default's unsplit one. only_splits > 0: that split count only, the
+// default variant on contiguous K/V (a short run for nsys: where a call's time goes).
 template <int d>
-static int latency_decode(int only_batch) {
+static int latency_decode(int only_batch, int only_splits = 0) {
   const std::vector<DecodeVariant> variants = decode_variants<d>();
   constexpr int hq = 32, hkv = 8, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
   const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
@@ -400,22 +402,27 @@ static int latency_decode(int only_batch) {
     }
     float* ws = nullptr;
     KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
-    for (int layout = 0; layout < 3; ++layout) {
+    for (int layout = 0; layout < (only_splits > 0 ? 1 : 3); ++layout) {
       const int page = layout == 1 ? 16 : 0;
       const bool heads_major = layout == 2;
       int* dtable = page == 0 ? nullptr : decode_page_table(b, sk, page, true);
       int* dlens = page == 0 ? nullptr : kernels::test::to_device(std::vector<int>(b, sk));
       const int model = decode_num_splits(b, hkv, 1, hq / hkv, sk, d, sms);
       const char* layout_name[] = {"contiguous", "pages of 16 (shuffled)", "contiguous heads-major"};
+      if (only_splits > 1) {  // the unsplit reference the timed split count is held to
+        AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
+        p.num_splits = 1;
+        run_against_reference(variants[0], p, stream, dout, dref, q_elems, true);
+      }
       std::printf("\n  B%d %s, %.1f MB of K/V; the cost model: %d splits\n  %-9s %-12s", b, layout_name[layout],
                   2.0 * kv_elems * 2 / 1e6, model, "variant", "tiles");
       for (int splits : split_counts)
-        if (timed(b, splits)) std::printf(" %7d", splits);
+        if (timed(b, splits) && (only_splits == 0 || splits == only_splits)) std::printf(" %7d", splits);
       std::printf("\n");
-      for (size_t vi = 0; vi < variants.size(); ++vi) {
+      for (size_t vi = 0; vi < (only_splits > 0 ? 1 : variants.size()); ++vi) {
         std::printf("  %-9s %-12s", variants[vi].name, variants[vi].tiles.c_str());
         for (int splits : split_counts) {
-          if (!timed(b, splits)) continue;
+          if (!timed(b, splits) || (only_splits > 0 && splits != only_splits)) continue;
           AttnParams p = decode_params(b, hq, hkv, d, sk, dq, dout, dk[0], dv[0], page, dtable, dlens, ws);
           if (heads_major) {  // [B, Hkv, Sk, D]: a kv head's keys contiguous
             p.k_token_stride = p.v_token_stride = d;
@@ -466,11 +473,12 @@ static int latency_decode(int only_batch) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
-  if (argc > 1 && std::string(argv[1]) == "latency") {  // latency [B (0: all)] [head_dim (128)]
+  if (argc > 1 && std::string(argv[1]) == "latency") {  // latency [B (0: all)] [head_dim (128)] [splits (0: all)]
     const int only_batch = argc > 2 ? std::atoi(argv[2]) : 0, head_dim = argc > 3 ? std::atoi(argv[3]) : 128;
-    if (head_dim == 64) return latency_decode<64>(only_batch);
-    if (head_dim == 256) return latency_decode<256>(only_batch);
-    return latency_decode<128>(only_batch);
+    const int only_splits = argc > 4 ? std::atoi(argv[4]) : 0;
+    if (head_dim == 64) return latency_decode<64>(only_batch, only_splits);
+    if (head_dim == 256) return latency_decode<256>(only_batch, only_splits);
+    return latency_decode<128>(only_batch, only_splits);
   }
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
