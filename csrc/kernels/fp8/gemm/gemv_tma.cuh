@@ -21,9 +21,9 @@
 //
 // A block streams 128 rows of B (the default) or 64 (GemvTmaPolicy::rows_for: where the tiles of
 // 128 leave SMs idle even split in pairs, e.g. N = 4096: 32 tiles x 2 blocks). Why not split
-// 128-row tiles four ways: a cluster lives in one GPC, and the H200's GPCs hold only 31 clusters
-// of 4 one-block-per-SM blocks, so 32 tiles x 4 splits would not all run at once and the launcher
-// falls back to pairs (64 blocks). Nsight Compute, M = 16, N = K = 4096: ours in 64 blocks 10.2
+// 128-row tiles four ways: a cluster lives in one GPC, and the H200's GPCs hold fewer than 32
+// clusters of 4 one-block-per-SM blocks, so 32 tiles x 4 splits would not all run at once and the
+// launcher falls back to pairs (64 blocks). Nsight Compute, M = 16, N = K = 4096: ours in 64 blocks 10.2
 // us at 35% of DRAM bandwidth, cuBLASLt (nvjet ..._64x8_128x16_1x2: 64 rows of B per block, 128
 // blocks in pairs) 8.1 us at 44%.
 //

@@ -208,9 +208,10 @@ struct GemvTmaPolicy {
   static constexpr int kNarrowBM = 64;  // one consumer warpgroup
   static constexpr int kBK = 128;
   static constexpr int kMaxSplits = 8;  // cluster size (portable limit)
-  // Clusters of this many blocks of a one-block-per-SM kernel fill every GPC: the H200's 132 SMs
-  // hold 66 clusters of 2 but only 31 of 4 (cudaOccupancyMaxActiveClusters), so a launch of 32
-  // tiles in clusters of 4 falls back to pairs (gemv_tma_fit_splits) and leaves half the SMs idle.
+  // Clusters of this many blocks of a one-block-per-SM kernel fill every GPC: the H200 holds 64
+  // pairs at once but fewer than 32 clusters of 4 (cudaOccupancyMaxActiveClusters: a cluster
+  // lives in one GPC, and SMs left over in each GPC hold none), so a launch of 32 tiles in
+  // clusters of 4 falls back to pairs (gemv_tma_fit_splits) and leaves half the SMs idle.
   static constexpr int kWholeClusterSize = 2;
 
   // The narrowest width that holds M rows (16, 32, 64, 128); 0 for M > kMaxRows.
