@@ -199,24 +199,23 @@ void gemv_tma_opt_in() {
   opt_in.ensure(gemv_tma_kernel<FA, FB, P>, P::kSmemBytes);
 }
 
-// Calls f.template operator()<GemvTmaTiles<w, rows>>() for the width w = GemvTmaPolicy::width_for(m)
-// (M <= GemvTmaPolicy::kMaxRows; checked by the launcher) and rows = 64 or 128 B rows per block.
+// Calls f.template operator()<GemvTmaTiles<w, kRows>>() for the width w = GemvTmaPolicy::width_for(m)
+// (M <= GemvTmaPolicy::kMaxRows; checked by the launcher).
+template <int kRows, class F>
+decltype(auto) with_gemv_tma_width(int64_t m, F&& f) {
+  switch (GemvTmaPolicy::width_for(m)) {
+    case 16: return f.template operator()<GemvTmaTiles<16, kRows>>();
+    case 32: return f.template operator()<GemvTmaTiles<32, kRows>>();
+    case 64: return f.template operator()<GemvTmaTiles<64, kRows>>();
+    default: return f.template operator()<GemvTmaTiles<128, kRows>>();
+  }
+}
+
+// As above with rows = 64 or 128 B rows per block (GemvTmaPolicy::kNarrowBM or kBM).
 template <class F>
 decltype(auto) with_gemv_tma_tiles(int64_t m, int rows, F&& f) {
-  if (rows == GemvTmaPolicy::kNarrowBM) {
-    switch (GemvTmaPolicy::width_for(m)) {
-      case 16: return f.template operator()<GemvTmaTiles<16, 64>>();
-      case 32: return f.template operator()<GemvTmaTiles<32, 64>>();
-      case 64: return f.template operator()<GemvTmaTiles<64, 64>>();
-      default: return f.template operator()<GemvTmaTiles<128, 64>>();
-    }
-  }
-  switch (GemvTmaPolicy::width_for(m)) {
-    case 16: return f.template operator()<GemvTmaTiles<16>>();
-    case 32: return f.template operator()<GemvTmaTiles<32>>();
-    case 64: return f.template operator()<GemvTmaTiles<64>>();
-    default: return f.template operator()<GemvTmaTiles<128>>();
-  }
+  if (rows == GemvTmaPolicy::kNarrowBM) return with_gemv_tma_width<GemvTmaPolicy::kNarrowBM>(m, f);
+  return with_gemv_tma_width<GemvTmaPolicy::kBM>(m, f);
 }
 
 // The split count a launch of N columns with `splits` requested runs: halved while the device
