@@ -21,3 +21,22 @@ def test_rounds_interleave_and_keep_each_kernels_fastest():
 
 def test_no_rounds_times_nothing():
     assert fastest_rounds({"a": lambda: 1 / 0}, rounds=0) == {}
+
+
+def test_fp8_suite_times_a_problems_rows_together():
+    """The fp8 suite hands every checked row of a problem to one interleaved timing and writes
+    each row's time back in place; a graph row's time is per GEMM, not per replay."""
+    from tools.suites.fp8 import _time_rows
+
+    class Ctx:
+        asked = None
+
+        def time_together(self, calls):
+            Ctx.asked = list(calls)
+            return {name: {"median": 2.0, "p20": 1.0, "p80": 4.0, "reps": 10} for name in calls}
+
+    ours, peer = {"kernel": "ours"}, {"kernel": "peer"}
+    _time_rows(Ctx(), {"ours": (ours, print), "peer": (peer, print)}, ((),), flops=2e12, calls_per_launch=4)
+    assert Ctx.asked == ["ours", "peer"]
+    assert ours["ms"]["median"] == 0.5 and ours["ms"]["p80"] == 1.0
+    assert peer["tflops"] == 2e12 / 0.5e-3 / 1e12

@@ -41,6 +41,19 @@ class Context:
 
         return time_cuda(fn, arg_sets)
 
+    def time_together(self, calls: dict) -> dict:
+        """``{name: ms}`` for ``calls`` ``{name: (fn, arg_sets)}`` timed in interleaved rounds, each
+        keeping its fastest (tools.measure.fastest_rounds, as the ladder times kernels): peers
+        timed one after the other would each meet the GPU in a different thermal state."""
+        import functools
+
+        from kernels.harness.timing import time_cuda
+        from tools.measure import ROUND_MS, TIMING_ROUNDS, fastest_rounds
+
+        rounds = {name: functools.partial(time_cuda, fn, arg_sets, rep_ms=ROUND_MS)
+                  for name, (fn, arg_sets) in calls.items()}
+        return fastest_rounds(rounds, TIMING_ROUNDS)
+
     def runner(self, name):
         from kernels.registry import get
 

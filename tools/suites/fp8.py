@@ -79,7 +79,7 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
                      ("fp8_gemm-split_k2", {"split_k": 2}), ("fp8_gemm-split_k4", {"split_k": 4})]
     if torch.cuda.get_device_capability() != (9, 0):  # the WGMMA and swap-AB GEMV paths are sm_90a only
         variants = [(name, kwargs) for name, kwargs in variants if kwargs.get("path") not in (0, 3)]
-    rows = []
+    rows, timed = [], {}  # timed: name -> (row, fn), the checked rows, timed together below
     for name, kwargs in variants:
         if not fp8_ops.is_available():
             rows.append(_row(name, problem, None, status="unsupported: fp8 module not built"))
@@ -94,9 +94,8 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
         if not rel <= TOLERANCE:
             rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}", plan=plan))
             continue
-        ms = ctx.time(ours, arg_sets)
-        tflops = flops / (ms["median"] * 1e-3) / 1e12
-        rows.append(_row(name, problem, ms, tflops=tflops, rel_err=rel, plan=plan))
+        rows.append(_row(name, problem, None, rel_err=rel, plan=plan))
+        timed[name] = (rows[-1], ours)
 
     peers = [("torch._scaled_mm", False)]
     if m == n == k:
@@ -111,12 +110,25 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
         except (RuntimeError, ValueError) as exc:
             rows.append(_row(peer_name, problem, None, status=f"unsupported: {str(exc).splitlines()[0]}"))
             continue
-        ms = ctx.time(scaled_mm, arg_sets)
-        rows.append(_row(peer_name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12,
-                         rel_err=rel, status="ok" if rel <= TOLERANCE else f"wrong: rel_err {rel:.3g}"))
+        status = "ok" if rel <= TOLERANCE else f"wrong: rel_err {rel:.3g}"  # a peer's row is timed anyway
+        rows.append(_row(peer_name, problem, None, rel_err=rel, status=status))
+        timed[peer_name] = (rows[-1], scaled_mm)
+    _time_rows(ctx, timed, arg_sets, flops)
     if m <= GRAPH_M and fp8_ops.is_available():
         rows += _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants)
     return rows
+
+
+def _time_rows(ctx, timed: dict, arg_sets, flops, calls_per_launch: int = 1) -> None:
+    """Fill in the times of ``timed`` {name: (row, fn)}: every ``fn`` cycles through ``arg_sets``,
+    all timed together (``ctx.time_together``: interleaved rounds, so that ours and torch's meet
+    the GPU's clocks alike); ``calls_per_launch``: GEMMs per ``fn`` call."""
+    from kernels.harness.timing import per_call
+
+    times = ctx.time_together({name: (fn, arg_sets) for name, (_, fn) in timed.items()})
+    for name, (row, _) in timed.items():
+        ms = per_call(times[name], calls_per_launch)
+        row.update(ms=ms, tflops=flops / (ms["median"] * 1e-3) / 1e12)
 
 
 def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) -> list[dict]:
@@ -124,14 +136,14 @@ def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) 
     the kernels cost without the host (a call's Python and dispatch outlast these kernels), for
     each of our variants (the split-K rows are what a split-K model would be fitted to) and
     torch._scaled_mm."""
-    from kernels.harness.timing import graph_replay, per_call
+    from kernels.harness.timing import graph_replay
 
     calls = [(f"{name}-graph", lambda a, b, kwargs=kwargs: torch.ops.kernels.fp8_gemm(a, b, scale_a, scale_b,
                                                                                       **kwargs))
              for name, kwargs in variants]
     calls.append(("torch._scaled_mm-graph", lambda a, b: torch._scaled_mm(
         a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)))
-    rows = []
+    rows, timed = [], {}
     for name, fn in calls:
         try:
             replay = graph_replay(fn, arg_sets)  # returns arg_sets[0]'s output
@@ -143,8 +155,9 @@ def _graph_rows(ctx, problem, flops, arg_sets, ref, scale_a, scale_b, variants) 
         if not rel <= TOLERANCE:  # recorded, not timed
             rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}"))
             continue
-        ms = per_call(ctx.time(replay), len(arg_sets))
-        rows.append(_row(name, problem, ms, tflops=flops / (ms["median"] * 1e-3) / 1e12, rel_err=rel))
+        rows.append(_row(name, problem, None, rel_err=rel))
+        timed[name] = (rows[-1], replay)
+    _time_rows(ctx, timed, ((),), flops, calls_per_launch=len(arg_sets))
     return rows
 
 
