@@ -62,8 +62,12 @@ struct DecodeTraits : Cfg {
   // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
   static constexpr int kPageEntriesOffset = (kRows * Tile::kRowElems + 2 * Cfg::kStages * kTileElems) * 2;
   static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
-  // The warp merge reuses the pipeline buffers: O [warps][16][D] plus max and sum.
-  static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kD + 2 * Cfg::kWarps * kRows) * 4;
+  // The warp merge reuses the pipeline buffers: O [warps][16][kMergePitch] plus max and sum.
+  // A row of D floats spans whole 128-byte bank cycles, so the 8 rows a warp's fragment
+  // stores at once would hit the same banks (8-way conflicts); 8 floats of padding shift each
+  // row by 8 banks, and a half-warp's float2 stores (4 rows x 4 lanes) cover all 32.
+  static constexpr int kMergePitch = kD + 8;
+  static constexpr int kMergeBytes = (Cfg::kWarps * kRows * kMergePitch + 2 * Cfg::kWarps * kRows) * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   // CTAs one SM holds at once: shared memory is the limit (228 KB per SM on sm_90, 1 KB of
   // it reserved per CTA); registers and warps allow more.

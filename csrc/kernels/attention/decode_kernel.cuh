@@ -139,9 +139,10 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 
   // ---- merge the warps ---------------------------------------------------------------------
   softmax.reduce_sums();
-  float* sO = reinterpret_cast<float*>(smem_raw);  // [kWarps][16][kD]
-  float* sMax = sO + T::kWarps * T::kRows * kD;    // [kWarps][16]
-  float* sSum = sMax + T::kWarps * T::kRows;       // [kWarps][16]
+  constexpr int kPitch = T::kMergePitch;
+  float* sO = reinterpret_cast<float*>(smem_raw);    // [kWarps][16][kPitch]
+  float* sMax = sO + T::kWarps * T::kRows * kPitch;  // [kWarps][16]
+  float* sSum = sMax + T::kWarps * T::kRows;         // [kWarps][16]
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     }
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
-      *reinterpret_cast<float2*>(sO + r * kD + dt * 8 + 2 * t) =
+      *reinterpret_cast<float2*>(sO + r * kPitch + dt * 8 + 2 * t) =
           make_float2(acc_o[0][dt][2 * h], acc_o[0][dt][2 * h + 1]);
     }
   }
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
       for (int w = 0; w < T::kWarps; ++w) {
         const float f = fast_exp2((sMax[w * T::kRows + r] - mx) * p.scale_log2);
         sum += sSum[w * T::kRows + r] * f;
-        acc += sO[(w * T::kRows + r) * kD + col] * f;
+        acc += sO[(w * T::kRows + r) * kPitch + col] * f;
       }
     }
     float out = sum > 0.f ? acc / sum : 0.f;
