@@ -46,6 +46,11 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   // The combine kernel (num_splits > 1) may be scheduled from now on: it waits for this grid
   // in wait_for_prerequisites() before it reads a partial row.
   dependents_may_launch();
+  // Launched programmatically (launch_decode): the previous kernel on the stream may still be
+  // running, and may be writing q, the cache, the lengths or the page table, or reading the
+  // partial rows this grid overwrites (the previous call's combine). Nothing global is touched
+  // before it has finished.
+  wait_for_prerequisites();
   const bool kv_ok = KV::kv_len_ok(p, b);
   const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
   const int causal_offset = kv_len - q_len;
@@ -211,6 +216,9 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   const int n = p.num_splits;
 
+  // The next kernel on the stream may be scheduled now: one launched programmatically (the
+  // next call's attn_decode_kernel) waits for this grid before it touches memory.
+  dependents_may_launch();
   wait_for_prerequisites();  // launched programmatically behind attn_decode_kernel
   for (int s = threadIdx.x; s < n; s += kCombineThreads) s_lse[s] = p.lse_partial[s * rows_total + row];
   __syncthreads();
@@ -277,19 +285,24 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
         "; use prefill for long query blocks");
   const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
   check_grid(grid, "attn_decode_kernel", "too many heads x query tiles or batch entries");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(with_page_divmod<KV>(p));
-  check_launch("attn_decode_kernel");
+  // Programmatic launches: each kernel's launch overlaps the previous kernel's tail (the split
+  // kernel's: whatever ran before it, the previous call's combine among them; the combine's:
+  // the split kernel's).
+  cudaLaunchAttribute attr = programmatic_launch_attribute();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(T::kThreads);
+  config.dynamicSmemBytes = T::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+  check_launch("attn_decode_kernel", cudaLaunchKernelEx(&config, kernel, with_page_divmod<KV>(p)));
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
-    // Programmatic launch: the combine's launch overlaps the split kernel's tail.
-    cudaLaunchAttribute attr = programmatic_launch_attribute();
-    cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(rows));
     config.blockDim = dim3(kCombineThreads);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+    config.dynamicSmemBytes = 0;
     check_launch("attn_decode_combine_kernel", cudaLaunchKernelEx(&config, attn_decode_combine_kernel<kD, Element>, p));
   }
 }
