@@ -46,10 +46,10 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   // The combine kernel (num_splits > 1) may be scheduled from now on: it waits for this grid
   // in wait_for_prerequisites() before it reads a partial row.
   dependents_may_launch();
-  // When launched programmatically (launch_decode, a split call): the previous kernel on the stream may still be
-  // running, and may be writing q, the cache, the lengths or the page table, or reading the
-  // partial rows this grid overwrites (the previous call's combine). Nothing global is touched
-  // before it has finished.
+  // When launched programmatically (launch_decode, a split call): the previous kernel on the
+  // stream may still be running, and may be writing q, the cache, the lengths or the page table,
+  // or reading the partial rows this grid overwrites (the previous call's combine). Nothing
+  // global is touched before it has finished.
   wait_for_prerequisites();
   const bool kv_ok = KV::kv_len_ok(p, b);
   const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
