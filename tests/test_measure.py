@@ -23,6 +23,42 @@ def test_no_rounds_times_nothing():
     assert fastest_rounds({"a": lambda: 1 / 0}, rounds=0) == {}
 
 
+def test_attention_suite_times_a_problems_checked_rows_together(monkeypatch):
+    """The attention suite checks every row of a problem, then times the correct ones in one
+    interleaved timing; a raising peer or a wrong answer is recorded, not timed; rows keep their
+    order, and a graph's time is per call."""
+    import torch
+
+    from tools.suites import attention as suite
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    ref = torch.linspace(1, 2, 8)
+
+    def raises():
+        raise RuntimeError("no kernel for this shape\nsecond line")
+
+    checked = [suite._check("cuda-a", {}, ref.clone, ref, nbytes=1e9),
+               suite._check("fa4-b", {}, raises, ref),
+               suite._check("cuda-c", {}, lambda: ref * 2, ref),
+               suite._check("cuda-d", {}, ref.clone, ref, flops=2e12, calls=4)]
+
+    class Ctx:
+        asked = None
+
+        def time_together(self, calls):
+            Ctx.asked = list(calls)
+            return {name: {"median": 2.0, "p20": 1.0, "p80": 4.0, "reps": 10} for name in calls}
+
+    rows = suite._timed_together(Ctx(), checked)
+    assert [row["kernel"] for row in rows] == ["cuda-a", "fa4-b", "cuda-c", "cuda-d"]
+    assert len(Ctx.asked) == 2
+    assert rows[0]["gbps"] == 1e9 / 2e-3 / 1e9 and rows[0]["rel_err"] == 0
+    assert rows[1]["status"] == "unsupported: RuntimeError: no kernel for this shape"
+    assert rows[1]["ms"] is None
+    assert rows[2]["status"].startswith("wrong: rel_err") and rows[2]["ms"] is None
+    assert rows[3]["ms"]["median"] == 0.5 and rows[3]["tflops"] == 2e12 / 0.5e-3 / 1e12
+
+
 def test_fp8_suite_times_a_problems_rows_together():
     """The fp8 suite hands every checked row of a problem to one interleaved timing and writes
     each row's time back in place; a graph row's time is per GEMM, not per replay."""

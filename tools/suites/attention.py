@@ -13,7 +13,9 @@ HBM, under graph replay: the floor for a decode of that size); prefill D 128 b4 
 on Hopper) with torch SDPA (cuDNN, flash) and FA4; prefill b1
 s16384 at D 64 / 128 / 256 (2048 / D heads, causal and not) against cuDNN and FA4; a ragged
 causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
-answer is recorded as `wrong: ...`, never timed.
+answer is recorded as `wrong: ...`, never timed. The checked rows of one problem (a decode batch
+size: its paged rows at both page sizes, the dense ones and the read floor; a prefill shape: ours
+and the peers) are timed together, in interleaved rounds (``Context.time_together``).
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ def _row(kernel, problem, ms=None, flops=None, nbytes=None, err=None, status="ok
             "rel_err": err, "status": status}
 
 
-def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
-    """Check fn() against ref, then time it; exceptions become `unsupported:` rows."""
+def _check(kernel, problem, fn, ref, flops=None, nbytes=None, calls=1):
+    """fn() against ref: ``(row, fn, flops, nbytes, calls)`` for :func:`_timed_together`, fn None
+    where the row is not to be timed (an exception: ``unsupported:`` for a peer, ``wrong:`` for
+    ours; an error above TOL: ``wrong:``). ``calls``: calls per fn() (a graph's replay)."""
     try:
         out = fn()
         torch.cuda.synchronize()
@@ -45,32 +49,53 @@ def _measure(ctx, kernel, problem, fn, ref, flops=None, nbytes=None):
         # A peer that cannot run a shape is unsupported; our own kernel raising is a failure.
         verdict = "unsupported" if kernel.startswith(PEER_PREFIXES) else "wrong"
         first_line = str(exc).splitlines()[0][:200]
-        return _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {first_line}")
+        row = _row(kernel, problem, status=f"{verdict}: {type(exc).__name__}: {first_line}")
+        return row, None, flops, nbytes, calls
     err = rel_err(out, ref)
     if not err <= TOL:
-        return _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
-    return _row(kernel, problem, ctx.time(fn), flops, nbytes, err)
+        row = _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
+        return row, None, flops, nbytes, calls
+    return _row(kernel, problem, err=err), fn, flops, nbytes, calls
+
+
+def _timed_together(ctx, checked) -> list[dict]:
+    """The rows of ``checked`` (:func:`_check`'s), in order, those with a call timed together
+    (``ctx.time_together``: interleaved rounds, so that ours and the peers meet the GPU's clocks
+    alike; rows measured one after another would each meet it in a different state)."""
+    from kernels.harness.timing import per_call
+
+    keys = {i: f"{row['kernel']} #{i}" for i, (row, fn, *_) in enumerate(checked) if fn is not None}
+    times = ctx.time_together({key: (checked[i][1], ((),)) for i, key in keys.items()}) if keys else {}
+    rows = []
+    for i, (row, _, flops, nbytes, calls) in enumerate(checked):
+        if i in keys:
+            row = _row(row["kernel"], row["problem"], per_call(times[keys[i]], calls), flops, nbytes,
+                       row["rel_err"])
+        rows.append(row)
+    return rows
 
 
 PEER_PREFIXES = ("fa4", "torch")
 
 
-def _read_floor(ctx, problem, nbytes):
-    """`read-floor-graph`: one kernel that only reads the decode's K/V bytes from HBM, replayed
-    from a CUDA graph (kernels.harness.ceilings.streaming_read): what no decode of that size can
-    beat. rel_err: its sum against torch's, so a read that skipped bytes would show."""
+def _read_floor(problem, nbytes):
+    """`read-floor-graph`, checked for :func:`_timed_together`: one kernel that only reads the
+    decode's K/V bytes from HBM, replayed from a CUDA graph (kernels.harness.ceilings.
+    streaming_read): what no decode of that size can beat. rel_err: its sum against torch's, so
+    a read that skipped bytes would show."""
     from kernels.harness.ceilings import streaming_read
-    from kernels.harness.timing import per_call
 
     try:
         replay, calls, check = streaming_read(nbytes)
         err = check()
-    except Exception as exc:  # noqa: BLE001 (a row, not a crash, as in _measure)
+    except Exception as exc:  # noqa: BLE001 (a row, not a crash, as in _check)
         verdict = "unsupported" if isinstance(exc, ImportError) else "wrong"
-        return _row("read-floor-graph", problem, status=f"{verdict}: {type(exc).__name__}: {str(exc)[:200]}")
+        status = f"{verdict}: {type(exc).__name__}: {str(exc)[:200]}"
+        return _row("read-floor-graph", problem, status=status), None, None, nbytes, 1
     if not err <= 1e-4:
-        return _row("read-floor-graph", problem, err=err, status=f"wrong: rel_err {err:.3g} > 1e-4")
-    return _row("read-floor-graph", problem, per_call(ctx.time(replay), calls), nbytes=nbytes, err=err)
+        status = f"wrong: rel_err {err:.3g} > 1e-4"
+        return _row("read-floor-graph", problem, err=err, status=status), None, None, nbytes, calls
+    return _row("read-floor-graph", problem, err=err), replay, None, nbytes, calls
 
 
 class _Unavailable:
@@ -146,6 +171,27 @@ def run(ctx) -> list[dict]:
     def rand(*shape):
         return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
 
+    def paged_checks(q, k, v, lens, ref, problem, page, kv_bytes):
+        """The paged rows of one decode batch at one page size, checked (_check)."""
+        k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
+        pdict = {**problem.to_dict(), "page_size": page, "paged": True}
+
+        def ours():
+            return ops.paged_decode(q, k_cache, v_cache, table, lens, check_seqlens=False)
+
+        def fa4_paged():
+            return _first(fa4.flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=lens, page_table=table))
+
+        checked = [_check("cuda-paged-decode", pdict, ours, ref, nbytes=kv_bytes),
+                   _check("fa4-paged-decode", pdict, fa4_paged, ref, nbytes=kv_bytes)]
+        if page == 64:  # what a caller pays through attention(): its defaults, then no seqlens check
+            api_calls = (("api-paged-decode", {}), ("api-paged-decode-unchecked", {"check_seqlens": False}))
+            for name, kwargs in api_calls:
+                checked.append(_check(name, pdict, lambda kwargs=kwargs: attention(
+                    q, k_cache, v_cache, page_table=table, seqlens_k=lens, **kwargs), ref, nbytes=kv_bytes))
+        checked.append(_check("cuda-paged-decode-graph", pdict, graph_replay(ours), ref, nbytes=kv_bytes))
+        return checked
+
     task = ctx.progress.add_task("attention", total=4)
 
     # ---- paged decode, KV bandwidth ----------------------------------------------------------
@@ -156,31 +202,17 @@ def run(ctx) -> list[dict]:
         ref = reference_attention(q, k, v)[0]
         kv_bytes = 2 * k.numel() * k.element_size()
         lens = torch.full((batch,), sk, dtype=torch.int32, device="cuda")
-        for page in (16, 64):
-            k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
-            pdict = {**problem.to_dict(), "page_size": page, "paged": True}
-            rows.append(_measure(ctx, "cuda-paged-decode", pdict, lambda: ops.paged_decode(
-                q, k_cache, v_cache, table, lens, check_seqlens=False), ref, nbytes=kv_bytes))
-            rows.append(_measure(ctx, "fa4-paged-decode", pdict, lambda: _first(fa4.flash_attn_varlen_func(
-                q, k_cache, v_cache, seqused_k=lens, page_table=table)), ref, nbytes=kv_bytes))
-            if page == 64:
-                rows.append(_measure(ctx, "api-paged-decode", pdict, lambda: attention(
-                    q, k_cache, v_cache, page_table=table, seqlens_k=lens), ref, nbytes=kv_bytes))
-                rows.append(_measure(ctx, "api-paged-decode-unchecked", pdict, lambda: attention(
-                    q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False), ref,
-                    nbytes=kv_bytes))
-            replay = graph_replay(lambda: ops.paged_decode(q, k_cache, v_cache, table, lens,
-                                                           check_seqlens=False))
-            rows.append(_measure(ctx, "cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes))
+        # every row of this batch timed together: the paged decodes against the dense peers
+        checked = paged_checks(q, k, v, lens, ref, problem, 16, kv_bytes)
+        checked += paged_checks(q, k, v, lens, ref, problem, 64, kv_bytes)
         dense = problem.to_dict()
-        rows.append(_measure(ctx, "cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref,
-                             nbytes=kv_bytes))
-        rows.append(_measure(ctx, "cuda-decode-split-scalar", dense,
-                             lambda: ops.decode(q, k, v, impl="scalar"),
-                             ref, nbytes=kv_bytes))
+        checked.append(_check("cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref, nbytes=kv_bytes))
+        checked.append(_check("cuda-decode-split-scalar", dense, lambda: ops.decode(q, k, v, impl="scalar"),
+                              ref, nbytes=kv_bytes))
         for name, backend in SDPA_BACKENDS:
-            rows.append(_measure(ctx, name, dense, _sdpa(q, k, v, False, backend), ref, nbytes=kv_bytes))
-        rows.append(_read_floor(ctx, dense, kv_bytes))
+            checked.append(_check(name, dense, _sdpa(q, k, v, False, backend), ref, nbytes=kv_bytes))
+        checked.append(_read_floor(dense, kv_bytes))
+        rows += _timed_together(ctx, checked)
     ctx.progress.advance(task)
 
     # ---- prefill, TFLOP/s ------------------------------------------------------------------------
@@ -202,14 +234,13 @@ def run(ctx) -> list[dict]:
             calls += [(name, _sdpa(q, k, v, causal, backend)) for name, backend in SDPA_BACKENDS
                       if alternatives or name == "torch-sdpa-cudnn"]
             calls.append(("fa4", lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal))))
-            for name, call in calls:
-                rows.append(_measure(ctx, name, pdict, call, ref, flops))
+            rows += _timed_together(ctx, [_check(name, pdict, call, ref, flops) for name, call in calls])
             del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)
     q, k, v = (rand(2, 1024, 16, D) for _ in range(3))
-    rows.append(_measure(ctx, "cuda-prefill-scalar", small.to_dict(),
-                         lambda: ops.prefill(q, k, v, impl="scalar"),
-                         reference_attention(q, k, v)[0], small.flops()))
+    rows += _timed_together(ctx, [_check("cuda-prefill-scalar", small.to_dict(),
+                                         lambda: ops.prefill(q, k, v, impl="scalar"),
+                                         reference_attention(q, k, v)[0], small.flops())])
     ctx.progress.advance(task)
 
     # ---- ragged paged prefill (causal, page 64) ------------------------------------------------------
@@ -229,10 +260,11 @@ def run(ctx) -> list[dict]:
     ref = torch.cat(refs)
     pdict = {"batch": len(lens_list), "seqlens": lens_list, "heads_q": HQ, "heads_kv": HKV, "head_dim": D,
              "causal": True, "dtype": "bf16", "page_size": page, "paged": True, "ragged": True}
-    rows.append(_measure(ctx, "cuda-paged-prefill", pdict, lambda: ops.paged_prefill(
-        q, k_cache, v_cache, table, cu, lens, causal=True, check_seqlens=False), ref, flops))
-    rows.append(_measure(ctx, "fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
-        q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens, page_table=table,
-        causal=True)), ref, flops))
+    rows += _timed_together(ctx, [
+        _check("cuda-paged-prefill", pdict, lambda: ops.paged_prefill(
+            q, k_cache, v_cache, table, cu, lens, causal=True, check_seqlens=False), ref, flops),
+        _check("fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
+            q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens,
+            page_table=table, causal=True)), ref, flops)])
     ctx.progress.advance(task)
     return rows
