@@ -23,6 +23,17 @@ def test_no_rounds_times_nothing():
     assert fastest_rounds({"a": lambda: 1 / 0}, rounds=0) == {}
 
 
+class TogetherTimer:
+    """A suite's context whose interleaved timing (time_together) records the names it was
+    handed, all in one call, and times each at a median of 2 ms."""
+
+    asked = None
+
+    def time_together(self, calls):
+        self.asked = list(calls)
+        return {name: {"median": 2.0, "p20": 1.0, "p80": 4.0, "reps": 10} for name in calls}
+
+
 def test_attention_suite_times_a_problems_checked_rows_together(monkeypatch):
     """The attention suite checks every row of a problem, then times the correct ones in one
     interleaved timing; a raising peer or a wrong answer is recorded, not timed; rows keep their
@@ -42,16 +53,10 @@ def test_attention_suite_times_a_problems_checked_rows_together(monkeypatch):
                suite._check("cuda-c", {}, lambda: ref * 2, ref),
                suite._check("cuda-d", {}, ref.clone, ref, flops=2e12, calls=4)]
 
-    class Ctx:
-        asked = None
-
-        def time_together(self, calls):
-            Ctx.asked = list(calls)
-            return {name: {"median": 2.0, "p20": 1.0, "p80": 4.0, "reps": 10} for name in calls}
-
-    rows = suite._timed_together(Ctx(), checked)
+    ctx = TogetherTimer()
+    rows = suite._timed_together(ctx, checked)
     assert [row["kernel"] for row in rows] == ["cuda-a", "fa4-b", "cuda-c", "cuda-d"]
-    assert len(Ctx.asked) == 2
+    assert len(ctx.asked) == 2
     assert rows[0]["gbps"] == 1e9 / 2e-3 / 1e9 and rows[0]["rel_err"] == 0
     assert rows[1]["status"] == "unsupported: RuntimeError: no kernel for this shape"
     assert rows[1]["ms"] is None
@@ -64,15 +69,9 @@ def test_fp8_suite_times_a_problems_rows_together():
     each row's time back in place; a graph row's time is per GEMM, not per replay."""
     from tools.suites.fp8 import _time_rows
 
-    class Ctx:
-        asked = None
-
-        def time_together(self, calls):
-            Ctx.asked = list(calls)
-            return {name: {"median": 2.0, "p20": 1.0, "p80": 4.0, "reps": 10} for name in calls}
-
     ours, peer = {"kernel": "ours"}, {"kernel": "peer"}
-    _time_rows(Ctx(), {"ours": (ours, print), "peer": (peer, print)}, ((),), flops=2e12, calls_per_launch=4)
-    assert Ctx.asked == ["ours", "peer"]
+    ctx = TogetherTimer()
+    _time_rows(ctx, {"ours": (ours, print), "peer": (peer, print)}, ((),), flops=2e12, calls_per_launch=4)
+    assert ctx.asked == ["ours", "peer"]
     assert ours["ms"]["median"] == 0.5 and ours["ms"]["p80"] == 1.0
     assert peer["tflops"] == 2e12 / 0.5e-3 / 1e12
