@@ -290,24 +290,13 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
   // them; the combine's: the split kernel's). Without one the split kernel launches plainly: its
   // CTAs launched early into a stream of unsplit calls sat waiting and cost B16 5% (64.0 -> 67.5
   // us per call, H200).
-  const bool programmatic = programmatic_launch_supported();
-  cudaLaunchAttribute attr = programmatic_launch_attribute();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(T::kThreads);
-  config.dynamicSmemBytes = T::kSmemBytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = programmatic && p.num_splits > 1 ? 1 : 0;
-  check_launch("attn_decode_kernel", cudaLaunchKernelEx(&config, kernel, with_page_divmod<KV>(p)));
+  launch_ex("attn_decode_kernel", kernel, grid, T::kThreads, T::kSmemBytes, stream,
+            LaunchOptions{.programmatic = p.num_splits > 1}, with_page_divmod<KV>(p));
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
-    config.gridDim = dim3(static_cast<unsigned>(rows));
-    config.blockDim = dim3(kCombineThreads);
-    config.dynamicSmemBytes = 0;
-    config.numAttrs = programmatic ? 1 : 0;
-    check_launch("attn_decode_combine_kernel", cudaLaunchKernelEx(&config, attn_decode_combine_kernel<kD, Element>, p));
+    launch_ex("attn_decode_combine_kernel", attn_decode_combine_kernel<kD, Element>, dim3(static_cast<unsigned>(rows)),
+              kCombineThreads, 0, stream, LaunchOptions{.programmatic = true}, p);
   }
 }
 

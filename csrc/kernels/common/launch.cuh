@@ -65,15 +65,6 @@ inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, int threads, int smem
   return config;
 }
 
-// Launches `kernel` in clusters of `size` blocks along x; its error through check_launch(what).
-template <class... Params, class... Args>
-void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, int threads, int smem_bytes,
-                        cudaStream_t stream, int size, Args&&... args) {
-  cudaLaunchAttribute attr = cluster_attribute(size);
-  const cudaLaunchConfig_t config = cluster_launch_config(grid, threads, smem_bytes, stream, &attr);
-  check_launch(what, cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...));
-}
-
 // How many clusters of `size` blocks of `kernel` (threads, dynamic shared memory) the device
 // holds at once (cudaOccupancyMaxActiveClusters); 0 when the query fails, its error cleared.
 template <class Kernel>
@@ -112,6 +103,34 @@ inline bool programmatic_launch_supported() {
   KERNELS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (device < kMaxDevices) known[device].store(major >= 9 ? 2 : 1, std::memory_order_release);
   return major >= 9;
+}
+
+// How a kernel is launched by launch_ex: in clusters of `cluster_size` blocks along x (> 1), and
+// as a programmatic dependent of the kernel before it on the stream (where the device takes it).
+struct LaunchOptions {
+  int cluster_size = 1;
+  bool programmatic = false;
+};
+
+// Launches `kernel` with cudaLaunchKernelEx as `options` say; its error through check_launch(what).
+template <class... Params, class... Args>
+void launch_ex(const char* what, void (*kernel)(Params...), dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+               LaunchOptions options, Args&&... args) {
+  cudaLaunchAttribute attrs[2];
+  int count = 0;
+  if (options.cluster_size > 1) attrs[count++] = cluster_attribute(options.cluster_size);
+  if (options.programmatic && programmatic_launch_supported()) attrs[count++] = programmatic_launch_attribute();
+  cudaLaunchConfig_t config = cluster_launch_config(grid, threads, smem_bytes, stream, attrs);
+  config.numAttrs = count;
+  check_launch(what, cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...));
+}
+
+// Launches `kernel` in clusters of `size` blocks along x; its error through check_launch(what).
+template <class... Params, class... Args>
+void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, int threads, int smem_bytes,
+                        cudaStream_t stream, int size, Args&&... args) {
+  launch_ex(what, kernel, grid, threads, smem_bytes, stream, LaunchOptions{.cluster_size = size},
+            static_cast<Args&&>(args)...);
 }
 
 // In the earlier kernel: its dependent may be scheduled now (the dependent still waits for
