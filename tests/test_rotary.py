@@ -55,6 +55,7 @@ CONFIGS = [
     (1, 13, 3, 1, 128, 64, False),
     (1, 13, 3, 1, 128, 32, True),
     (3, 5, 2, 2, 80, 80, False),
+    (2, 9, 4, 2, 72, 64, False),  # out of place: one 16-byte pass-through vector per head in bf16
 ]
 
 

@@ -163,6 +163,8 @@ int main() {
       {"gptj_d128", 2, 37, 8, 2, 128, 128, Layout::kInterleaved, false, true, false},
       {"neox_partial_inplace", 3, 19, 4, 4, 128, 64, Layout::kHalfSplit, true, true, false},
       {"gptj_partial_copy", 3, 19, 4, 4, 128, 32, Layout::kInterleaved, false, false, false},
+      {"neox_partial_copy", 2, 11, 4, 2, 128, 64, Layout::kHalfSplit, false, false, false},  // pass items of 2 vectors
+      {"neox_odd_pass_copy", 2, 11, 4, 2, 72, 64, Layout::kHalfSplit, false, true, false},   // one pass vector a head
       {"neox_d64_shared_table", 1, 65, 3, 1, 64, 64, Layout::kHalfSplit, false, false, false},
       {"neox_per_token_table", 2, 33, 2, 2, 96, 96, Layout::kHalfSplit, false, false, true},
       {"neox_q_only_narrow", 2, 9, 5, 0, 80, 20, Layout::kHalfSplit, false, true, false},

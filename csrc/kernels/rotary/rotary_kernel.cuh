@@ -4,10 +4,11 @@
 // (N = 8 bf16 = 16 bytes when alignment allows). A head has rot_items rotary items (half-split:
 // each item reads N elements from both halves; interleaved: kVecs adjacent vectors, 2 where
 // the rotary span allows, so that an item moves as many bytes as a half-split one and the
-// per-item index arithmetic is paid once per 32 bytes) and, out of place with R < D, pass_items
-// copies of the dims [R, D). A token has (heads_q + heads_k) * items_per_head items; a block
-// covers tokens_per_block whole tokens per step (several when a token has few items) and
-// strides over tokens by the grid, so every item of one token shares its cos/sin row in L1.
+// per-item index arithmetic is paid once per 32 bytes) and, out of place with R < D, pass-through
+// items copying the dims [R, D) (two vectors each where they pair up, for the same reason). A
+// token has (heads_q + heads_k) * items_per_head items; a block covers tokens_per_block whole
+// tokens per step (several when a token has few items) and strides over tokens by the grid, so
+// every item of one token shares its cos/sin row in L1.
 // The (head, item) pair a thread owns does not depend on the token, so it is decoded once.
 #pragma once
 
@@ -47,6 +48,7 @@ struct LaunchShape {
   int blocks = 0;
   int items_per_head = 0;
   int rot_items = 0;
+  int pass_vecs = 1;  // vectors per pass-through item: 2 where [R, D) holds an even number
 };
 
 template <typename T, int N, Layout kLayout, int kVecs = 1>
@@ -140,8 +142,16 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
           }
         }
       } else {
-        const int e = p.rotary_dim + (c - shape.rot_items) * N;
-        *reinterpret_cast<Vec<T, N>*>(y + e) = *reinterpret_cast<const Vec<T, N>*>(x + e);
+        // both loads before the stores: a pass-through item moves as many bytes as a rotary one
+        const int e = p.rotary_dim + (c - shape.rot_items) * shape.pass_vecs * N;
+        const Vec<T, N> v0 = *reinterpret_cast<const Vec<T, N>*>(x + e);
+        if (shape.pass_vecs == 2) {
+          const Vec<T, N> v1 = *reinterpret_cast<const Vec<T, N>*>(x + e + N);
+          *reinterpret_cast<Vec<T, N>*>(y + e) = v0;
+          *reinterpret_cast<Vec<T, N>*>(y + e + N) = v1;
+        } else {
+          *reinterpret_cast<Vec<T, N>*>(y + e) = v0;
+        }
       }
 
       h += step_h;
@@ -195,8 +205,9 @@ inline LaunchShape plan_launch(const RotaryParams& p, int vector_width, int num_
   LaunchShape shape;
   const int rot_span = p.layout == Layout::kInterleaved ? p.rotary_dim : p.rotary_dim / 2;
   shape.rot_items = rot_span / (vector_width * interleaved_vectors_per_item(p, vector_width));
-  const int pass_items = p.copy_passthrough ? (p.head_dim - p.rotary_dim) / vector_width : 0;
-  shape.items_per_head = shape.rot_items + pass_items;
+  const int pass_vectors = p.copy_passthrough ? (p.head_dim - p.rotary_dim) / vector_width : 0;
+  shape.pass_vecs = pass_vectors % 2 == 0 ? 2 : 1;
+  shape.items_per_head = shape.rot_items + pass_vectors / shape.pass_vecs;
   const int64_t items_per_token = int64_t(p.heads_q + p.heads_k) * shape.items_per_head;
   constexpr int kMinThreads = 128, kMaxThreads = 512;
   if (items_per_token >= kMinThreads) {
