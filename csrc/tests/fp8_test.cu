@@ -20,6 +20,8 @@
 //                              kernel with its own split count and with 1)
 //   fp8_test --shape MxNxK     time the GEMM variants on these shapes (repeatable) instead of
 //                              4096^3 and 8192^3
+//   fp8_test --graph           the "splitk" rows per call under CUDA-graph replay (20 calls a
+//                              graph), as the benchmark's -graph rows: no host launch cost
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -246,6 +248,11 @@ void free_gemm(DeviceGemm& g) {
 void* g_workspace = nullptr;
 size_t g_workspace_bytes = 0;
 
+// launch_plan's stream: the legacy default stream, or graph_median_ms's capture stream.
+cudaStream_t g_stream = nullptr;
+// --graph: time_decode times its rows under CUDA-graph replay (graph_median_ms).
+bool g_graph = false;
+
 void* workspace_for(const fp8::gemm::GemmPlan& plan, int64_t m, int64_t n) {
   const size_t bytes = fp8::gemm::gemm_workspace_bytes(plan, m, n);
   if (bytes > g_workspace_bytes) {
@@ -260,7 +267,7 @@ void* workspace_for(const fp8::gemm::GemmPlan& plan, int64_t m, int64_t n) {
 void launch_plan(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req, int sms = 0) {
   const auto plan = fp8::gemm::plan_gemm(p.m, p.n, p.k, sms > 0 ? sms : g_sms, g_cc_major, g_cc_minor, req);
   void* ws = workspace_for(plan, p.m, p.n);
-  fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, 0, ws, g_workspace_bytes);
+  fp8::gemm::launch_gemm(p, plan, g_cc_major, g_cc_minor, g_stream, ws, g_workspace_bytes);
 }
 
 fp8::gemm::PlanRequest forced(int path, int block_n, int persistent = -1) {
@@ -527,6 +534,30 @@ float sustained_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest
   return sustained_median_ms_of([&] { run_plan(p, req); });
 }
 
+// Median ms per call of a CUDA graph of kCalls back-to-back calls of the plan, replayed, as the
+// benchmark's `-graph` rows time decode-sized GEMMs: no host launch cost, and each kernel next to
+// the one before it in the graph (so a programmatic launch overlaps its predecessor's tail). The
+// call before the capture sizes the workspace and sets the kernels' attributes.
+float graph_median_ms(const fp8::GemmParams& p, const fp8::gemm::PlanRequest& req) {
+  constexpr int kCalls = 20;
+  if (!run_plan(p, req)) return 0.f;
+  cudaStream_t stream;
+  KERNELS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  g_stream = stream;
+  KERNELS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) launch_plan(p, req);
+  KERNELS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  g_stream = nullptr;
+  cudaGraphExec_t exec;
+  KERNELS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = sustained_median_ms_of([&] { KERNELS_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); });
+  KERNELS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KERNELS_CUDA_CHECK(cudaGraphDestroy(graph));
+  KERNELS_CUDA_CHECK(cudaStreamDestroy(stream));
+  return ms / kCalls;
+}
+
 // Every variant on one M x N x K problem: checked against the mma.sync path (relative Frobenius
 // error; promoted variants are fp32-accurate, fast accumulation drifts more), then timed.
 bool time_large(int64_t m, int64_t n, int64_t k, const char* only, std::vector<std::string>& labels,
@@ -670,7 +701,7 @@ bool time_decode(const char* only) {
       KERNELS_CUDA_CHECK(cudaMemcpy(got.data(), g.p.d, elems * 2, cudaMemcpyDeviceToHost));
       const double rel = relative_frobenius(ref, got);
       const bool good = launched && rel < decode_rel_tolerance(plan);
-      const float ms = good ? sustained_median_ms(g.p, req) : 0.f;
+      const float ms = good ? (g_graph ? graph_median_ms(g.p, req) : sustained_median_ms(g.p, req)) : 0.f;
       const double tf = good ? 2.0 * shape.m * shape.n * shape.k / (ms * 1e-3) / 1e12 : 0.0;
       std::printf("%s time %-62s grid=%-4d ws=%-9zu rel_err_vs_mma_sync=%.2e %8.2f us %7.1f TFLOP/s\n",
                   good ? "PASS" : "FAIL", labels[vi].c_str(), plan.grid,
@@ -686,7 +717,8 @@ bool time_decode(const char* only) {
   if (!rows.empty()) {
     std::printf("\n%-26s", "decode shape (us)");
     for (const auto& v : variants) std::printf(" %9s", v.first.c_str());
-    std::printf("   (median of sustained launches; default = planner, off = split_k 1)\n");
+    std::printf("   (%s; default = planner, off = split_k 1)\n",
+                g_graph ? "per call, median of graph replays" : "median of sustained launches");
     for (const Row& r : rows) {
       std::printf("%-26s", r.shape.c_str());
       for (double us : r.us) {
@@ -1177,13 +1209,16 @@ int main(int argc, char** argv) {
       return small_cases() == 0 ? 0 : 1;
     } else if (std::strcmp(argv[i], "--no-timing") == 0) {
       timing = false;
+    } else if (std::strcmp(argv[i], "--graph") == 0) {
+      g_graph = true;
     } else if (std::strcmp(argv[i], "--time-only") == 0 && i + 1 < argc) {
       time_only = argv[++i];
     } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc &&
                std::sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0 && k % 16 == 0) {
       shapes.push_back({m, n, k});
     } else {
-      std::fprintf(stderr, "usage: %s [--small | --no-timing | --time-only LABEL_SUBSTRING] [--shape MxNxK ...]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--small | --no-timing | --time-only LABEL_SUBSTRING] [--graph] [--shape MxNxK ...]\n",
                    argv[0]);
       return 2;
     }
