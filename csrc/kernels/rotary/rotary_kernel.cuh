@@ -48,10 +48,14 @@ struct LaunchShape {
   int blocks = 0;
   int items_per_head = 0;
   int rot_items = 0;
-  int pass_vecs = 1;  // vectors per pass-through item: 2 where [R, D) holds an even number
+  int pass_vecs = 1;  // vectors per pass-through item: 2 where [R, D) holds an even number of 16-byte ones
 };
 
-template <typename T, int N, Layout kLayout, int kVecs = 1>
+// kPassVecs: vectors per pass-through item (shape.pass_vecs), a template parameter so that the
+// instances without pass-through pairs compile as they did before pairs existed (read at run
+// time, it let ptxas split the loop in two and the interleaved full-rotary rows lost 21% on the
+// H200: 3875 -> 3032 GB/s).
+template <typename T, int N, Layout kLayout, int kVecs = 1, int kPassVecs = 1>
 __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, const LaunchShape shape) {
   static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0, "interleaved pairs must not straddle a vector access");
   static_assert(kLayout == Layout::kInterleaved || kVecs == 1, "a half-split item already reads two vectors");
@@ -142,16 +146,13 @@ __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, cons
           }
         }
       } else {
-        // both loads before the stores: a pass-through item moves as many bytes as a rotary one
-        const int e = p.rotary_dim + (c - shape.rot_items) * shape.pass_vecs * N;
-        const Vec<T, N> v0 = *reinterpret_cast<const Vec<T, N>*>(x + e);
-        if (shape.pass_vecs == 2) {
-          const Vec<T, N> v1 = *reinterpret_cast<const Vec<T, N>*>(x + e + N);
-          *reinterpret_cast<Vec<T, N>*>(y + e) = v0;
-          *reinterpret_cast<Vec<T, N>*>(y + e + N) = v1;
-        } else {
-          *reinterpret_cast<Vec<T, N>*>(y + e) = v0;
-        }
+        // all loads before the stores: a pass-through pair moves as many bytes as a rotary item
+        const int e = p.rotary_dim + (c - shape.rot_items) * kPassVecs * N;
+        Vec<T, N> v[kPassVecs];
+#pragma unroll
+        for (int u = 0; u < kPassVecs; ++u) v[u] = *reinterpret_cast<const Vec<T, N>*>(x + e + u * N);
+#pragma unroll
+        for (int u = 0; u < kPassVecs; ++u) *reinterpret_cast<Vec<T, N>*>(y + e + u * N) = v[u];
       }
 
       h += step_h;
@@ -206,7 +207,8 @@ inline LaunchShape plan_launch(const RotaryParams& p, int vector_width, int num_
   const int rot_span = p.layout == Layout::kInterleaved ? p.rotary_dim : p.rotary_dim / 2;
   shape.rot_items = rot_span / (vector_width * interleaved_vectors_per_item(p, vector_width));
   const int pass_vectors = p.copy_passthrough ? (p.head_dim - p.rotary_dim) / vector_width : 0;
-  shape.pass_vecs = pass_vectors % 2 == 0 ? 2 : 1;
+  // pairs at the full 16-byte width only (the narrower widths are the misaligned fallbacks)
+  shape.pass_vecs = vector_width == 8 && pass_vectors > 0 && pass_vectors % 2 == 0 ? 2 : 1;
   shape.items_per_head = shape.rot_items + pass_vectors / shape.pass_vecs;
   const int64_t items_per_token = int64_t(p.heads_q + p.heads_k) * shape.items_per_head;
   constexpr int kMinThreads = 128, kMaxThreads = 512;
@@ -240,18 +242,24 @@ void launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
   const bool interleaved = p.layout == Layout::kInterleaved;
   const bool two_vectors = interleaved_vectors_per_item(p, n) == 2;
   // runtime width, layout and vectors per item -> template instance, in one place
-#define ROTARY_LAUNCH(N_, L_, V_) rotary_kernel<T, N_, L_, V_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
-#define ROTARY_LAUNCH_WIDTH(N_)                               \
-  (!interleaved  ? ROTARY_LAUNCH(N_, Layout::kHalfSplit, 1)   \
-   : two_vectors ? ROTARY_LAUNCH(N_, Layout::kInterleaved, 2) \
-                 : ROTARY_LAUNCH(N_, Layout::kInterleaved, 1))
+#define ROTARY_LAUNCH(N_, L_, V_, P_) \
+  rotary_kernel<T, N_, L_, V_, P_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
+#define ROTARY_LAUNCH_WIDTH_PASS(N_, P_)                          \
+  (!interleaved  ? ROTARY_LAUNCH(N_, Layout::kHalfSplit, 1, P_)   \
+   : two_vectors ? ROTARY_LAUNCH(N_, Layout::kInterleaved, 2, P_) \
+                 : ROTARY_LAUNCH(N_, Layout::kInterleaved, 1, P_))
+#define ROTARY_LAUNCH_WIDTH(N_) ROTARY_LAUNCH_WIDTH_PASS(N_, 1)
   switch (n) {
-    case 8: ROTARY_LAUNCH_WIDTH(8); break;
+    case 8:
+      if (shape.pass_vecs == 2) ROTARY_LAUNCH_WIDTH_PASS(8, 2);
+      else ROTARY_LAUNCH_WIDTH(8);
+      break;
     case 4: ROTARY_LAUNCH_WIDTH(4); break;
     case 2: ROTARY_LAUNCH_WIDTH(2); break;
-    default: ROTARY_LAUNCH(1, Layout::kHalfSplit, 1); break;
+    default: ROTARY_LAUNCH(1, Layout::kHalfSplit, 1, 1); break;
   }
 #undef ROTARY_LAUNCH_WIDTH
+#undef ROTARY_LAUNCH_WIDTH_PASS
 #undef ROTARY_LAUNCH
   check_launch("rotary_kernel");
 }
