@@ -152,6 +152,9 @@ def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(
     assert len(validated) == 1 and torch.equal(first, again)
     with pytest.raises(ValueError, match="seqlens_k must be in"):     # data, not metadata: checked
         attention(q, k_cache, v_cache, page_table=table, seqlens_k=torch.tensor([99], dtype=torch.int32))
+    with pytest.raises(ValueError, match="seqlens_k must be in"):     # the same tensor, changed in place
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens.fill_(99))
+    lens.fill_(8)
     # Anything validation or routing reads makes a new signature: validated again.
     for changed in (lambda: attention(q[:, :, :2], k_cache[..., :1, :], v_cache[..., :1, :],
                                       page_table=table, seqlens_k=lens),
@@ -165,6 +168,42 @@ def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(
         before = len(validated)
         attention(q.detach(), k_cache, v_cache, page_table=table, seqlens_k=lens)
         assert len(validated) == before + 1
+
+
+def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(monkeypatch):
+    """The layers of a decode step pass one seqlens_k: only the first call reads it back (a
+    device->host copy that waits for the GPU). An in-place change (version counter), another
+    tensor, another capacity or a failed check read it again; inference tensors, which keep no
+    version counter, are read on every call."""
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    module.clear_routed_calls()
+    reads = []
+    real = module._length_range
+    monkeypatch.setattr(module, "_length_range", lambda lens: reads.append(1) or real(lens))
+    q, k, v = qkv(1, 1, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8], dtype=torch.int32)
+
+    def reads_of(lens, table=table):
+        before = len(reads)
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
+        return len(reads) - before
+
+    assert [reads_of(lens) for _ in range(3)] == [1, 0, 0]
+    lens.add_(-1)                                                      # in place: read again, once
+    assert [reads_of(lens) for _ in range(2)] == [1, 0]
+    assert reads_of(lens.clone()) == 1                                 # another tensor, same values
+    with pytest.raises(ValueError, match="page_size = 4"):            # a smaller page table
+        reads_of(lens, table=table[:, :1])
+    lens.fill_(99)
+    for _ in range(2):                                                 # a failed check is not kept
+        with pytest.raises(ValueError, match="seqlens_k must be in"):
+            attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
+    with torch.inference_mode():
+        frozen = torch.tensor([8], dtype=torch.int32)
+        assert [reads_of(frozen) for _ in range(2)] == [1, 1]
 
 
 def test_a_rejected_call_is_rejected_every_time():

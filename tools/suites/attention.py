@@ -3,9 +3,11 @@
 Rows (docs/design.md schema): paged decode B in {1, 4, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128
 at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
 (cuDNN and flash backends) on the gathered dense KV; at page 64 also the same decode through
-`attention()` with its defaults (`api-paged-decode`: validation, routing and the seqlens check
-on the host, what a caller pays eagerly), the same without the seqlens check
-(`api-paged-decode-unchecked`: the host path minus its one device->host copy) and replayed from
+`attention()` with its defaults (`api-paged-decode`: one seqlens_k passed on every call, as the
+layers of a decode step pass it, so the check reads it back once: what a caller pays eagerly per
+layer), the same with a seqlens_k the check has not seen on every call
+(`api-paged-decode-new-lengths`: a step's first layer, one device->host copy), the same without
+the seqlens check (`api-paged-decode-unchecked`) and replayed from
 a CUDA graph (`cuda-paged-decode-graph`: no host work at all; at page 16 too); contiguous decode
 latency, and beside it `read-floor-graph` (one kernel that only reads the same K/V bytes from
 HBM, under graph replay: the floor for a decode of that size); prefill D 128 b4 s4096
@@ -19,6 +21,8 @@ and the peers) are timed together, in interleaved rounds (``Context.time_togethe
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -189,6 +193,10 @@ def run(ctx) -> list[dict]:
             for name, kwargs in api_calls:
                 checked.append(_check(name, pdict, lambda kwargs=kwargs: attention(
                     q, k_cache, v_cache, page_table=table, seqlens_k=lens, **kwargs), ref, nbytes=kv_bytes))
+            # lengths the check has not seen (two equal tensors in turn): a decode step's first layer
+            turns = itertools.cycle((lens, lens.clone()))
+            checked.append(_check("api-paged-decode-new-lengths", pdict, lambda: attention(
+                q, k_cache, v_cache, page_table=table, seqlens_k=next(turns)), ref, nbytes=kv_bytes))
         checked.append(_check("cuda-paged-decode-graph", pdict, graph_replay(ours), ref, nbytes=kv_bytes))
         return checked
 
