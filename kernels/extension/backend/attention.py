@@ -78,8 +78,10 @@ def use_backend(name: str):
 
 # ---- validation (every backend) ------------------------------------------------------------
 
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream (t: a tensor of the call; a
+    CUDA tensor means CUDA is there, cheaper to ask than torch.cuda.is_available())."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_k=None,
@@ -162,12 +164,12 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k) -> None:
     sequence NaN, as under capture). Inference tensors keep no version counter: checked on every
     call."""
     global _last_checked_lengths
-    if _capturing() or seqlens_k.shape[0] == 0:
-        return
     capacity = page_table.shape[1] * k_cache.shape[1]
     stamp = None if seqlens_k.is_inference() else (seqlens_k._version, capacity)
     last_ref, last_stamp = _last_checked_lengths
     if stamp is not None and stamp == last_stamp and last_ref() is seqlens_k:
+        return  # first: every layer after a step's first one ends here (under 1 us)
+    if seqlens_k.shape[0] == 0 or _capturing(seqlens_k):
         return
     lo, hi = _length_range(seqlens_k)
     if lo < 0 or hi > capacity:
