@@ -160,9 +160,9 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k) -> None:
     """Every length within the page table (one device->host copy); skipped while a CUDA graph
     is being captured, and for the tensor that passed the last check unmodified since (its
     version counter: torch's in-place ops bump it; a kernel of the caller's own that writes the
-    lengths through a raw pointer does not, and a length past the page table then gives that
-    sequence NaN, as under capture). Inference tensors keep no version counter: checked on every
-    call."""
+    lengths through a raw pointer does not, nor does the replay of a CUDA graph that writes them,
+    and a length past the page table then gives that sequence NaN, as under capture). Inference
+    tensors keep no version counter: checked on every call."""
     global _last_checked_lengths
     capacity = page_table.shape[1] * k_cache.shape[1]
     stamp = None if seqlens_k.is_inference() else (seqlens_k._version, capacity)
