@@ -244,22 +244,17 @@ void launch_rotary(const RotaryParams& p, int num_sms, cudaStream_t stream) {
   // runtime width, layout and vectors per item -> template instance, in one place
 #define ROTARY_LAUNCH(N_, L_, V_, P_) \
   rotary_kernel<T, N_, L_, V_, P_><<<shape.blocks, shape.threads, 0, stream>>>(p, shape)
-#define ROTARY_LAUNCH_WIDTH_PASS(N_, P_)                          \
+#define ROTARY_LAUNCH_WIDTH(N_, P_)                               \
   (!interleaved  ? ROTARY_LAUNCH(N_, Layout::kHalfSplit, 1, P_)   \
    : two_vectors ? ROTARY_LAUNCH(N_, Layout::kInterleaved, 2, P_) \
                  : ROTARY_LAUNCH(N_, Layout::kInterleaved, 1, P_))
-#define ROTARY_LAUNCH_WIDTH(N_) ROTARY_LAUNCH_WIDTH_PASS(N_, 1)
   switch (n) {
-    case 8:
-      if (shape.pass_vecs == 2) ROTARY_LAUNCH_WIDTH_PASS(8, 2);
-      else ROTARY_LAUNCH_WIDTH(8);
-      break;
-    case 4: ROTARY_LAUNCH_WIDTH(4); break;
-    case 2: ROTARY_LAUNCH_WIDTH(2); break;
+    case 8: shape.pass_vecs == 2 ? ROTARY_LAUNCH_WIDTH(8, 2) : ROTARY_LAUNCH_WIDTH(8, 1); break;
+    case 4: ROTARY_LAUNCH_WIDTH(4, 1); break;
+    case 2: ROTARY_LAUNCH_WIDTH(2, 1); break;
     default: ROTARY_LAUNCH(1, Layout::kHalfSplit, 1, 1); break;
   }
 #undef ROTARY_LAUNCH_WIDTH
-#undef ROTARY_LAUNCH_WIDTH_PASS
 #undef ROTARY_LAUNCH
   check_launch("rotary_kernel");
 }
