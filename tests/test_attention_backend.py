@@ -3,9 +3,13 @@ on contiguous, paged and ragged inputs (against the fp32 reference, tensors in g
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 import torch
 from autograd_reference import reference_fp64  # tests/autograd_reference.py
+from support import ROOT
 
 from kernels.extension import loader
 from kernels.extension.backend import ENV_VAR, attention, select_backend, use_backend
@@ -423,3 +427,30 @@ def test_dtype_errors_name_the_inputs():
         attention(q.half(), k, v)
     with pytest.raises(TypeError, match="bfloat16, float16 or float32"):
         attention(q.double(), k.double(), v.double())
+
+
+def _binding_arg_names(entry_point: str) -> list[str]:
+    """The py::arg names of `entry_point` in the attention binding, in order."""
+    source = (ROOT / "csrc" / "kernels" / "attention" / "attention.cu").read_text()
+    definition = re.search(rf'm\.def\("{entry_point}",(.*?)\);\n', source, re.S)
+    assert definition, entry_point
+    return re.findall(r'py::arg\("(\w+)"\)', definition.group(1))
+
+
+@pytest.mark.parametrize("entry_point", ["decode", "paged_decode", "prefill", "paged_prefill"])
+def test_the_ops_pass_the_binding_every_argument_by_position_in_its_order(entry_point, monkeypatch):
+    """The wrappers call the binding positionally (a keyword costs pybind11 a name match per
+    call), so each wrapper's parameters must be the binding's, in the binding's order."""
+    names = _binding_arg_names(entry_point)
+    wrapper = getattr(ops, entry_point)
+    assert list(inspect.signature(wrapper).parameters) == names
+    received = []
+
+    class Binding:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: received.append((name, args, kwargs))
+
+    monkeypatch.setattr(ops, "_module", Binding)
+    values = {name: object() for name in names}
+    wrapper(**values)
+    assert received == [(entry_point, tuple(values[name] for name in names), {})]

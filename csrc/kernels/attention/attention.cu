@@ -464,19 +464,22 @@ int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q
 
 }  // namespace
 
+// No py::kw_only(): the Python wrappers (kernels/extension/ops/attention.py) pass every argument
+// by position, since pybind11 matches keywords by name on every call (about 4 us of host time
+// for the paged decode's ten; the wrappers keep them keyword-only for their callers).
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   binding::register_exceptions();
   m.doc() = "Attention kernels (bf16 or fp16; head_dim 64/128/256; GQA; bottom-right causal; bool masks, True = keep).";
   m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("scale") = py::none(),
         py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),
         py::arg("num_splits") = 0, py::arg("impl") = "tc", py::arg("workspace") = py::none());
   m.def("paged_decode", &paged_decode,
         "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D], page_table [B, max_pages] "
         "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint).",
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("seqlens_k"),
-        py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
+        py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
         py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
         py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false);
   m.def("prefill", &prefill,
@@ -484,13 +487,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "warp-specialized TMA kernel, with a boolean mask the cp.async one), 'tc-ws' (the warp-specialized kernel "
         "only), 'tc-cpasync' (the cp.async kernel), 'scalar'. debug: synchronize, name a failing kernel and check the "
         "warp-specialized kernel against the cp.async one.",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
         py::arg("scale") = py::none(), py::arg("mask") = py::none(), py::arg("out") = py::none(),
         py::arg("lse") = py::none(), py::arg("impl") = "tc", py::arg("debug") = false);
   m.def("paged_prefill", &paged_prefill,
         "Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 on a paged cache.", py::arg("q"),
         py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("cu_seqlens_q"), py::arg("seqlens_k"),
-        py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
+        py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
         py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("impl") = "tc",
         py::arg("check_seqlens") = true, py::arg("debug") = false);
   m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
