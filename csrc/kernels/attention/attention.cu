@@ -487,9 +487,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "warp-specialized TMA kernel, with a boolean mask the cp.async one), 'tc-ws' (the warp-specialized kernel "
         "only), 'tc-cpasync' (the cp.async kernel), 'scalar'. debug: synchronize, name a failing kernel and check the "
         "warp-specialized kernel against the cp.async one.",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
-        py::arg("scale") = py::none(), py::arg("mask") = py::none(), py::arg("out") = py::none(),
-        py::arg("lse") = py::none(), py::arg("impl") = "tc", py::arg("debug") = false);
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("scale") = py::none(),
+        py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("impl") = "tc",
+        py::arg("debug") = false);
   m.def("paged_prefill", &paged_prefill,
         "Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32 on a paged cache.", py::arg("q"),
         py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("cu_seqlens_q"), py::arg("seqlens_k"),
