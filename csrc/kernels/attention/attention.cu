@@ -464,9 +464,8 @@ int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q
 
 }  // namespace
 
-// No py::kw_only(): the Python wrappers (kernels/extension/ops/attention.py) pass every argument
-// by position, since pybind11 matches keywords by name on every call (about 4 us of host time
-// for the paged decode's ten; the wrappers keep them keyword-only for their callers).
+// No py::kw_only(): the Python wrappers pass every argument by position, in the order of each
+// py::arg list (kernels/extension/ops/attention.py says why; they stay keyword-only for callers).
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   binding::register_exceptions();
