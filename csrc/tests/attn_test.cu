@@ -9,7 +9,8 @@
 // default, sm90 and the warp-specialized ones). "default" is the mma.sync configuration
 // (PrefillConfig); "sm90" the cp.async WGMMA one (PrefillConfigSm90); "ws" the warp-specialized
 // one (PrefillWsConfig) that run_prefill takes on Hopper for dense Q without masks. Needs an
-// sm_90a build.
+// sm_90a build. `attn_test bench 128 ws,ws_s3` keeps the named variants beside "default"
+// (the reference), `attn_test bench 0 ws` at every head_dim.
 //
 //   python -m tools.nvcc csrc/tests/attn_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -609,9 +610,17 @@ static bool check_variant(const Variant& v, const Variant& baseline, const Prefi
   return ok;
 }
 
+// `only`: comma-separated variant names to keep (empty: all); the first variant, the
+// reference of the others, always stays.
 template <int kD>
-static int bench_head_dim() {
-  const auto variants = prefill_variants<kD>();
+static int bench_head_dim(const std::string& only) {
+  auto variants = prefill_variants<kD>();
+  if (!only.empty()) {
+    const std::string list = "," + only + ",";
+    variants.erase(std::remove_if(variants.begin() + 1, variants.end(),
+                                  [&](const Variant& v) { return list.find("," + v.name + ",") == std::string::npos; }),
+                   variants.end());
+  }
   const Variant& baseline = variants[0];
   int failures = 0;
 
@@ -724,19 +733,21 @@ static int bench_head_dim() {
   return failures;
 }
 
-// `attn_test bench [64|128|256]`: one head_dim, or all three.
-static int bench_main(int head_dim) {
+// `attn_test bench [64|128|256|0 [variant,variant,...]]`: one head_dim or all three (0), every
+// variant or the named ones (beside the first, the reference).
+static int bench_main(int head_dim, const std::string& only) {
   int failures = 0;
-  if (head_dim == 0 || head_dim == 128) failures += bench_head_dim<128>();
-  if (head_dim == 0 || head_dim == 64) failures += bench_head_dim<64>();
-  if (head_dim == 0 || head_dim == 256) failures += bench_head_dim<256>();
+  if (head_dim == 0 || head_dim == 128) failures += bench_head_dim<128>(only);
+  if (head_dim == 0 || head_dim == 64) failures += bench_head_dim<64>(only);
+  if (head_dim == 0 || head_dim == 256) failures += bench_head_dim<256>(only);
   std::printf("attn_test bench: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
-  if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench_main(argc > 2 ? std::atoi(argv[2]) : 0);
+  if (argc > 1 && std::strcmp(argv[1], "bench") == 0)
+    return bench_main(argc > 2 ? std::atoi(argv[2]) : 0, argc > 3 ? argv[3] : "");
   // `attn_test small`: one small case per kernel (decode and its combine, both tensor-core
   // prefills, the scalar paths), for compute-sanitizer memcheck / racecheck.
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
