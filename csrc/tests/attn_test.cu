@@ -349,7 +349,7 @@ Variant make_ws_variant(const char* name) {
   const std::string tiles = "ws wg" + std::to_string(T::kConsumerWarpgroups) + " m" + std::to_string(T::kBlockM) +
                             " n" + std::to_string(T::kBlockN) + " s" + std::to_string(T::kStages) + " tma" +
                             (Cfg::kL2Sections ? " l2" : "") + (Cfg::kPinPvWait ? " pin" : "") +
-                            (Cfg::kPvWaitAfterRowScale ? " rowscale" : "");
+                            (Cfg::kPvWaitAfterRowScale ? " rowscale" : "") + (Cfg::kDescendingKv ? " desc" : "");
   Variant v{name,
             tiles,
             T::kBlockM,
@@ -368,12 +368,13 @@ static std::vector<Variant> prefill_variants() {
   using Ws = PrefillWsVariants<kD>;
   if constexpr (kD == 64) {
     // The mma.sync default against the Hopper ones: cp.async WGMMA, warp-specialized.
-    return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
-            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::Wg2>("ws_wg2"),
-            make_ws_variant<typename Ws::Stages3>("ws_s3")};
+    return {make_variant<typename V::Default>("default"),   make_variant<typename V::Sm90>("sm90"),
+            make_ws_variant<PrefillWsConfig<kD>>("ws"),     make_ws_variant<typename Ws::Wg2>("ws_wg2"),
+            make_ws_variant<typename Ws::Stages3>("ws_s3"), make_ws_variant<typename Ws::Ascending>("ws_asc")};
   } else if constexpr (kD == 256) {
     return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
-            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64")};
+            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64"),
+            make_ws_variant<typename Ws::Descending>("ws_desc")};
   } else {
     using W = PrefillVariants<128>;  // every tile configuration, at D = 128 only
     return {make_variant<W::Default>("default"),
@@ -396,7 +397,8 @@ static std::vector<Variant> prefill_variants() {
             make_ws_variant<PrefillWsVariants<128>::Stages3>("ws_s3"),
             make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2"),
             make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin"),
-            make_ws_variant<PrefillWsVariants<128>::EarlyPvWait>("ws_early_pv")};
+            make_ws_variant<PrefillWsVariants<128>::EarlyPvWait>("ws_early_pv"),
+            make_ws_variant<PrefillWsVariants<128>::Ascending>("ws_asc")};
   }
 }
 

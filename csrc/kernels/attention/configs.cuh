@@ -206,21 +206,27 @@ struct PrefillVariants {
 // rows each multiply with WGMMA. One CTA per (query tile, query head). The shapes are the
 // CuTe-DSL ladder's K8 plans (kernels/k8.py TILE_CONFIGS, FlashAttention-3's): D=64 three
 // consumer warpgroups on 128-key tiles, D=128 two on 128-key tiles, D=256 two on 80-key tiles;
-// two stages everywhere. Not yet measured against PrefillConfigSm90 on the H200 (attn_test bench).
-// kL2Sections: under the causal mask, the grid walks the (head, batch) pairs in sections whose K
-// and V fit in L2 (kL2KvBytes), the longest query tiles of a section first (FlashAttention-4's
-// LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
+// two stages everywhere; key tiles from the last down at D=64 and 128 (kDescendingKv). Not yet measured against
+// PrefillConfigSm90 on the H200 (attn_test bench). kL2Sections: under the causal mask, the grid walks the (head, batch)
+// pairs in sections whose K and V fit in L2 (kL2KvBytes), the longest query tiles of a section first
+// (FlashAttention-4's LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
 // kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
 // the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
 // kPvWaitAfterRowScale: the wait held behind the row factors instead, K released where it was
 // (kernels/k11.py's default at D = 128, and this kernel's: docs/production.md has the timing).
+// kDescendingKv (dense K / V; paged K / V keep the first-up order, whose last tile is where
+// V's rows past the keys are zeroed): the key tiles from the last down (FlashAttention-3's
+// order), so the tiles that need a mask (the causal diagonal, the end of the keys) come first
+// and the pipelined steps after them run without mask code. At D=256 it measured slower without
+// a mask (docs/production.md).
 template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
-          bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false>
+          bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false, bool kDescendingKv_ = false>
 struct PrefillWsTiles {
   static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr bool kL2Sections = kL2Sections_;
   static constexpr bool kPinPvWait = kPinPvWait_;
   static constexpr bool kPvWaitAfterRowScale = kPvWaitAfterRowScale_;
+  static constexpr bool kDescendingKv = kDescendingKv_;
   static_assert(!(kPinPvWait && kPvWaitAfterRowScale), "one place for the wait for P V");
 };
 // L2 bytes (of the H100 / H200's 50 MB) that the K and V of one causal section may take.
@@ -229,9 +235,9 @@ constexpr int64_t kL2KvBytes = 40ll << 20;
 template <int kD>
 struct PrefillWsConfig;
 template <>
-struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2> {};
+struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2, true, false, false, true> {};
 template <>
-struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2, true, false, true> {};
+struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2, true, false, true, true> {};
 template <>
 struct PrefillWsConfig<256> : PrefillWsTiles<256, 2, 80, 2> {};
 
@@ -241,19 +247,23 @@ template <int kD>
 struct PrefillWsVariants;
 template <>
 struct PrefillWsVariants<64> {
-  using Wg2 = PrefillWsTiles<64, 2, 128, 2>;      // two consumer warpgroups of 240 registers
-  using Stages3 = PrefillWsTiles<64, 3, 128, 3>;  // a third stage
+  using Wg2 = PrefillWsTiles<64, 2, 128, 2, true, false, false, true>;      // two consumer warpgroups of 240 registers
+  using Stages3 = PrefillWsTiles<64, 3, 128, 3, true, false, false, true>;  // a third stage
+  using Ascending = PrefillWsTiles<64, 3, 128, 2>;                          // key tiles from the first up
 };
 template <>
 struct PrefillWsVariants<128> {
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3>;          // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false>;      // causal order without L2 sections
-  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true>;  // the softmax under the own P V
-  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2>;      // the wait where ptxas puts it
+  // Each differs from PrefillWsConfig<128> in one knob.
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3, true, false, true, true>;       // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false, false, true, true>;         // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true, false, true>;           // the softmax under the own P V
+  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2, true, false, false, true>;  // the wait where ptxas puts it
+  using Ascending = PrefillWsTiles<128, 2, 128, 2, true, false, true>;           // key tiles from the first up
 };
 template <>
 struct PrefillWsVariants<256> {
   using N64 = PrefillWsTiles<256, 2, 64, 2>;  // the cp.async kernel's 64-key tiles: 192 KiB
+  using Descending = PrefillWsTiles<256, 2, 80, 2, true, false, false, true>;  // key tiles from the last down
 };
 
 // Threads, registers and shared memory of a PrefillWsTiles (consumers first, then the producer).

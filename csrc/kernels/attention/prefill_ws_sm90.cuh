@@ -21,6 +21,8 @@
 //              only when a row's max grew by more than 2^8, PrefillSoftmax), P_n -> registers.
 //              Then the last P V, O / rowsum -> the warpgroup's Q tile in shared memory (its last
 //              S has completed) -> one TMA store per warpgroup (rows past Sq clipped), LSE.
+// Tile n above is the n-th step's: with kDescendingKv (dense K / V) the steps visit the key tiles
+// from the last down, so the masked ones (diagonal, end of the keys) come first (kv_of).
 // Grid: one linear index, mapped to a tile by prefill_ws_tile (causal: longest tiles first, in
 // L2 sections of heads where the configuration asks for them); paged: q_schedule's (sequence,
 // query tile) entries, query heads fastest.
@@ -229,6 +231,10 @@ struct PrefillWs {
     }
   };
 
+  // The key tile the n-th step of a CTA with n_tiles tiles visits: n, or from the last down.
+  static constexpr bool kDescending = Cfg::kDescendingKv && !kPaged;
+  __device__ __forceinline__ static int kv_of(int n, int n_tiles) { return kDescending ? n_tiles - 1 - n : n; }
+
   // Ring slot of KV tile n: stage n % kStages, in its (n / kStages)-th use (the phase parity
   // a consumer waits for on `full`; the producer waits for the one before on `empty`).
   __device__ __forceinline__ static int stage_of(int n) { return n % kStages; }
@@ -280,14 +286,15 @@ struct PrefillWs {
 
   // ---- producer: one thread ------------------------------------------------------------------
   __device__ __forceinline__ static void load_kv(const PrefillWsParams& p, const CUtensorMap* map, Element* dst,
-                                                 uint64_t* full, uint64_t* empty, int n, int hkv, const Tile& t) {
+                                                 uint64_t* full, uint64_t* empty, int n, int kv, int hkv,
+                                                 const Tile& t) {
     prefill_ws::wait(empty, parity_of(n) ^ 1u, "a K / V stage's empty barrier (producer)");
     if constexpr (!kPaged) {
       mbarrier_arrive_expect_tx(full, T::kKVBytes);
-      tma_load_5d(dst, map, full, 0, n * kBlockN, 0, hkv, t.batch);
+      tma_load_5d(dst, map, full, 0, kv * kBlockN, 0, hkv, t.batch);
     } else {
       const int* pages = p.page_table + t.batch * p.page_table_batch_stride;
-      const int key0 = n * kBlockN;
+      const int key0 = kv * kBlockN;
       if (p.page_size >= kBlockN) {  // the tile lies in one page: one box of kBlockN rows
         mbarrier_arrive_expect_tx(full, T::kKVBytes);
         tma_load_5d(dst, map, full, 0, key0 % p.page_size, 0, hkv, pages[key0 / p.page_size]);
@@ -323,10 +330,10 @@ struct PrefillWs {
     if (n_tiles <= 0) return;
     const int hkv = t.head / p.group;
     const auto load_k = [&](int n) {
-      load_kv(p, &p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, hkv, t);
+      load_kv(p, &p.k, s.k(stage_of(n)), s.k_full(stage_of(n)), s.k_empty(stage_of(n)), n, kv_of(n, n_tiles), hkv, t);
     };
     const auto load_v = [&](int n) {
-      load_kv(p, &p.v, s.v(stage_of(n)), s.v_full(stage_of(n)), s.v_empty(stage_of(n)), n, hkv, t);
+      load_kv(p, &p.v, s.v(stage_of(n)), s.v_full(stage_of(n)), s.v_empty(stage_of(n)), n, kv_of(n, n_tiles), hkv, t);
     };
     load_k(0);
     for (int n = 1; n < n_tiles; ++n) {
@@ -342,6 +349,7 @@ struct PrefillWs {
     int lane;      // lane in the warp
     int row;       // query row of this thread's first fragment row (the second is row + 8)
     int limit[2];  // keys >= limit[h] are masked for fragment row h (Sk, or the causal diagonal)
+    int n_tiles;   // key tiles this CTA visits
     float acc_o[1][kDT][4];
     uint32_t p_frag[1][kNT / 2][4];  // P of the previous tile: the A operand of its P V
     Softmax softmax;
@@ -370,7 +378,7 @@ struct PrefillWs {
       }
     }
 
-    // Tile 0 (always masked: it may be partial or cross the diagonal); O is still zero.
+    // Step 0 (always masked: its tile may be partial or cross the diagonal); O is still zero.
     __device__ __forceinline__ void first_tile(const Smem& s, float scale_log2) {
       prefill_ws::wait(s.k_full(0), 0, "K_0's full barrier");
       float acc_s[1][kNT][4];
@@ -378,13 +386,13 @@ struct PrefillWs {
       wgmma_wait<0>();
       prefill_ws::pin(acc_s);
       release(s.k_empty(0));
-      mask(acc_s, 0);
+      mask(acc_s, kv_of(0, n_tiles));
       float correction[1][2];
       softmax.exponentiate(acc_s, correction, scale_log2);
       pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
     }
 
-    // Tile n >= 1: S_n and P_{n-1} V_{n-1} issued in this warpgroup's turn, the softmax of S_n
+    // Step n >= 1: S_n and P_{n-1} V_{n-1} issued in this warpgroup's turn, the softmax of S_n
     // under the P V.
     template <bool kMasked>
     __device__ __forceinline__ void step(const Smem& s, int n, float scale_log2) {
@@ -399,7 +407,7 @@ struct PrefillWs {
       wgmma_wait<1>();  // S_n is back; P_{n-1} V_{n-1} may still run
       prefill_ws::pin(acc_s);
       if constexpr (!Cfg::kPinPvWait) release(s.k_empty(stage));
-      if constexpr (kMasked) mask(acc_s, n);
+      if constexpr (kMasked) mask(acc_s, kv_of(n, n_tiles));
       float correction[1][2];
       const bool moved = softmax.exponentiate(acc_s, correction, scale_log2);
       if constexpr (Cfg::kPinPvWait) {
@@ -544,15 +552,22 @@ struct PrefillWs {
 #pragma unroll
       for (int e = 0; e < 4; ++e) c.acc_o[0][dt][e] = 0.f;
     c.softmax.init();
+    c.n_tiles = n_tiles;
     prefill_ws::wait(s.q_full(), 0, "Q's full barrier");
     if (c.wg == 0) named_barrier_arrive(prefill_ws::kTurnBarrier0, 256);  // the first turn
     if (n_tiles > 0) {
       c.first_tile(s, p.scale_log2);
-      // Mask-free tiles first (a compile-time branch: no mask code), then the masked ones.
+      // Mask-free tiles (a compile-time branch: no mask code) and the masked ones, in the order
+      // the steps visit them.
       const int mask_free = mask_free_tiles(p, t, wg_row0, n_tiles);
       int n = 1;
-      for (; n < mask_free; ++n) c.template step<false>(s, n, p.scale_log2);
-      for (; n < n_tiles; ++n) c.template step<true>(s, n, p.scale_log2);
+      if constexpr (kDescending) {
+        for (; n < n_tiles - mask_free; ++n) c.template step<true>(s, n, p.scale_log2);
+        for (; n < n_tiles; ++n) c.template step<false>(s, n, p.scale_log2);
+      } else {
+        for (; n < mask_free; ++n) c.template step<false>(s, n, p.scale_log2);
+        for (; n < n_tiles; ++n) c.template step<true>(s, n, p.scale_log2);
+      }
       c.last_pv(s, n_tiles - 1, t.k_len);
     }
     c.epilogue(p, s, t);
