@@ -206,10 +206,10 @@ struct PrefillVariants {
 // rows each multiply with WGMMA. One CTA per (query tile, query head). The shapes are the
 // CuTe-DSL ladder's K8 plans (kernels/k8.py TILE_CONFIGS, FlashAttention-3's): D=64 three
 // consumer warpgroups on 128-key tiles, D=128 two on 128-key tiles, D=256 two on 80-key tiles;
-// two stages everywhere; key tiles from the last down at D=64 and 128 (kDescendingKv). Not yet measured against
-// PrefillConfigSm90 on the H200 (attn_test bench). kL2Sections: under the causal mask, the grid walks the (head, batch)
-// pairs in sections whose K and V fit in L2 (kL2KvBytes), the longest query tiles of a section first
-// (FlashAttention-4's LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
+// two stages everywhere; key tiles from the last down at D=64 and 128 (kDescendingKv).
+// kL2Sections: under the causal mask, the grid walks the (head, batch) pairs in sections whose K
+// and V fit in L2 (kL2KvBytes), the longest query tiles of a section first (FlashAttention-4's
+// LPT scheduler on Hopper); off, every pair's longest tiles come before any pair's shorter ones.
 // kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
 // the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
 // kPvWaitAfterRowScale: the wait held behind the row factors instead, K released where it was
