@@ -7,6 +7,7 @@
 //   - the error model: host rejections throw the types of common/errors.h;
 //   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported), and its
 //     grid order (prefill_ws_tile: every tile once, L2 sections) and section sizes;
+//   - the WGMMA descriptor step (sw128_desc_advance) against descriptors built from addresses;
 //   - the decode's swizzled tile rows (RowSwizzledTile): a permutation of each row's chunks
 //     that keeps a 128-byte line of a global row in one 128-byte segment and the 8 rows of an
 //     ldmatrix in 8 bank groups.
@@ -251,6 +252,23 @@ static int check_row_swizzle() {
   return failures;
 }
 
+// WGMMA descriptors stepped by sw128_desc_advance (common/sm90.cuh) equal the ones built
+// from the stepped address, for every 16-byte address and step the shared memory can hold.
+static int check_desc_advance() {
+  int failures = 0;
+  constexpr uint32_t kSmemBytes = 227 * 1024;  // the most a CTA may use on sm_90
+  for (uint32_t addr = 0; addr < kSmemBytes; addr += 16) {
+    for (uint32_t step = 0; addr + step < kSmemBytes; step += 16 * 37) {  // a spread of steps
+      failures += kernels::sw128_desc_advance(kernels::make_sw128_kmajor_desc(addr), step) !=
+                  kernels::make_sw128_kmajor_desc(addr + step);
+      failures += kernels::sw128_desc_advance(kernels::make_sw128_desc(addr, 8192, 1024), step) !=
+                  kernels::make_sw128_desc(addr + step, 8192, 1024);
+    }
+  }
+  std::printf("sw128_desc_advance: equals the descriptor of the stepped address: %s\n", failures ? "FAIL" : "PASS");
+  return failures != 0;
+}
+
 int main() {
   struct Case {
     int batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim;
@@ -277,6 +295,7 @@ int main() {
                 c.seqlen_q, c.group, c.max_seqlen_k, c.head_dim, s, c.lo, c.hi, ok ? "PASS" : "FAIL");
   }
   failures += check_fast_divmod();
+  failures += check_desc_advance();
   failures += check_row_swizzle<64>() + check_row_swizzle<128>() + check_row_swizzle<256>();
   failures += check_errors();
   failures += check_prefill_ws_applicability();

@@ -142,7 +142,8 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 //     unused (conventionally 16); a k step inside the 128-byte row moves the start address.
 //   MN-major operand: SBO = bytes between 8-row groups along K; LBO = bytes between
 //     64-element (128-byte) column panels along M / N.
-__device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+__host__ __device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes,
+                                                             uint32_t sbo_bytes) {
   uint64_t desc = 0;
   desc |= uint64_t((smem_byte_addr & 0x3FFFF) >> 4);
   desc |= uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16;
@@ -154,8 +155,17 @@ __device__ __forceinline__ uint64_t make_sw128_desc(uint32_t smem_byte_addr, uin
 // The K-major operand with packed 128-byte rows (a TMA box, a Sw128Tile panel): 1024 bytes
 // between 8-row groups. A k step inside the row advances the start address (32 bytes per
 // k16 of 16-bit elements or k32 of fp8).
-__device__ __forceinline__ uint64_t make_sw128_kmajor_desc(uint32_t smem_byte_addr) {
+__host__ __device__ __forceinline__ uint64_t make_sw128_kmajor_desc(uint32_t smem_byte_addr) {
   return make_sw128_desc(smem_byte_addr, 16, 1024);
+}
+
+// The descriptor of the same operand `bytes` further on (a k step, another panel): only the
+// start-address field moves. Shared memory ends below 256 KB, so the field (address / 16 in
+// 14 bits) never carries into the next, and the step is one 64-bit add (UIADD3.64, which
+// writes both halves of the WGMMA's descriptor register pair), where building each descriptor
+// from its address takes a mask, a shift, an or and a move of the constant upper half.
+__host__ __device__ __forceinline__ uint64_t sw128_desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
 }
 
 }  // namespace kernels

@@ -173,13 +173,13 @@ struct Sm90Mainloop {
   // The four k32 WGMMAs of one stage into d; the first overwrites d when fresh is true.
   __device__ __forceinline__ static void mma_stage(const Storage& s, int consumer, int stage, float (&d)[kAccRegs],
                                                    bool fresh) {
-    const uint32_t a_addr = smem_addr(s.a(stage)) + consumer * 64 * Policy::kBK;
-    const uint32_t b_addr = smem_addr(s.b(stage));
+    const uint64_t a_desc = make_sw128_kmajor_desc(smem_addr(s.a(stage)) + consumer * 64 * Policy::kBK);
+    const uint64_t b_desc = make_sw128_kmajor_desc(smem_addr(s.b(stage)));
 #pragma unroll
     for (int k = 0; k < Policy::kBK / 32; ++k) {
       // d += A[64 rows, k32] @ B[kBN rows, k32]^T; k32 = 32 bytes into each 128-byte row
-      wgmma_fp8<Policy::kBN, FA, FB>(d, make_sw128_kmajor_desc(a_addr + 32 * k),
-                                     make_sw128_kmajor_desc(b_addr + 32 * k), (fresh && k == 0) ? 0 : 1);
+      wgmma_fp8<Policy::kBN, FA, FB>(d, sw128_desc_advance(a_desc, 32 * k), sw128_desc_advance(b_desc, 32 * k),
+                                     (fresh && k == 0) ? 0 : 1);
     }
   }
 
