@@ -253,7 +253,8 @@ static int check_row_swizzle() {
 }
 
 // WGMMA descriptors stepped by sw128_desc_advance (common/sm90.cuh) equal the ones built
-// from the stepped address, for every 16-byte address and step the shared memory can hold.
+// from the stepped address, for every 16-byte address a CTA's shared memory holds and a
+// spread of steps within it.
 static int check_desc_advance() {
   int failures = 0;
   constexpr uint32_t kSmemBytes = 227 * 1024;  // the most a CTA may use on sm_90
