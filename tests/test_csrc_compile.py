@@ -216,6 +216,25 @@ def test_ws_prefill_sass(head_dim, paged, ws_kernels):
     assert any(re.search(r"\bBAR\.ARV\s+R\d+, 0x100\b", ln) for ln in text), "no turn passed (bar.arrive, 256)"
 
 
+# head_dim -> keys per tile (PrefillWsConfig, configs.cuh)
+WS_BLOCK_N = {64: 128, 128: 128, 256: 80}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("head_dim", sorted(WS_PLANS))
+def test_ws_prefill_turn_holds_the_step_gemms(head_dim):
+    """tools.inspect finds the steady-state step of the dense bf16 kernel, and a warpgroup's turn
+    (from the named barrier's sync to its arrive) holds exactly the step's GEMMs, Q K^T in k16
+    slices and P V in 16-key slices, and no softmax: at most two floating-point instructions,
+    no exponential. A GEMM left outside the turn would run into the other warpgroup's."""
+    from tools.inspect import production_ws_step
+
+    facts = production_ws_step(head_dim)
+    assert facts, "no steady-state step found"
+    assert facts["turn_mma"] == head_dim // 16 + WS_BLOCK_N[head_dim] // 16, facts
+    assert facts["turn_fp"] <= 2, facts
+
+
 @needs_nvcc
 @pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 def test_ws_prefill_pv_wait_after_row_factors(paged, ws_kernels):

@@ -4,6 +4,8 @@ Compiles the rung for sm_90a with fake tensors (no GPU needed), then reports wha
 the disassembler say: registers, shared memory, stack frame and spills, and the SASS
 instruction mix. ``--record`` stores the reports for every rung in results/inspect.json, which
 the docs read so that building the site needs neither a GPU nor minutes of compiling.
+``--production-ws`` counts the steady-state step of the production warp-specialized prefill
+(csrc, built by nvcc) at head_dim 64, 128 and 256, as :func:`main_loop_facts` does for a rung.
 """
 
 from __future__ import annotations
@@ -171,6 +173,27 @@ def main_loop_facts(sass: str) -> dict | None:
             "exp2": sum(1 for y in path if y["op"].startswith("MUFU.EX2"))}
 
 
+# The production warp-specialized prefill (csrc/kernels/attention/prefill_ws_sm90.cuh), dense bf16.
+_PRODUCTION_WS = ("#include \"attention/prefill_ws_sm90.cuh\"\n"
+                  "template __global__ void kernels::attention::attn_prefill_ws_kernel<"
+                  "kernels::attention::PrefillWsConfig<{head_dim}>, __nv_bfloat16, false>("
+                  "const __grid_constant__ kernels::attention::PrefillWsParams);\n")
+
+
+def production_ws_step(head_dim: int) -> dict | None:
+    """:func:`main_loop_facts` of the production warp-specialized prefill (csrc, dense bf16,
+    ``PrefillWsConfig<head_dim>``), built alone for sm_90a by nvcc with csrc/nvcc.flags (a few
+    seconds, no GPU): the step the docs count instructions in."""
+    from tools import nvcc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        unit, cubin = Path(tmp) / "ws.cu", Path(tmp) / "ws.cubin"
+        unit.write_text(_PRODUCTION_WS.format(head_dim=head_dim))
+        build = nvcc.command([unit], cubin, extra=("-cubin",))
+        subprocess.run(build, check=True, capture_output=True, text=True)
+        return main_loop_facts(sass_of(cubin.read_bytes()))
+
+
 def resource_usage(cubin: bytes) -> dict:
     """Registers, static shared memory, stack frame and local memory per thread, as the
     cubin records them (``cuobjdump -res-usage``; the DSL's PTX is newer than most ptxas)."""
@@ -304,13 +327,26 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
-    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--head-dim", type=int, help="default: 128 (with --production-ws: 64, 128 and 256)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    parser.add_argument("--production-ws", action="store_true",
+                        help="the steady-state step of the csrc warp-specialized prefill (nvcc, no GPU)")
     parser.add_argument("--record", action="store_true",
                         help="compile every rung at head_dim 64/128, causal and not, "
                              "into results/inspect.json")
     args = parser.parse_args(argv)
+    if args.production_ws:
+        dims = [args.head_dim] if args.head_dim else [64, 128, 256]
+        facts = {d: production_ws_step(d) for d in dims}
+        if args.json:
+            print(json.dumps(facts, indent=1))
+        else:
+            keys = list(next(f for f in facts.values() if f))
+            rows = [[str(d)] + [str(f[k]) if f else "-" for k in keys] for d, f in facts.items()]
+            title = "production warp-specialized prefill: the steady-state step, per warp (dense bf16)"
+            report_console().print(rich_table(["head_dim", *keys], rows, title=title))
+        return 0
     names = args.kernels or rung_names()
     unknown = [n for n in names if n not in rung_names()]
     if unknown:
@@ -319,7 +355,7 @@ def main(argv=None) -> int:
         doc = record(names)
         print(f"wrote {RECORD_PATH.relative_to(ROOT)} ({len(doc['reports'])} reports)")
         return 0
-    problem = AttentionProblem(head_dim=args.head_dim, causal=args.causal)
+    problem = AttentionProblem(head_dim=args.head_dim or 128, causal=args.causal)
     reports = [inspect(n, native_problem(n, problem)) for n in names]  # FP8 rungs: an e4m3 problem
     if args.json:
         print(json.dumps(reports, indent=1))
