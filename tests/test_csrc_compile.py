@@ -107,9 +107,10 @@ def test_attention_kernels_are_in_the_report(compiled):
 # ---- the warp-specialized Hopper prefill (csrc/kernels/attention/prefill_ws_sm90.cuh) -------------
 
 WS_UNIT = CSRC / "kernels" / "attention" / "attn_prefill_ws.cu"
-# head_dim -> (consumer warpgroups, consumer registers, producer registers): PrefillWsConfig and
-# PrefillWsTraits (configs.cuh), the splits of kernels/cute/fmha.py REGISTER_SPLITS.
-WS_PLANS = {64: (3, 160, 32), 128: (2, 240, 24), 256: (2, 240, 24)}
+# head_dim -> (consumer warpgroups, consumer registers, producer registers, keys per tile):
+# PrefillWsConfig and PrefillWsTraits (configs.cuh), the splits of kernels/cute/fmha.py
+# REGISTER_SPLITS.
+WS_PLANS = {64: (3, 160, 32, 128), 128: (2, 240, 24, 128), 256: (2, 240, 24, 80)}
 
 
 def sass_functions(sass: str) -> dict[str, list[str]]:
@@ -179,7 +180,7 @@ def test_ws_prefill_sass(head_dim, paged, ws_kernels):
     box would cross the sequence's end)."""
     from tools.inspect import opcode_mix
 
-    warpgroups, consumer_regs, producer_regs = WS_PLANS[head_dim]
+    warpgroups, consumer_regs, producer_regs, _ = WS_PLANS[head_dim]
     info, lines = ws_kernels[0][(head_dim, "bf16", paged)]
     threads = 128 * (warpgroups + 1)
     assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, info
@@ -216,10 +217,6 @@ def test_ws_prefill_sass(head_dim, paged, ws_kernels):
     assert any(re.search(r"\bBAR\.ARV\s+R\d+, 0x100\b", ln) for ln in text), "no turn passed (bar.arrive, 256)"
 
 
-# head_dim -> keys per tile (PrefillWsConfig, configs.cuh)
-WS_BLOCK_N = {64: 128, 128: 128, 256: 80}
-
-
 @needs_nvcc
 @pytest.mark.parametrize("head_dim", sorted(WS_PLANS))
 def test_ws_prefill_turn_holds_the_step_gemms(head_dim):
@@ -231,7 +228,7 @@ def test_ws_prefill_turn_holds_the_step_gemms(head_dim):
 
     facts = production_ws_step(head_dim)
     assert facts, "no steady-state step found"
-    assert facts["turn_mma"] == head_dim // 16 + WS_BLOCK_N[head_dim] // 16, facts
+    assert facts["turn_mma"] == head_dim // 16 + WS_PLANS[head_dim][3] // 16, facts
     assert facts["turn_fp"] <= 2, facts
 
 

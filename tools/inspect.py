@@ -342,7 +342,7 @@ def main(argv=None) -> int:
         if args.json:
             print(json.dumps(facts, indent=1))
         else:
-            keys = list(next(f for f in facts.values() if f))
+            keys = list(next((f for f in facts.values() if f), {"instructions": None}))
             rows = [[str(d)] + [str(f[k]) if f else "-" for k in keys] for d, f in facts.items()]
             title = "production warp-specialized prefill: the steady-state step, per warp (dense bf16)"
             report_console().print(rich_table(["head_dim", *keys], rows, title=title))
