@@ -42,8 +42,9 @@ How it works (consumer warpgroups first, then the producer warpgroup)
 
 Cost
     The transpose pass reads V once and writes V^T once (``Sk * Hkv * D`` bytes each way per
-    batch) in a torch gather before the kernel (strided byte reads: below copy bandwidth), a
-    launch of its own inside the timed run; its share grows as the attention gets shorter.
+    batch) in a kernel before the attention (``kernels/cute/transpose.py``, about 3.5 TB/s on
+    the H200), a launch of its own inside the timed run; its share grows as the attention gets
+    shorter.
     In the kernel nothing is added: the P conversion takes as many ``F2FP`` as bf16's (one
     per two scores, packed into half a register instead of a whole one). The bf16 O buffer
     costs ``Br x D x 2`` bytes of shared memory (64 KiB at D = 256, where the e4m3 stages
