@@ -35,7 +35,7 @@ from kernels.cute.fp8 import key_of_slot, padded_keys
 from kernels.cute.tensors import bhds_tensor, bshd_tensor
 from kernels.cute.wgmma import FP8_KEY_PERIOD
 
-BLOCK_KEYS = 64  # keys per CTA: each thread writes 64 bytes of its vt row (two full sectors)
+BLOCK_KEYS = 64  # keys per CTA: four groups of 16, one per thread of each column quad
 PIECE = 16  # bytes per global load / store
 
 
@@ -49,7 +49,7 @@ class TransposeV:
 
     def __init__(self, head_dim: int):
         self.head_dim = head_dim
-        self.num_threads = head_dim  # one thread per row of vt's tile
+        self.num_threads = head_dim  # (D / 4 column quads) x (4 key groups)
         self.order = key_of_slot()
 
     @cute.jit
