@@ -165,3 +165,44 @@ def test_gemm_tables_name_their_dimensions():
         {**GOOD["rows"][0], "kernel": "fp8_gemm", "problem": {"m": 1, "n": 2, "k": 3, "a": "e4m3", "b": "e4m3", "out": "bf16"}}]}
     headers, rows = report.pivot(doc)
     assert headers == ["M x N x K", "fp8_gemm"] and rows == [["1 x 2 x 3", "13.7"]]
+
+
+def test_a_part_replaces_its_rows_and_keeps_the_others():
+    from tools import bench
+
+    part = copy.deepcopy(GOOD["rows"][1])
+    part.update(ms={"median": 5.0, "p20": 4.9, "p80": 5.1}, tflops=27.5, rel_err=0.002, status="ok")
+    other = copy.deepcopy(GOOD["rows"][0])
+    other.update(kernel="fa4")
+    meta = {**GOOD["meta"], "date": "2026-12-01", "ceilings": {"copy_tbps": 4.3, "bf16_gemm_tflops": 700.0}}
+    doc = report.validate(bench.add_part(copy.deepcopy(GOOD), meta, [part, other], "kernels k2 fa4"))
+    assert [r["kernel"] for r in doc["rows"]] == ["k1", "k2", "fa4"]  # k2 replaced in place, fa4 appended
+    assert doc["rows"][0] == GOOD["rows"][0] and doc["rows"][1]["status"] == "ok"
+    assert doc["meta"]["ceilings"] == GOOD["meta"]["ceilings"]  # the first part's fill the tables
+    assert [(p["date"], p["covers"]) for p in doc["meta"]["parts"]] == [
+        ("2026-11-30", "all"), ("2026-12-01", "kernels k2 fa4")]
+    said = report.provenance(doc["meta"])
+    assert "in 2 parts: 2026-11-30 (all); 2026-12-01 (kernels k2 fa4)" in said and "first part" in said
+    third = bench.add_part(doc, {**meta, "date": "2026-12-02"}, [other], "head_dim 64")
+    assert len(third["meta"]["parts"]) == 3 and len(third["rows"]) == 3
+
+
+@pytest.mark.parametrize("key", ["commit", "gpu", "driver", "torch", "cutlass_dsl", "suite"])
+def test_a_part_of_other_code_or_another_machine_is_refused(key):
+    from tools import bench
+
+    meta = {**GOOD["meta"], key: "other"}
+    with pytest.raises(ValueError, match=key):
+        bench.add_part(copy.deepcopy(GOOD), meta, [GOOD["rows"][0]], "kernels k1")
+
+
+def test_a_filtered_run_says_what_it_covers():
+    import argparse
+
+    from tools import bench
+    from tools.suites import ladder
+
+    said = bench.filters_said(argparse.Namespace(kernels=None, head_dim=[64, 256], seqlen=[16384]))
+    assert said == "head_dim 64 256; seqlen 16384"
+    assert bench.filters_said(argparse.Namespace(kernels=None, head_dim=None, seqlen=None)) == "all"
+    assert {p.head_dim for p in ladder.problems(head_dims=[128])} == {128}

@@ -4,7 +4,11 @@ Measures the ceilings (copy bandwidth, cuBLAS bf16 GEMM, cuBLASLt fp8 GEMM) and 
 kernels with their peers in one run, then writes results/<gpu>/<suite>.json with provenance.
 A multi-GPU suite (one whose module lists the GPU counts it runs on, ``GPU_COUNTS``) runs on
 ``--gpus N`` GPUs (default: the most that are visible) and writes results/<gpu>x<N>/<suite>.json.
-This is the only writer of results/.
+A suite too long for one sitting is recorded in parts: a run with filters (``--kernels``,
+``--head-dim``, ``--seqlen``) and ``--add`` puts its rows into the suite's file, which must come
+from the same commit, GPU and versions; each part's date, filters and ceilings stay in the file
+(``meta["parts"]``). Rows compared with each other belong in one part (the ladder: split by
+head dim). This is the only writer of results/.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Context:
     kernels: list[str] | None = None
     seqlens: list[int] | None = None
     gpus: int = 1  # GPUs the suite may use (a multi-GPU suite: --gpus)
+    head_dims: list[int] | None = None
 
     def time(self, fn, arg_sets=((),)):
         from kernels.harness.timing import time_cuda
@@ -89,13 +94,56 @@ def results_folder(gpu_name: str, gpus: int, multi_gpu: bool) -> str:
     return f"{gpu_folder(gpu_name)}x{gpus}" if multi_gpu else gpu_folder(gpu_name)
 
 
+# What a part must share with the file it joins: the same code on the same machine and stack.
+SAME_IN_EVERY_PART = ("suite", "gpu", "driver", "cuda", "torch", "cutlass_dsl", "commit", "gpus")
+
+
+def _row_key(row: dict) -> tuple:
+    return row["kernel"], json.dumps(row["problem"], sort_keys=True)
+
+
+def part_of(meta: dict, covers: str) -> dict:
+    """One part's entry in ``meta["parts"]``: its date, what it covers (its filters) and ceilings."""
+    return {"date": meta["date"], "covers": covers, "ceilings": meta["ceilings"]}
+
+
+def add_part(doc: dict, meta: dict, rows: list[dict], covers: str) -> dict:
+    """``doc`` (a suite's results file) with ``rows``, measured under ``meta``, put in: a row of
+    the same kernel and problem is replaced in place, a new one appended. The file's meta stays
+    the first part's (its ceilings fill the tables' ceiling columns) and ``meta["parts"]`` lists
+    every part (``part_of``; a file recorded whole counts as one part covering "all"). Raises
+    ValueError where ``meta`` differs from the file's in anything of SAME_IN_EVERY_PART: parts of
+    other code or another machine are not one recording."""
+    old = doc["meta"]
+    differ = [f"{k} {old.get(k)!r} vs {meta.get(k)!r}" for k in SAME_IN_EVERY_PART if old.get(k) != meta.get(k)]
+    if differ:
+        raise ValueError("--add joins a recording of the same commit, GPU and versions; the file differs in "
+                         + "; ".join(differ) + ": record the whole suite instead")
+    new = {_row_key(r): r for r in rows}
+    merged = [new.pop(_row_key(r), r) for r in doc["rows"]] + list(new.values())
+    parts = old.get("parts") or [part_of(old, "all")]
+    return {"meta": {**old, "parts": [*parts, part_of(meta, covers)]}, "rows": merged}
+
+
+def filters_said(args) -> str:
+    """The part of a suite a run's filters select, in words ("head_dim 128; seqlen 16384")."""
+    said = [f"{name} {' '.join(map(str, values))}" for name, values in
+            (("kernels", args.kernels), ("head_dim", args.head_dim), ("seqlen", args.seqlen)) if values]
+    return "; ".join(said) or "all"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", required=True, choices=suite_names())
     parser.add_argument("--kernels", nargs="+", help="only these kernels (default: the suite's list)")
     parser.add_argument("--seqlen", type=int, nargs="+", help="only these seqlens (attention suites)")
     parser.add_argument("--gpus", type=int, help="GPUs of a multi-GPU suite (default: the most visible)")
+    parser.add_argument("--head-dim", type=int, nargs="+", help="only these head dims (ladder suite)")
+    parser.add_argument("--add", action="store_true",
+                        help="put this run's rows into the suite's file of the same commit (a part of a recording)")
     args = parser.parse_args(argv)
+    if args.add and filters_said(args) == "all":
+        parser.error("--add records a part: select it with --kernels, --head-dim or --seqlen")
 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -120,14 +168,23 @@ def main(argv=None) -> int:
         meta["ceilings"] = measure_ceilings()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        ctx = Context(meta["ceilings"], progress, args.kernels, args.seqlen, gpus)
+        ctx = Context(meta["ceilings"], progress, args.kernels, args.seqlen, gpus, args.head_dim)
         rows = suite.run(ctx)
 
     path = report.RESULTS / results_folder(meta["gpu"], gpus, multi_gpu) / f"{args.suite}.json"
-    doc = report.validate({"meta": meta, "rows": rows}, str(path))
+    covers = filters_said(args)
+    doc = {"meta": {**meta, "parts": [part_of(meta, covers)]} if covers != "all" else meta, "rows": rows}
+    if args.add:
+        try:
+            doc = add_part(report.validate(json.loads(path.read_text()), str(path)), meta, rows, covers)
+        except (OSError, ValueError) as exc:
+            print(f"tools.bench: {path}: {exc}; results/ is left unchanged", file=sys.stderr)
+            return 2
+    doc = report.validate(doc, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    console.print(f"wrote {path.relative_to(report.ROOT)}: {len(rows)} rows; {report.provenance(meta)}")
+    console.print(f"wrote {path.relative_to(report.ROOT)}: {len(rows)} rows measured, {len(doc['rows'])} in the "
+                  f"file; {report.provenance(doc['meta'])}")
     wrong = [r for r in rows if r["status"].startswith("wrong")]
     for r in wrong:
         console.print(f"[red]{r['kernel']} {r['problem']}: {r['status']}[/red]")

@@ -94,7 +94,8 @@ def available(gpu: str = "h200") -> list[str]:
 def provenance(meta: dict) -> str:
     """GPU, driver, versions, commit, date and ceilings of a run, as one sentence.
 
-    Versions a suite does not use (``None``, e.g. no CuTe DSL in the rotary suite) are left out.
+    Versions a suite does not use (``None``, e.g. no CuTe DSL in the rotary suite) are left out;
+    a suite recorded in parts (tools.bench --add) names them, their dates and what each covers.
     """
     c = meta.get("ceilings", {})
     versions = [("driver", "driver"), ("CUDA", "cuda"), ("torch", "torch"), ("CuTe DSL", "cutlass_dsl")]
@@ -108,6 +109,11 @@ def provenance(meta: dict) -> str:
         ceil.append(f"bf16 GEMM {c['bf16_gemm_tflops']:.0f} TFLOP/s")
     if "fp8_gemm_tflops" in c:
         ceil.append(f"fp8 GEMM {c['fp8_gemm_tflops']:.0f} TFLOP/s")
+    recorded = meta.get("parts") or []
+    if len(recorded) > 1:
+        parts[-1] = f"in {len(recorded)} parts: " + "; ".join(
+            f"{p['date']} ({p['covers']})" for p in recorded)
+        return ", ".join(parts) + (f"; ceilings measured in the first part: {', '.join(ceil)}" if ceil else "")
     return ", ".join(parts) + (f"; ceilings measured in the same run: {', '.join(ceil)}" if ceil else "")
 
 

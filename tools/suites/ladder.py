@@ -62,7 +62,7 @@ def run(ctx) -> list[dict]:
 
     selected = ctx.kernels or kernels()
     runners = [ctx.runner(n) for n in selected]
-    todo = problems(seqlens=ctx.seqlens or SEQLENS)
+    todo = problems(head_dims=ctx.head_dims or HEAD_DIMS, seqlens=ctx.seqlens or SEQLENS)
     rows = []
     task = ctx.progress.add_task("ladder", total=sum(runs(r.name, p) for p in todo for r in runners))
     for problem in todo:
