@@ -115,7 +115,8 @@ def add_part(doc: dict, meta: dict, rows: list[dict], covers: str) -> dict:
     ValueError where ``meta`` differs from the file's in anything of SAME_IN_EVERY_PART: parts of
     other code or another machine are not one recording."""
     old = doc["meta"]
-    differ = [f"{k} {old.get(k)!r} vs {meta.get(k)!r}" for k in SAME_IN_EVERY_PART if old.get(k) != meta.get(k)]
+    differ = [f"{k} {old.get(k)!r} vs {meta.get(k)!r}"
+              for k in SAME_IN_EVERY_PART if old.get(k) != meta.get(k)]
     if differ:
         raise ValueError("--add joins a recording of the same commit, GPU and versions; the file differs in "
                          + "; ".join(differ) + ": record the whole suite instead")
@@ -140,7 +141,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", type=int, help="GPUs of a multi-GPU suite (default: the most visible)")
     parser.add_argument("--head-dim", type=int, nargs="+", help="only these head dims (ladder suite)")
     parser.add_argument("--add", action="store_true",
-                        help="put this run's rows into the suite's file of the same commit (a part of a recording)")
+                        help="put this run's rows into the suite's file of the same commit (one part of it)")
     args = parser.parse_args(argv)
     if args.add and filters_said(args) == "all":
         parser.error("--add records a part: select it with --kernels, --head-dim or --seqlen")
@@ -183,8 +184,8 @@ def main(argv=None) -> int:
     doc = report.validate(doc, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    console.print(f"wrote {path.relative_to(report.ROOT)}: {len(rows)} rows measured, {len(doc['rows'])} in the "
-                  f"file; {report.provenance(doc['meta'])}")
+    console.print(f"wrote {path.relative_to(report.ROOT)}: {len(rows)} rows measured, {len(doc['rows'])} "
+                  f"in the file; {report.provenance(doc['meta'])}")
     wrong = [r for r in rows if r["status"].startswith("wrong")]
     for r in wrong:
         console.print(f"[red]{r['kernel']} {r['problem']}: {r['status']}[/red]")
