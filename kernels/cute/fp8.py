@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 
 import cutlass
-from cutlass.cute.runtime import make_fake_stream
 
 from kernels.cute import launch
 from kernels.cute.wgmma import FP8_KEY_PERIOD, fp8_key_slot
@@ -75,12 +74,13 @@ def transpose_v_reference(v):
     return groups[..., _slot_order(v.device)].reshape(batch, heads, head_dim, keys).view(torch.float8_e4m3fn)
 
 
-def fake_arguments(has_lse: bool) -> tuple:
-    """Compile-time stand-ins for an FP8 rung's JIT host function (see the module docstring)."""
+def fake_arguments(has_lse: bool, tvm_ffi: bool) -> tuple:
+    """Compile-time stand-ins for an FP8 rung's JIT host function (see the module docstring);
+    ``tvm_ffi``: for the TVM-FFI launch path (``launch.LAUNCH_OPTIONS``)."""
     fp8 = cutlass.Float8E4M3FN
     scalars = tuple(cutlass.Float32(1.0) for _ in range(4))  # softmax_scale, q/k/v descales
     return (launch.fake_bshd(fp8), launch.fake_bshd(fp8), launch.fake_bshd(fp8), launch.fake_bshd(OUT_DTYPE),
-            launch.fake_lse() if has_lse else None, *scalars, make_fake_stream())
+            launch.fake_lse() if has_lse else None, *scalars, launch.fake_stream(tvm_ffi))
 
 
 def check_fp8_inputs(name: str, **tensors) -> None:
@@ -118,10 +118,7 @@ def run_fp8(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
     function = compiled.function(has_lse=lse is not None)
     with torch.cuda.device(q.device):
         vt = transpose_v(v.data)
-        function(launch.to_cute_bshd(q.data), launch.to_cute_bshd(k.data), launch.to_cute_bshd(vt),
-                 launch.to_cute_bshd(out), launch.to_cute_lse(lse) if lse is not None else None,
-                 cutlass.Float32(compiled.softmax_scale), cutlass.Float32(q.descale),
-                 cutlass.Float32(k.descale), cutlass.Float32(v.descale), launch.current_stream(q.device))
+        function(q.data, k.data, vt, out, lse, compiled.softmax_scale, q.descale, k.descale, v.descale)
 
 
 class Fp8RungAPI(launch.RungAPI):

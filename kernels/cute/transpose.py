@@ -28,7 +28,6 @@ import functools
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import make_fake_stream
 
 from kernels.cute import launch
 from kernels.cute.fp8 import key_of_slot, padded_keys
@@ -128,11 +127,13 @@ def byte_perm(a: cutlass.Uint32, b: cutlass.Uint32, selector: cutlass.Constexpr[
 
 @functools.cache
 def compiled(head_dim: int, options: str | None = None):
-    """The transpose for ``head_dim``, compiled once per process (and options)."""
+    """The transpose for ``head_dim``, compiled once per process (and options); without
+    ``options``, for the GPU present, with the TVM-FFI launch path (``launch.LAUNCH_OPTIONS``)."""
     fake_v = launch.fake_bshd(cutlass.Uint8)
     fake_vt = launch.fake_bshd(cutlass.Uint8)
-    extra = {} if options is None else {"options": options}
-    return cute.compile(TransposeV(head_dim), fake_v, fake_vt, make_fake_stream(), **extra)
+    tvm_ffi = options is None
+    return cute.compile(TransposeV(head_dim), fake_v, fake_vt, launch.fake_stream(tvm_ffi),
+                        options=launch.LAUNCH_OPTIONS if tvm_ffi else options)
 
 
 def transpose_v(v):
@@ -143,6 +144,5 @@ def transpose_v(v):
     batch, seqlen_k, heads, head_dim = v.shape
     buffer = torch.empty(batch, heads, head_dim, stored_keys(seqlen_k), dtype=torch.uint8, device=v.device)
     if seqlen_k > 0 and batch * heads > 0:
-        compiled(head_dim)(launch.to_cute_bshd(v.view(torch.uint8)), launch.to_cute_bshd(buffer),
-                           launch.current_stream(v.device))
+        compiled(head_dim)(v.view(torch.uint8), buffer)
     return buffer[..., :padded_keys(seqlen_k)].view(torch.float8_e4m3fn)

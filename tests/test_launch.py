@@ -1,0 +1,52 @@
+"""The rungs' launch path: builds for the GPU take torch tensors through TVM-FFI, builds for
+inspection keep the plain host function (kernels/cute/launch.py)."""
+
+import pytest
+
+from kernels.cute import launch, transpose
+
+
+class Recorder:
+    """Stands in for cute.compile: keeps the arguments and options of each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, fn, *args, options=None):
+        self.calls.append((fn, args, options))
+        return object()
+
+
+class Kernel:
+    def __init__(self, head_dim, causal, dtype):
+        self.head_dim = head_dim
+
+
+@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)])
+def test_gpu_builds_launch_through_tvm_ffi_and_inspect_builds_do_not(monkeypatch, options, tvm_ffi):
+    compile_calls = Recorder()
+    monkeypatch.setattr(launch.cute, "compile", compile_calls)
+    key = launch.CompileKey(f"test-launch-{tvm_ffi}", 128, False, "bf16", True)  # not in the cache
+    try:
+        launch.compile_fmha(Kernel, key, options)
+    finally:
+        launch._COMPILED.pop(key, None)
+        launch.COMPILE_SECONDS.pop(key, None)
+    (_, args, used), = compile_calls.calls
+    assert used == ("--enable-tvm-ffi" if tvm_ffi else options)
+    assert args[-1].use_tvm_ffi_env_stream is tvm_ffi  # under TVM-FFI: torch's current stream
+    assert len(args) == 7 and args[4] is not None  # q, k, v, out, lse, scale, stream
+
+
+@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)])
+def test_the_v_transpose_launches_the_same_way(monkeypatch, options, tvm_ffi):
+    compile_calls = Recorder()
+    monkeypatch.setattr(transpose.cute, "compile", compile_calls)
+    transpose.compiled.cache_clear()
+    try:
+        transpose.compiled(128, options)
+    finally:
+        transpose.compiled.cache_clear()
+    (_, args, used), = compile_calls.calls
+    assert used == ("--enable-tvm-ffi" if tvm_ffi else options)
+    assert args[-1].use_tvm_ffi_env_stream is tvm_ffi
