@@ -26,6 +26,7 @@ e.g. a tile plan; the rung's defaults when none are given). The softmax scale is
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -49,8 +50,10 @@ CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlas
 
 INSPECT_ARCH = "sm_90a"
 # --gpu-arch pins the target without a GPU (same effect as CUTE_DSL_ARCH=sm_90a).
-# --keep-ptx/--keep-cubin also write files: into a temporary folder, never the working tree.
-INSPECT_DUMP_DIR = Path(tempfile.gettempdir()) / "cute-dsl-dump"
+# --keep-ptx/--keep-cubin also write files: into a temporary folder, never the working tree, and
+# one per process: two processes building kernels of the same name (pytest -n, a variant and its
+# default) would otherwise overwrite each other's files between the write and the read back.
+INSPECT_DUMP_DIR = Path(tempfile.gettempdir()) / f"cute-dsl-dump-{os.getpid()}"
 INSPECT_OPTIONS = f"--gpu-arch {INSPECT_ARCH} --keep-ptx --keep-cubin --dump-dir {INSPECT_DUMP_DIR}"
 
 
