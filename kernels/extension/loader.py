@@ -25,17 +25,18 @@ def module_path(name: str) -> Path:
     return LIB_DIR / f"{name}.so"
 
 
-_present: set[tuple[str, Path]] = set()
+_present: dict[str, Path] = {}  # module name -> the folder it was found in
 
 
 def available(name: str) -> bool:
     """Whether lib/<name>.so is there. attention() asks on every call, so a module once found
-    is not looked for again (keyed by name and folder: tests point LIB_DIR elsewhere; no path
-    is built per call); a missing one is, so a build during the process is seen."""
-    if (name, LIB_DIR) in _present:
+    is not looked for again (in the same folder: tests point LIB_DIR elsewhere; an identity
+    test, no path built or hashed per call); a missing one is, so a build during the process
+    is seen."""
+    if _present.get(name) is LIB_DIR:
         return True
     if os.path.exists(os.path.join(LIB_DIR, f"{name}.so")):
-        _present.add((name, LIB_DIR))
+        _present[name] = LIB_DIR
         return True
     return False
 

@@ -156,19 +156,23 @@ def _length_range(seqlens_k) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def check_seqlens_in_pages(k_cache, page_table, seqlens_k) -> None:
+def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None) -> None:
     """Every length within the page table (one device->host copy); skipped while a CUDA graph
     is being captured, and for the tensor that passed the last check unmodified since (its
     version counter: torch's in-place ops bump it; a kernel of the caller's own that writes the
     lengths through a raw pointer does not, nor does the replay of a CUDA graph that writes them,
     and a length past the page table then gives that sequence NaN, as under capture). Inference
-    tensors keep no version counter: checked on every call."""
+    tensors keep no version counter: checked on every call. `capacity` (max_pages * page_size)
+    where the caller knows it (a cached plan: the signature fixes both shapes)."""
     global _last_checked_lengths
-    capacity = page_table.shape[1] * k_cache.shape[1]
-    stamp = None if seqlens_k.is_inference() else (seqlens_k._version, capacity)
+    if capacity is None:
+        capacity = page_table.shape[1] * k_cache.shape[1]
     last_ref, last_stamp = _last_checked_lengths
-    if stamp is not None and stamp == last_stamp and last_ref() is seqlens_k:
-        return  # first: every layer after a step's first one ends here (under 1 us)
+    # First, and in this order: every layer after a step's first one ends here. A tensor that
+    # passed before is no inference tensor, so its version counter can be read.
+    if last_ref is not None and last_ref() is seqlens_k and last_stamp == (seqlens_k._version, capacity):
+        return
+    stamp = None if seqlens_k.is_inference() else (seqlens_k._version, capacity)
     if seqlens_k.shape[0] == 0 or _capturing(seqlens_k):
         return
     lo, hi = _length_range(seqlens_k)
@@ -369,7 +373,7 @@ _debug_setting = _environ_reader(DEBUG_ENV_VAR)
 # can change during a process is in the signature (use_backend, $KERNELS_ATTENTION_BACKEND, the
 # extension being built); clear_routed_calls() forgets everything (tests that patch the
 # capability checks call it).
-_ROUTED: dict[tuple, tuple[str, object]] = {}  # signature -> (backend, its runner for the call)
+_ROUTED: dict[tuple, tuple[str, object, int | None]] = {}  # signature -> _plan's result
 ROUTED_CALLS_KEPT = 1024  # signatures remembered; past that the cache starts over
 # The last (signature, plan): every layer of a decode step repeats one signature, and comparing
 # with the last costs half a dict lookup (which hashes the signature first). One tuple, rebound
@@ -405,8 +409,9 @@ def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -
             _strict_backend.get(), _preferred_backend(), ops.available())
 
 
-def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> tuple[str, object]:
-    """(backend, runner) of this call, after validation (cached by _call_signature)."""
+def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> tuple[str, object, int | None]:
+    """(backend, runner, the paged cache's capacity in keys or None) of this call, after
+    validation (cached by _call_signature)."""
     global _last_routed
     key = _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
     last_key, plan = _last_routed
@@ -419,14 +424,15 @@ def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqle
                         cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
         call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
         name, _ = choose_backend(call)
-        plan = name, _runner(name, q, k, page_table, cu_seqlens_q)
+        capacity = None if page_table is None else page_table.shape[1] * k.shape[1]
+        plan = name, _runner(name, q, k, page_table, cu_seqlens_q), capacity
         if key is not None:
             if len(_ROUTED) >= ROUTED_CALLS_KEPT:
                 _ROUTED.clear()
             _ROUTED[key] = plan
             _last_routed = key, plan
     elif check_seqlens and page_table is not None:
-        check_seqlens_in_pages(k, page_table, seqlens_k)
+        check_seqlens_in_pages(k, page_table, seqlens_k, plan[2])
     return plan
 
 
@@ -441,7 +447,7 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
-    _, run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)
+    run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[1]
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
 
 
