@@ -409,7 +409,8 @@ def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -
             _strict_backend.get(), _preferred_backend(), ops.available())
 
 
-def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> tuple[str, object, int | None]:
+def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
+          check_seqlens) -> tuple[str, object, int | None]:
     """(backend, runner, the paged cache's capacity in keys or None) of this call, after
     validation (cached by _call_signature)."""
     global _last_routed
