@@ -156,6 +156,11 @@ def _length_range(seqlens_k) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+def cache_capacity(k_cache, page_table) -> int:
+    """Keys a paged cache can hold per sequence: max_pages * page_size."""
+    return page_table.shape[1] * k_cache.shape[1]
+
+
 def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None) -> None:
     """Every length within the page table (one device->host copy); skipped while a CUDA graph
     is being captured, and for the tensor that passed the last check unmodified since (its
@@ -166,7 +171,7 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None 
     where the caller knows it (a cached plan: the signature fixes both shapes)."""
     global _last_checked_lengths
     if capacity is None:
-        capacity = page_table.shape[1] * k_cache.shape[1]
+        capacity = cache_capacity(k_cache, page_table)
     last_ref, last_stamp = _last_checked_lengths
     # First, and in this order: every layer after a step's first one ends here. A tensor that
     # passed before is no inference tensor, so its version counter can be read.
@@ -425,7 +430,7 @@ def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
                         cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
         call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
         name, _ = choose_backend(call)
-        capacity = None if page_table is None else page_table.shape[1] * k.shape[1]
+        capacity = None if page_table is None else cache_capacity(k, page_table)
         plan = name, _runner(name, q, k, page_table, cu_seqlens_q), capacity
         if key is not None:
             if len(_ROUTED) >= ROUTED_CALLS_KEPT:
