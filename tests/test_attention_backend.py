@@ -185,7 +185,7 @@ def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(mo
     module.clear_routed_calls()
     reads = []
     real = module._length_range
-    monkeypatch.setattr(module, "_length_range", lambda lens: reads.append(1) or real(lens))
+    monkeypatch.setattr(module, "_length_range", lambda *args: reads.append(1) or real(*args))
     q, k, v = qkv(1, 1, 8, 4, 2, 16)
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
     lens = torch.tensor([8], dtype=torch.int32)
@@ -208,6 +208,36 @@ def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(mo
     with torch.inference_mode():
         frozen = torch.tensor([8], dtype=torch.int32)
         assert [reads_of(frozen) for _ in range(2)] == [1, 1]
+
+
+def test_packed_query_offsets_are_checked_with_the_lengths(monkeypatch):
+    """cu_seqlens_q must run from 0 to total_q without decreasing (the warp-specialized kernel
+    reads it on the device, unchecked); it is read back with seqlens_k, once while neither
+    changes."""
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    module.clear_routed_calls()
+    reads = []
+    real = module._length_range
+    monkeypatch.setattr(module, "_length_range", lambda *args: reads.append(1) or real(*args))
+    q, k, v = qkv(2, 1, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8, 3], dtype=torch.int32)
+    qp = torch.randn(7, 4, 16)
+    cu = torch.tensor([0, 5, 7], dtype=torch.int32)
+
+    def reads_of(cu):
+        before = len(reads)
+        attention(qp, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu)
+        return len(reads) - before
+
+    assert [reads_of(cu) for _ in range(2)] == [1, 0]
+    cu[1] = 4                                                          # in place: read again
+    assert [reads_of(cu) for _ in range(2)] == [1, 0]
+    for bad in ([1, 5, 7], [0, 6, 5], [0, 5, 6]):
+        with pytest.raises(ValueError, match=r"must start at 0, end at total_q = q\.shape\[0\] = 7"):
+            reads_of(torch.tensor(bad, dtype=torch.int32))
 
 
 def test_a_rejected_call_is_rejected_every_time():

@@ -7,6 +7,8 @@ Run: pytest -m gpu tests/test_attention_gpu.py
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -282,6 +284,79 @@ def check_ragged_prefill(out, lse, q, k, v, cu_seqlens_q, seqlens_k, causal, lab
         ref, ref_lse = reference_attention(q[lo:hi].unsqueeze(0), k[bi:bi + 1], v[bi:bi + 1], causal=causal,
                                            key_lens=seqlens_k[bi:bi + 1])
         check(out[lo:hi].unsqueeze(0), ref, f"{label} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
+
+
+def ragged_problem(q_lens, k_lens, hq, hkv, d, page_size, seed):
+    """Packed q, contiguous k / v (the reference's), their paged cache, cu_seqlens_q and seqlens_k."""
+    k = rand(len(q_lens), max(max(k_lens), 1), hkv, d, seed=seed)
+    v = rand(len(q_lens), max(max(k_lens), 1), hkv, d, seed=seed + 1)
+    k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=torch.Generator().manual_seed(seed))
+    q = rand(sum(q_lens), hq, d, seed=seed + 2)
+    cu = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=DEV)
+    lens = torch.tensor(k_lens, dtype=torch.int32, device=DEV)
+    return q, k, v, k_cache, v_cache, table, cu, lens
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_prefill_many_sequences(causal):
+    """More sequences than a warp has lanes, some without queries or keys: the warp-specialized
+    kernel finds each CTA's (sequence, query tile) on the device, each lane counting the tiles
+    of three sequences."""
+    q_lens = [i * 37 % 150 for i in range(70)]
+    k_lens = [n + (i % 3) * 20 for i, n in enumerate(q_lens)]
+    q, k, v, k_cache, v_cache, table, cu, lens = ragged_problem(q_lens, k_lens, 8, 2, 128, 64, seed=51)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((8, q.shape[0]), float("nan"), device=DEV)
+    ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=causal, impl="tc-ws", out=out, lse=lse)
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, causal, "paged prefill, 70 sequences")
+
+
+def test_paged_prefill_is_graph_capturable_on_the_ws_kernel():
+    """Without the host checks the warp-specialized kernel reads the lengths on the device only:
+    the call can be captured, and a replay follows lengths changed in place. The cp.async
+    kernel builds its schedule on the host and says so under capture."""
+    q_lens, k_lens = [200, 70, 1], [300, 70, 9]
+    q, k, v, k_cache, v_cache, table, cu, lens = ragged_problem(q_lens, k_lens, 16, 4, 128, 64, seed=61)
+    out = torch.empty_like(q)
+
+    def call():
+        ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=True, out=out, check_seqlens=False)
+
+    call()  # warm-up (module load, shared-memory opt-in) before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    lse = torch.empty(16, q.shape[0], device=DEV)
+    ref = torch.empty_like(q)
+    ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=True, out=ref, lse=lse)
+    assert torch.equal(out, ref)
+    check_ragged_prefill(out, lse, q, k, v, cu, lens, True, "graph replay")
+    # New lengths in place (one query row moves from the first sequence to the second)
+    cu.copy_(torch.tensor([0, 199, 270, 271], dtype=torch.int32))
+    lens.copy_(torch.tensor([299, 71, 9], dtype=torch.int32))
+    graph.replay()
+    ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=True, out=ref, lse=lse)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    with pytest.raises(ValueError, match="cannot be graph-captured"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            ops.paged_prefill(q, k_cache, v_cache, table, cu, lens, causal=True, impl="tc-cpasync",
+                              check_seqlens=False)
+
+
+@pytest.mark.parametrize("cu_list,message", [([1, 70, 271], "cu_seqlens_q\\[0\\] must be 0"),
+                                             ([0, 200, 100, 271], "non-decreasing"),
+                                             ([0, 200, 270], "must equal total_q")])
+def test_paged_prefill_checks_cu_seqlens_q(cu_list, message):
+    q, _, _, k_cache, v_cache, table, _, lens = ragged_problem([200, 70, 1], [300, 70, 9], 8, 2, 64, 16, 71)
+    bad = torch.tensor(cu_list, dtype=torch.int32, device=DEV)
+    lens = lens[:bad.shape[0] - 1].contiguous()
+    with pytest.raises(ValueError, match=message):
+        ops.paged_prefill(q, k_cache, v_cache, table[:lens.shape[0]].contiguous(), bad, lens)
 
 
 @pytest.mark.parametrize("impl", ("tc", "tc-cpasync"))

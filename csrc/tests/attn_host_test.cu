@@ -83,9 +83,9 @@ static int check_prefill_ws_applicability() {
   };
   static int page_table[1], cu[2];
   static bool mask[1];
-  // Packed Q on pages of 16 with the warp-specialized kernel's schedule.
+  // Packed Q on pages of 16 (the kernel finds its tiles from cu_seqlens_q: no schedule).
   static void (*const paged)(attn::AttnParams&) = [](attn::AttnParams& p) {
-    p.page_table = page_table, p.cu_seqlens_q = cu, p.q_schedule_per_head = true;
+    p.page_table = page_table, p.cu_seqlens_q = cu;
     p.total_q = 600, p.num_pages = 40, p.page_size = 16;
     p.q_batch_stride = p.o_batch_stride = 0;
     p.k_block_stride = p.v_block_stride = 16 * 2 * 128;
@@ -97,8 +97,6 @@ static int check_prefill_ws_applicability() {
       {"paged KV, dense Q", [](attn::AttnParams& p) { p.page_table = page_table; }, "packed Q on paged KV"},
       {"paged, pages of 16", paged, nullptr},
       {"paged, pages of 256 (two tiles each)", [](attn::AttnParams& p) { paged(p), p.page_size = 256; }, nullptr},
-      {"paged, the cp.async kernel's schedule", [](attn::AttnParams& p) { paged(p), p.q_schedule_per_head = false; },
-       "per query head"},
       {"paged, pages of 48", [](attn::AttnParams& p) { paged(p), p.page_size = 48; }, "page_size must be"},
       {"paged, pages of 8", [](attn::AttnParams& p) { paged(p), p.page_size = 8; }, "page_size must be"},
       {"paged, pages of 64 at D = 256 (80-key tiles)",

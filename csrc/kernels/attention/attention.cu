@@ -402,6 +402,28 @@ Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, s
   return o;
 }
 
+// cu_seqlens_q read back to the host and checked (one device->host copy): [0] = 0,
+// non-decreasing, [batch] = total_q. Returns the copy and sets p.seqlen_q to the longest.
+Tensor read_cu_seqlens_q(attn::AttnParams& p, const Tensor& cu_seqlens_q, int64_t total_q) {
+  const Tensor cu_host = cu_seqlens_q.cpu().contiguous();
+  const int32_t* cu = cu_host.data_ptr<int32_t>();
+  const int64_t batch = cu_host.size(0) - 1;
+  int64_t max_q = 0;
+  TORCH_CHECK_VALUE(cu[0] == 0, "cu_seqlens_q[0] must be 0, got ", cu[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK_VALUE(cu[b + 1] >= cu[b], "cu_seqlens_q must be non-decreasing, got ", cu_host);
+    max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
+  }
+  TORCH_CHECK_VALUE(cu[batch] == total_q, "cu_seqlens_q[-1] (", cu[batch], ") must equal total_q = q.size(0) (",
+                    total_q, ")");
+  p.seqlen_q = static_cast<int>(max_q);
+  return cu_host;
+}
+
+// The warp-specialized kernel finds its query tiles from cu_seqlens_q on the device, so without
+// the checks (check_seqlens=False) the call never waits for the GPU and can be graph-captured.
+// The cp.async kernel (a mask, page sizes that do not fit the tiles, impl="tc-cpasync") walks a
+// schedule built here from a host copy of cu_seqlens_q.
 Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
                      const Tensor& cu_seqlens_q, const Tensor& seqlens_k, bool causal, std::optional<double> scale,
                      const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
@@ -411,39 +433,40 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   const c10::cuda::CUDAGuard guard(q.device());
   const int64_t batch = cu_seqlens_q.size(0) - 1;
   TORCH_CHECK_VALUE(batch >= 1, "cu_seqlens_q must have batch + 1 >= 2 entries, got ", cu_seqlens_q.sizes());
-  TORCH_CHECK_VALUE(!capturing(), "paged_prefill builds its Q schedule on the host and cannot be graph-captured");
-  // The packed Q schedule is built on the host: one device->host copy of cu_seqlens_q.
-  const Tensor cu_host = cu_seqlens_q.cpu().contiguous();
-  const int32_t* cu = cu_host.data_ptr<int32_t>();
-  int64_t max_q = 0;
-  TORCH_CHECK_VALUE(cu[0] == 0, "cu_seqlens_q[0] must be 0, got ", cu[0]);
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK_VALUE(cu[b + 1] >= cu[b], "cu_seqlens_q must be non-decreasing, got ", cu_host);
-    max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
-  }
-  TORCH_CHECK_VALUE(cu[batch] == q.size(0), "cu_seqlens_q[-1] (", cu[batch], ") must equal total_q = q.size(0) (",
-                    q.size(0), ")");
 
   attn::AttnParams p;
   fill_common(p, dtype, q.size(1), k_cache.size(2), q.size(2), causal, scale);
   p.batch = static_cast<int>(batch);
-  p.seqlen_q = static_cast<int>(max_q);
+  p.seqlen_q = static_cast<int>(q.size(0));  // a bound on the longest sequence until cu_seqlens_q is read
+  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
+  p.total_q = static_cast<int>(q.size(0));
   Tensor o = make_or_check_out(out, q);
   fill_q_out(p, q, o, true);
   fill_lse(p, lse, q, true);
-  fill_mask(p, mask, q, batch, max_q, std::nullopt);
+  Tensor cu_host;
+  if (mask.has_value()) cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));  // its shape check needs Sq
+  fill_mask(p, mask, q, batch, p.seqlen_q, std::nullopt);
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
   const PrefillImpl choice = parse_prefill_impl(impl);
-
-  p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
-  p.total_q = static_cast<int>(q.size(0));
-  const std::vector<int32_t> schedule = attn::plan_packed_q_schedule(p, cu, choice.impl, choice.kernel);
-  if (schedule.empty()) return o;
-  const Tensor schedule_dev =
-      at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())}, at::kInt)
-          .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
-  p.q_schedule = schedule_dev.data_ptr<int>();
-  p.num_q_tiles = static_cast<int>(schedule.size() / 2);
+  const bool tiles_on_device = attn::packed_q_tiles_on_device(p, choice.impl, choice.kernel);
+  TORCH_CHECK_VALUE(tiles_on_device || !capturing(),
+                    "paged_prefill on the cp.async kernel (a mask, pages that do not fit the warp-specialized "
+                    "kernel's tiles, impl='tc-cpasync', or no Hopper GPU) builds its Q schedule on the host and "
+                    "cannot be graph-captured");
+  if (!cu_host.defined() && (!tiles_on_device || ((check_seqlens || debug) && !capturing()))) {
+    cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));
+  }
+  Tensor schedule_dev;  // the cp.async kernel's, alive until the launch is queued
+  if (!tiles_on_device) {
+    const std::vector<int32_t> schedule =
+        attn::plan_packed_q_schedule(p, cu_host.data_ptr<int32_t>(), choice.impl, choice.kernel);
+    if (schedule.empty()) return o;
+    schedule_dev = at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())},
+                                 at::kInt)
+                       .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
+    p.q_schedule = schedule_dev.data_ptr<int>();
+    p.num_q_tiles = static_cast<int>(schedule.size() / 2);
+  }
   attn::run_prefill(p, choice.impl, c10::cuda::getCurrentCUDAStream().stream(), choice.kernel);
   return o;
 }

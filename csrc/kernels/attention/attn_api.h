@@ -18,9 +18,11 @@ namespace kernels::attention {
 // decode_workspace_floats) and a combine kernel merges the splits. No host synchronization.
 void run_decode(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
 
-// Split-Q prefill: dense Q on contiguous KV, or packed ragged Q (cu_seqlens_q + q_schedule
-// from plan_packed_q_schedule) on paged KV. `kernel` picks the tensor-core kernel (impl =
-// kTensorCore; attn_params.h): by default the warp-specialized one where it applies.
+// Split-Q prefill: dense Q on contiguous KV, or packed ragged Q (cu_seqlens_q, and for the
+// cp.async kernel q_schedule from plan_packed_q_schedule) on paged KV. `kernel` picks the
+// tensor-core kernel (impl = kTensorCore; attn_params.h): by default the warp-specialized one
+// where it applies. params.seqlen_q may be any bound >= the longest sequence for packed Q
+// on the warp-specialized kernel (it reads the lengths on the device; no host synchronization).
 void run_prefill(const AttnParams& params, AttnImpl impl, cudaStream_t stream,
                  PrefillKernel kernel = PrefillKernel::kAuto);
 
@@ -37,19 +39,20 @@ int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seql
 // Packed rows (query, head-in-group) one prefill CTA owns for this head_dim.
 int prefill_block_m(int head_dim);
 
-// Query rows one warp-specialized prefill CTA owns for this head_dim (one query head).
-int prefill_ws_block_m(int head_dim);
-
 // Host-built packed Q schedule: for every batch, its q tiles of block_m packed rows (query,
 // head-in-group; group 1: query rows of one head), as (batch, tile) pairs; the
 // longest-running tiles (last rows, most keys under causal) first.
 std::vector<int32_t> make_packed_q_schedule(const int32_t* cu_seqlens_q_host, int batch, int group, int block_m);
 
-// The packed Q schedule run_prefill(params, impl, stream, kernel) needs: the warp-specialized
-// kernel's (group 1, prefill_ws_block_m) where that kernel will run this call, else the
-// cp.async kernel's (prefill_block_m). Needs params complete but for q_schedule / num_q_tiles,
-// which the caller sets from the result; sets params.q_schedule_per_head.
-std::vector<int32_t> plan_packed_q_schedule(AttnParams& params, const int32_t* cu_seqlens_q_host, AttnImpl impl,
-                                            PrefillKernel kernel);
+// Whether run_prefill(params, impl, stream, kernel) runs the warp-specialized kernel, which
+// finds packed Q's tiles from cu_seqlens_q on the device (no host schedule). Needs params
+// complete but for q_schedule / num_q_tiles (and seqlen_q: any bound).
+bool packed_q_tiles_on_device(const AttnParams& params, AttnImpl impl, PrefillKernel kernel);
+
+// The packed Q schedule run_prefill(params, impl, stream, kernel) needs: empty where
+// packed_q_tiles_on_device, else the cp.async kernel's (group-packed rows, prefill_block_m).
+// The caller sets q_schedule / num_q_tiles from the result.
+std::vector<int32_t> plan_packed_q_schedule(const AttnParams& params, const int32_t* cu_seqlens_q_host,
+                                            AttnImpl impl, PrefillKernel kernel);
 
 }  // namespace kernels::attention

@@ -42,12 +42,11 @@ struct AttnParams {
   int64_t o_batch_stride = 0, o_token_stride = 0, o_head_stride = 0;
   int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_token_stride = 0;
   const int* cu_seqlens_q = nullptr;  // packed only
-  const int* q_schedule = nullptr;    // packed only: [num_q_tiles][2] = (batch, tile)
+  // packed only, for the cp.async kernel: [num_q_tiles][2] = (batch, tile) from
+  // plan_packed_q_schedule (the warp-specialized kernel finds its tiles on the device).
+  const int* q_schedule = nullptr;
   int num_q_tiles = 0;
-  // packed only: the schedule's tiles are query rows of one head (the warp-specialized
-  // kernel's) rather than (query, head-in-group) rows; plan_packed_q_schedule sets it.
-  bool q_schedule_per_head = false;
-  int total_q = 0;  // packed only: rows of q / o (the warp-specialized kernel's TMA maps)
+  int total_q = 0;  // packed only: rows of q / o
 
   // ---- keys and values ----------------------------------------------------------------
   // Contiguous: k, v [B, Sk, Hkv, D]; "block" = batch.

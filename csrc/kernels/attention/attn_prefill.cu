@@ -14,8 +14,7 @@ const char* prefill_ws_unsupported_here(const AttnParams& p) {
 void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, PrefillKernel kernel) {
   const bool paged = p.page_table != nullptr;
   const bool packed = p.cu_seqlens_q != nullptr;
-  check(paged == packed && (!packed || p.q_schedule != nullptr),
-        "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q + q_schedule) on paged KV");
+  check(paged == packed, "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q) on paged KV");
   check(impl == AttnImpl::kTensorCore || kernel == PrefillKernel::kAuto,
         "prefill: the choice of tensor-core kernel needs impl = tensor cores");
   if (p.batch == 0) return;
@@ -28,7 +27,7 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, Prefil
     if (why == nullptr) return run_prefill_ws(p, stream);
     check(kernel == PrefillKernel::kAuto, "prefill (warp-specialized kernel): ", why);
   }
-  check(!p.q_schedule_per_head, "prefill: the packed-Q schedule was planned for the warp-specialized kernel");
+  check(!packed || p.q_schedule != nullptr, "prefill: packed Q on this kernel needs q_schedule (plan_packed_q_schedule)");
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
@@ -55,17 +54,13 @@ int prefill_block_m(int head_dim) {
   return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM; });
 }
 
-int prefill_ws_block_m(int head_dim) {
-  return KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] { return PrefillWsTraits<PrefillWsConfig<kHeadDim>>::kBlockM; });
+bool packed_q_tiles_on_device(const AttnParams& p, AttnImpl impl, PrefillKernel kernel) {
+  return impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync && prefill_ws_unsupported_here(p) == nullptr;
 }
 
-std::vector<int32_t> plan_packed_q_schedule(AttnParams& p, const int32_t* cu_seqlens_q_host, AttnImpl impl,
+std::vector<int32_t> plan_packed_q_schedule(const AttnParams& p, const int32_t* cu_seqlens_q_host, AttnImpl impl,
                                             PrefillKernel kernel) {
-  p.q_schedule_per_head = impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync;
-  if (p.q_schedule_per_head && prefill_ws_unsupported_here(p) == nullptr) {
-    return make_packed_q_schedule(cu_seqlens_q_host, p.batch, 1, prefill_ws_block_m(p.head_dim));
-  }
-  p.q_schedule_per_head = false;
+  if (packed_q_tiles_on_device(p, impl, kernel)) return {};
   return make_packed_q_schedule(cu_seqlens_q_host, p.batch, p.group, prefill_block_m(p.head_dim));
 }
 

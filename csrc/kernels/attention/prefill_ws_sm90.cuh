@@ -24,8 +24,8 @@
 // Tile n above is the n-th step's: with kDescendingKv (dense K / V) the steps visit the key tiles
 // from the last down, so the masked ones (diagonal, end of the keys) come first (kv_of).
 // Grid: one linear index, mapped to a tile by prefill_ws_tile (causal: longest tiles first, in
-// L2 sections of heads where the configuration asks for them); paged: q_schedule's (sequence,
-// query tile) entries, query heads fastest.
+// L2 sections of heads where the configuration asks for them); paged: (sequence, query tile)
+// entries found from cu_seqlens_q on the device (packed_tile), query heads fastest.
 // Paged K / V: a tile of kBlockN keys is one box from one page (page_size a multiple of
 // kBlockN) or page_size-row boxes per 64-column panel from kBlockN / page_size pages, issued by
 // the producer from the page table; pages past the sequence's keys are not loaded. Rows past
@@ -78,7 +78,7 @@ struct PrefillWsParams {
   // Packed Q on paged K / V (kPaged): the maps' token dimension is total_q (q, o) or a page's
   // rows (k, v), their batch dimension 1 or the pages.
   const int* cu_seqlens_q = nullptr;  // [batch + 1]
-  const int* q_schedule = nullptr;    // [num_q_tiles][2] = (sequence, query tile of kBlockM rows)
+  int total_q = 0;                    // rows of q / o
   const int* seqlens_k = nullptr;     // [batch]
   const int* page_table = nullptr;    // [batch, page_table_batch_stride]
   int64_t page_table_batch_stride = 0;
@@ -241,22 +241,56 @@ struct PrefillWs {
   __device__ __forceinline__ static uint32_t parity_of(int n) { return static_cast<uint32_t>(n / kStages) & 1u; }
 
   using Tile = PrefillWsTile;
+
+  // Packed Q: sequence b's rows [start, start + result) of q / o, clamped to [0, total_q] so
+  // that offsets the caller did not check cannot move a row outside q / o.
+  __device__ __forceinline__ static int packed_rows(const PrefillWsParams& p, int b, int& start) {
+    start = min(max(p.cu_seqlens_q[b], 0), p.total_q);
+    return min(max(p.cu_seqlens_q[b + 1], start), p.total_q) - start;
+  }
+
+  // Packed Q: the CTA's (sequence, query tile), found from cu_seqlens_q on the device, so the
+  // host never reads the lengths (no device->host copy; the launch can be graph-captured).
+  // Tiles are numbered sequence by sequence, each sequence's from its last (the longest under
+  // the causal mask) down; grid index / heads_q is the tile's number. Every warp finds it on
+  // its own (the same loads, the same answer, no barrier): lane i counts the tiles of a
+  // contiguous share of the sequences, a prefix sum over the lanes picks the share holding the
+  // tile, and a walk through that share (L1 hits) the sequence. m_block -1: no such tile (the
+  // host sizes the grid by a bound).
+  __device__ __forceinline__ static Tile packed_tile(const PrefillWsParams& p) {
+    const int idx = static_cast<int>(blockIdx.x) / p.heads_q, head = static_cast<int>(blockIdx.x) % p.heads_q;
+    const int lane = threadIdx.x % 32;
+    const int share = (p.batch + 31) / 32;
+    const int share_begin = min(lane * share, p.batch), share_end = min(share_begin + share, p.batch);
+    int start = 0, tiles = 0;
+    for (int b = share_begin; b < share_end; ++b) tiles += (packed_rows(p, b, start) + kBlockM - 1) / kBlockM;
+    int through = tiles;  // tiles of the shares up to this lane's
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int below = __shfl_up_sync(0xffffffffu, through, offset);
+      if (lane >= offset) through += below;
+    }
+    const unsigned holders = __ballot_sync(0xffffffffu, through > idx);
+    if (holders == 0) return {-1, head, 0};
+    const int holder = __ffs(holders) - 1;
+    int first = __shfl_sync(0xffffffffu, through - tiles, holder);  // the number of b's first tile
+    int b = __shfl_sync(0xffffffffu, share_begin, holder);
+    int rows = packed_rows(p, b, start), n = (rows + kBlockM - 1) / kBlockM;
+    while (first + n <= idx) {
+      first += n;
+      rows = packed_rows(p, ++b, start);
+      n = (rows + kBlockM - 1) / kBlockM;
+    }
+    // A length the page table cannot hold would read other sequences' page ids (or past the
+    // table): as in the cp.async kernel, such a sequence reads no key and writes NaN.
+    const int k_len = p.seqlens_k[b];
+    const bool ok = k_len >= 0 && static_cast<int64_t>(k_len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
+    return {n - 1 - (idx - first), head, b, start, rows, ok ? k_len : 0, ok};
+  }
+
   __device__ __forceinline__ static Tile tile_of(const PrefillWsParams& p) {
     if constexpr (kPaged) {
-      const int entry = static_cast<int>(blockIdx.x) / p.heads_q;
-      const int b = p.q_schedule[2 * entry];
-      const int start = p.cu_seqlens_q[b];
-      // A length the page table cannot hold would read other sequences' page ids (or past the
-      // table): as in the cp.async kernel, such a sequence reads no key and writes NaN.
-      const int len = p.seqlens_k[b];
-      const bool ok = len >= 0 && static_cast<int64_t>(len) <= static_cast<int64_t>(p.max_pages) * p.page_size;
-      return {p.q_schedule[2 * entry + 1],
-              static_cast<int>(blockIdx.x) % p.heads_q,
-              b,
-              start,
-              p.cu_seqlens_q[b + 1] - start,
-              ok ? len : 0,
-              ok};
+      return packed_tile(p);
     } else {
       Tile t = prefill_ws_tile(p, static_cast<int>(blockIdx.x));
       t.q_len = p.seqlen_q;
@@ -590,6 +624,7 @@ __global__ void __launch_bounds__(PrefillWsTraits<Cfg>::kThreads, 1)
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = threadIdx.x % 32;
   const typename K::Tile t = K::tile_of(p);
+  if (kPaged && t.m_block < 0) return;  // past the last tile (every thread alike)
   const int n_tiles = K::kv_tiles(p, t);
   if (warp >= T::kConsumerWarps) {
     setmaxnreg_dec<T::kProducerRegs>();
@@ -651,8 +686,6 @@ inline const char* prefill_ws_unsupported(const AttnParams& p, int block_n = 0) 
                      ok(p.heads_kv, p.k_head_stride) && ok(e.kv_blocks, p.v_block_stride) &&
                      ok(e.kv_tokens, p.v_token_stride) && ok(p.heads_kv, p.v_head_stride);
   if (!q_ok || !kv_ok) return "strides must be positive multiples of 8 elements (16 bytes, TMA)";
-  // Last: plan_packed_q_schedule asks with this set, and the reasons above are the caller's.
-  if (paged && !p.q_schedule_per_head) return "its packed-Q schedule is per query head (plan_packed_q_schedule)";
   return nullptr;
 }
 
@@ -692,7 +725,7 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
     throw ValueError(concat("prefill (warp-specialized kernel): ", why));
   }
   const bool paged = p.page_table != nullptr;
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (paged && p.num_q_tiles == 0)) return;
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (paged && p.total_q == 0)) return;
   check(p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.group == p.heads_q / p.heads_kv,
         "prefill: heads_q must be group * heads_kv");
 
@@ -711,7 +744,7 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
                              p.v_token_stride, p.v_head_stride, kv_rows, "v", kv_panels);
   if (paged) {
     kp.cu_seqlens_q = p.cu_seqlens_q;
-    kp.q_schedule = p.q_schedule;
+    kp.total_q = p.total_q;
     kp.seqlens_k = p.seqlens_k;
     kp.page_table = p.page_table;
     kp.page_table_batch_stride = p.page_table_batch_stride;
@@ -733,7 +766,10 @@ void launch_prefill_ws(const AttnParams& p, cudaStream_t stream) {
   kp.scale_log2 = p.scale_log2;
   kp.causal = p.causal;
   const int64_t q_tiles = ceil_div<int64_t>(p.seqlen_q, T::kBlockM);
-  const int64_t ctas = (paged ? p.num_q_tiles : q_tiles * p.batch) * int64_t(p.heads_q);
+  // Packed: the kernel finds its tiles on the device; sum_b ceil(len_b / kBlockM) is at most
+  // (total_q + batch (kBlockM - 1)) / kBlockM, and CTAs past the last tile return at once.
+  const int64_t packed_tiles = (int64_t(p.total_q) + int64_t(p.batch) * (T::kBlockM - 1)) / T::kBlockM;
+  const int64_t ctas = (paged ? packed_tiles : q_tiles * p.batch) * int64_t(p.heads_q);
   check(ctas <= 0x7fffffff, "prefill: CTAs per launch (query tiles x heads x batch) must be < 2^31, got ", ctas);
   kp.q_tiles = static_cast<int>(q_tiles);
   if (Cfg::kL2Sections && p.causal && !paged) {

@@ -132,7 +132,7 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
                 raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
         if check_seqlens:
-            check_seqlens_in_pages(k, page_table, seqlens_k)
+            check_seqlens_in_pages(k, page_table, seqlens_k, cu_seqlens_q=cu_seqlens_q, total_q=q.shape[0])
     if mask is not None:
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be bool (True = keep), got {mask.dtype}")
@@ -142,18 +142,23 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
 
 
-# The last lengths that passed the check: (a weak reference to the seqlens_k tensor, (its
-# version counter, the capacity checked against)). Every layer of a decode step passes the same
-# seqlens_k, unchanged, so only the step's first call reads it back (the read waits for the GPU:
-# 49 us a call at B = 1 on the H200, four times the kernel under graph replay). One tuple,
-# rebound whole.
-_last_checked_lengths: tuple = (None, None)
+# The last lengths that passed the check: (weak references to the seqlens_k tensor and to the
+# cu_seqlens_q one or None, (their version counters, what they were checked against)). Every
+# layer of a decode (or chunked-prefill) step passes the same tensors, unchanged, so only the
+# step's first call reads them back (the read waits for the GPU: 49 us a call at B = 1 on the
+# H200, four times the kernel under graph replay). One tuple, rebound whole.
+_last_checked_lengths: tuple = (None, None, None)
 
 
-def _length_range(seqlens_k) -> tuple[int, int]:
-    """(min, max) of the lengths, read back to the host."""
-    lo, hi = torch.stack([seqlens_k.min(), seqlens_k.max()]).tolist()
-    return int(lo), int(hi)
+def _length_range(seqlens_k, cu_seqlens_q=None, total_q: int = 0) -> tuple[int, int, bool]:
+    """(min, max) of the lengths and whether cu_seqlens_q (if given) runs from 0 to total_q
+    without decreasing: one device->host copy."""
+    parts = [seqlens_k.min(), seqlens_k.max()]
+    if cu_seqlens_q is not None:
+        steps = cu_seqlens_q[1:] >= cu_seqlens_q[:-1]
+        parts.append((steps.all() & (cu_seqlens_q[0] == 0) & (cu_seqlens_q[-1] == total_q)).to(torch.int32))
+    values = torch.stack(parts).tolist()
+    return int(values[0]), int(values[1]), cu_seqlens_q is None or bool(values[2])
 
 
 def cache_capacity(k_cache, page_table) -> int:
@@ -161,10 +166,12 @@ def cache_capacity(k_cache, page_table) -> int:
     return page_table.shape[1] * k_cache.shape[1]
 
 
-def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None) -> None:
-    """Every length within the page table (one device->host copy); skipped while a CUDA graph
-    is being captured, and for the tensor that passed the last check unmodified since (its
-    version counter: torch's in-place ops bump it; a kernel of the caller's own that writes the
+def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None, cu_seqlens_q=None,
+                           total_q: int = 0) -> None:
+    """Every length within the page table, and packed queries' offsets (cu_seqlens_q) from 0 to
+    total_q without decreasing (one device->host copy); skipped while a CUDA graph is being
+    captured, and for the tensors that passed the last check unmodified since (their version
+    counters: torch's in-place ops bump them; a kernel of the caller's own that writes the
     lengths through a raw pointer does not, nor does the replay of a CUDA graph that writes them,
     and a length past the page table then gives that sequence NaN, as under capture). Inference
     tensors keep no version counter: checked on every call. `capacity` (max_pages * page_size)
@@ -172,20 +179,32 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None 
     global _last_checked_lengths
     if capacity is None:
         capacity = cache_capacity(k_cache, page_table)
-    last_ref, last_stamp = _last_checked_lengths
-    # First, and in this order: every layer after a step's first one ends here. A tensor that
-    # passed before is no inference tensor, so its version counter can be read.
-    if last_ref is not None and last_ref() is seqlens_k and last_stamp == (seqlens_k._version, capacity):
-        return
-    stamp = None if seqlens_k.is_inference() else (seqlens_k._version, capacity)
+    last_lengths, last_offsets, last_stamp = _last_checked_lengths
+    # First, and in this order: every layer after a step's first one ends here. Tensors that
+    # passed before are no inference tensors, so their version counters can be read.
+    if last_lengths is not None and last_lengths() is seqlens_k:
+        if cu_seqlens_q is None:
+            if last_offsets is None and last_stamp == (seqlens_k._version, capacity):
+                return
+        elif (last_offsets is not None and last_offsets() is cu_seqlens_q
+              and last_stamp == (seqlens_k._version, capacity, cu_seqlens_q._version, total_q)):
+            return
     if seqlens_k.shape[0] == 0 or _capturing(seqlens_k):
         return
-    lo, hi = _length_range(seqlens_k)
+    lo, hi, offsets_ok = _length_range(seqlens_k, cu_seqlens_q, total_q)
     if lo < 0 or hi > capacity:
         raise ValueError(f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
                          f"got values in [{lo}, {hi}]")
-    if stamp is not None:
-        _last_checked_lengths = weakref.ref(seqlens_k), stamp
+    if not offsets_ok:
+        raise ValueError(f"cu_seqlens_q must start at 0, end at total_q = q.shape[0] = {total_q} and never "
+                         f"decrease, got {cu_seqlens_q.tolist()}")
+    if seqlens_k.is_inference() or (cu_seqlens_q is not None and cu_seqlens_q.is_inference()):
+        return
+    if cu_seqlens_q is None:
+        _last_checked_lengths = weakref.ref(seqlens_k), None, (seqlens_k._version, capacity)
+    else:
+        _last_checked_lengths = (weakref.ref(seqlens_k), weakref.ref(cu_seqlens_q),
+                                 (seqlens_k._version, capacity, cu_seqlens_q._version, total_q))
 
 
 # ---- what the choice depends on -------------------------------------------------------------
@@ -391,7 +410,7 @@ def clear_routed_calls() -> None:
     global _last_routed, _last_checked_lengths
     _ROUTED.clear()
     _last_routed = (None, None)
-    _last_checked_lengths = (None, None)
+    _last_checked_lengths = (None, None, None)
 
 
 def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
@@ -438,7 +457,10 @@ def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
             _ROUTED[key] = plan
             _last_routed = key, plan
     elif check_seqlens and page_table is not None:
-        check_seqlens_in_pages(k, page_table, seqlens_k, plan[2])
+        if cu_seqlens_q is None:
+            check_seqlens_in_pages(k, page_table, seqlens_k, plan[2])
+        else:
+            check_seqlens_in_pages(k, page_table, seqlens_k, plan[2], cu_seqlens_q, q.shape[0])
     return plan
 
 

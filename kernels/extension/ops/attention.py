@@ -10,8 +10,9 @@ bottom-right aligned; mask bool [B, Sk] or [B, Sq, Sk], True = keep; lse fp32 [B
 The prefill entry points take two more tensor-core choices, to pick a kernel by name ("tc"
 picks for you): "tc-ws", the warp-specialized Hopper kernel (csrc prefill_ws_sm90.cuh: a TMA
 producer warpgroup, WGMMA consumer warpgroups taking turns; what "tc" runs on Hopper for dense
-q on contiguous k / v without a boolean mask), which raises ValueError for a call it does not
-take (a mask, a paged cache) and NotImplementedError off Hopper; and "tc-cpasync", the
+q on contiguous k / v and for packed q on a paged cache, without a boolean mask), which raises
+ValueError for a call it does not take (a mask, pages that do not fit its tiles) and
+NotImplementedError off Hopper; and "tc-cpasync", the
 cp.async kernel (every warp loads K / V; WGMMA on Hopper, mma.sync elsewhere), the default
 before the warp-specialized kernel and what "tc" runs for masks, paged caches and other GPUs.
 `prefill(..., debug=True)` synchronizes after the launch, so a failing kernel is named by this
@@ -78,7 +79,13 @@ def prefill(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None,
 
 def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, causal=False, scale=None,
                   mask=None, out=None, lse=None, impl="tc", check_seqlens=True, debug=False):
-    """Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32, on a paged cache."""
+    """Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32, on a paged cache.
+
+    check_seqlens: seqlens_k within the page table and cu_seqlens_q from 0 to total_q, never
+    decreasing (one device->host copy). Without it, on Hopper's warp-specialized kernel, the
+    call never waits for the GPU and can be CUDA-graph captured (the kernel finds its tiles from
+    cu_seqlens_q on the device); the cp.async kernel (a mask, pages that do not fit the tiles)
+    builds its schedule from a host copy of cu_seqlens_q and cannot be captured."""
     return _module().paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, causal, scale,
                                    mask, out, lse, impl, check_seqlens, debug)
 
