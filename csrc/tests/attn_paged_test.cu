@@ -489,9 +489,12 @@ int main(int argc, char** argv) {
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
     // One small case per kernel, for compute-sanitizer memcheck / racecheck: paged decode (split,
-    // then the combine), the warp-specialized prefill on pages of 16, the cp.async one, scalar.
+    // then the combine), the warp-specialized prefill on pages of 16 and 64, the cp.async one,
+    // scalar.
     failures += !run_case(true, {1, 1}, {500, 77}, 8, 2, 128, 16, false, AttnImpl::kTensorCore);
     failures += !run_case(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, 16, true, AttnImpl::kTensorCore);
+    // A whole query tile and an empty sequence: CTAs past the last tile return at once.
+    failures += !run_case(false, {128, 5, 0}, {200, 5, 0}, 8, 2, 64, 64, false, AttnImpl::kTensorCore);
     failures += !run_case(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, 16, true, AttnImpl::kTensorCore,
                           PrefillKernel::kCpAsync);
     failures += !run_case(false, {33, 5}, {33, 200}, 8, 8, 64, 16, true, AttnImpl::kScalar);
