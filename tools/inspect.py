@@ -118,8 +118,9 @@ def main_loop_facts(sass: str) -> dict | None:
     (``WARPGROUP.DEPBAR.LE gsb0, 0x0``, the wait for the warpgroup's own P V): ``pv_wait``,
     how many instructions come before that wait, of which ``exp2_under_own_pv`` are
     exponentials and ``ffma_under_own_pv`` FFMAs (the scaled scores); ``first_arrive``: how
-    many come before the first mbarrier arrive (K's release in K11 and K12). None for a
-    kernel without such a loop."""
+    many come before the first mbarrier arrive (K's release in K11 and K12);
+    ``packs_among_exp2``: conversions to 16 bits (``F2FP``, P's packing) before the step's last
+    exponential. None for a kernel without such a loop."""
     ins, labels = [], {}
     for line in sass.splitlines():
         label = _LABEL.match(line)
@@ -170,7 +171,14 @@ def main_loop_facts(sass: str) -> dict | None:
             "ffma_under_own_pv": None if pv_wait is None else
             sum(1 for y in after_turn[:pv_wait] if y["op"].split(".")[0] == "FFMA"),
             "first_arrive": first_arrive,
-            "exp2": sum(1 for y in path if y["op"].startswith("MUFU.EX2"))}
+            "exp2": sum(1 for y in path if y["op"].startswith("MUFU.EX2")),
+            "packs_among_exp2": _packs_among_exp2([y["op"] for y in after_turn])}
+
+
+def _packs_among_exp2(ops: list[str]) -> int:
+    """F2FP instructions before the last MUFU.EX2 of ``ops``."""
+    last = max((k for k, op in enumerate(ops) if op.startswith("MUFU.EX2")), default=-1)
+    return sum(1 for op in ops[:last] if op.startswith("F2FP"))
 
 
 # The production warp-specialized prefill (csrc/kernels/attention/prefill_ws_sm90.cuh), dense bf16.

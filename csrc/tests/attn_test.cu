@@ -349,7 +349,8 @@ Variant make_ws_variant(const char* name) {
   const std::string tiles = "ws wg" + std::to_string(T::kConsumerWarpgroups) + " m" + std::to_string(T::kBlockM) +
                             " n" + std::to_string(T::kBlockN) + " s" + std::to_string(T::kStages) + " tma" +
                             (Cfg::kL2Sections ? " l2" : "") + (Cfg::kPinPvWait ? " pin" : "") +
-                            (Cfg::kPvWaitAfterRowScale ? " rowscale" : "") + (Cfg::kDescendingKv ? " desc" : "");
+                            (Cfg::kPvWaitAfterRowScale ? " rowscale" : "") + (Cfg::kDescendingKv ? " desc" : "") +
+                            (Cfg::kPackBeforeRescale ? " pack1st" : "") + (Cfg::kBranchlessRescale ? " eager" : "");
   Variant v{name,
             tiles,
             T::kBlockM,
@@ -370,7 +371,9 @@ static std::vector<Variant> prefill_variants() {
     // The mma.sync default against the Hopper ones: cp.async WGMMA, warp-specialized.
     return {make_variant<typename V::Default>("default"),   make_variant<typename V::Sm90>("sm90"),
             make_ws_variant<PrefillWsConfig<kD>>("ws"),     make_ws_variant<typename Ws::Wg2>("ws_wg2"),
-            make_ws_variant<typename Ws::Stages3>("ws_s3"), make_ws_variant<typename Ws::Ascending>("ws_asc")};
+            make_ws_variant<typename Ws::Stages3>("ws_s3"), make_ws_variant<typename Ws::Ascending>("ws_asc"),
+            make_ws_variant<typename Ws::RescaleFirst>("ws_rescale_first"),
+            make_ws_variant<typename Ws::Branchless>("ws_branchless")};
   } else if constexpr (kD == 256) {
     return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
             make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64"),
@@ -398,6 +401,8 @@ static std::vector<Variant> prefill_variants() {
             make_ws_variant<PrefillWsVariants<128>::NoL2>("ws_nol2"),
             make_ws_variant<PrefillWsVariants<128>::Pin>("ws_pin"),
             make_ws_variant<PrefillWsVariants<128>::EarlyPvWait>("ws_early_pv"),
+            make_ws_variant<PrefillWsVariants<128>::RescaleFirst>("ws_rescale_first"),
+            make_ws_variant<PrefillWsVariants<128>::Branchless>("ws_branchless"),
             make_ws_variant<PrefillWsVariants<128>::Ascending>("ws_asc")};
   }
 }

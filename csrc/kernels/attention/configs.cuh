@@ -219,14 +219,22 @@ struct PrefillVariants {
 // order), so the tiles that need a mask (the causal diagonal, the end of the keys) come first
 // and the pipelined steps after them run without mask code. At D=256 it measured slower without
 // a mask (docs/production.md).
+// kPackBeforeRescale: after the wait for its own P V a step packs P to bf16 before O's lazy
+// rescale (a branch: only when a row's max moved), so ptxas interleaves the packs with the
+// exponentials it sinks below that wait, as FlashAttention-4's step does with its rescale;
+// rescale first, the branch fenced the packs off behind every exponential. kBranchlessRescale
+// (lab): O rescaled on every step, without the branch (docs/production.md has both timings).
 template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
-          bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false, bool kDescendingKv_ = false>
+          bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false, bool kDescendingKv_ = false,
+          bool kPackBeforeRescale_ = false, bool kBranchlessRescale_ = false>
 struct PrefillWsTiles {
   static constexpr int kD = kD_, kConsumerWarpgroups = kConsumerWarpgroups_, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr bool kL2Sections = kL2Sections_;
   static constexpr bool kPinPvWait = kPinPvWait_;
   static constexpr bool kPvWaitAfterRowScale = kPvWaitAfterRowScale_;
   static constexpr bool kDescendingKv = kDescendingKv_;
+  static constexpr bool kPackBeforeRescale = kPackBeforeRescale_;
+  static constexpr bool kBranchlessRescale = kBranchlessRescale_;
   static_assert(!(kPinPvWait && kPvWaitAfterRowScale), "one place for the wait for P V");
 };
 // L2 bytes (of the H100 / H200's 50 MB) that the K and V of one causal section may take.
@@ -235,9 +243,9 @@ constexpr int64_t kL2KvBytes = 40ll << 20;
 template <int kD>
 struct PrefillWsConfig;
 template <>
-struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2, true, false, false, true> {};
+struct PrefillWsConfig<64> : PrefillWsTiles<64, 3, 128, 2, true, false, false, true, true> {};
 template <>
-struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2, true, false, true, true> {};
+struct PrefillWsConfig<128> : PrefillWsTiles<128, 2, 128, 2, true, false, true, true, true> {};
 template <>
 struct PrefillWsConfig<256> : PrefillWsTiles<256, 2, 80, 2> {};
 
@@ -247,18 +255,22 @@ template <int kD>
 struct PrefillWsVariants;
 template <>
 struct PrefillWsVariants<64> {
-  using Wg2 = PrefillWsTiles<64, 2, 128, 2, true, false, false, true>;      // two consumer warpgroups of 240 registers
-  using Stages3 = PrefillWsTiles<64, 3, 128, 3, true, false, false, true>;  // a third stage
-  using Ascending = PrefillWsTiles<64, 3, 128, 2>;                          // key tiles from the first up
+  using Wg2 = PrefillWsTiles<64, 2, 128, 2, true, false, false, true, true>;      // two consumer warpgroups of 240 registers
+  using Stages3 = PrefillWsTiles<64, 3, 128, 3, true, false, false, true, true>;  // a third stage
+  using Ascending = PrefillWsTiles<64, 3, 128, 2, true, false, false, false, true>;  // key tiles from the first up
+  using RescaleFirst = PrefillWsTiles<64, 3, 128, 2, true, false, false, true>;  // O rescaled, then P packed
+  using Branchless = PrefillWsTiles<64, 3, 128, 2, true, false, false, true, true, true>;  // O rescaled every step
 };
 template <>
 struct PrefillWsVariants<128> {
   // Each differs from PrefillWsConfig<128> in one knob.
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3, true, false, true, true>;       // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false, false, true, true>;         // causal order without L2 sections
-  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true, false, true>;           // the softmax under the own P V
-  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2, true, false, false, true>;  // the wait where ptxas puts it
-  using Ascending = PrefillWsTiles<128, 2, 128, 2, true, false, true>;           // key tiles from the first up
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3, true, false, true, true, true>;       // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false, false, true, true, true>;         // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true, false, true, true>;           // the softmax under the own P V
+  using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2, true, false, false, true, true>;  // the wait where ptxas puts it
+  using Ascending = PrefillWsTiles<128, 2, 128, 2, true, false, true, false, true>;    // key tiles from the first up
+  using RescaleFirst = PrefillWsTiles<128, 2, 128, 2, true, false, true, true>;  // O rescaled, then P packed
+  using Branchless = PrefillWsTiles<128, 2, 128, 2, true, false, true, true, true, true>;  // O rescaled every step
 };
 template <>
 struct PrefillWsVariants<256> {

@@ -17,8 +17,9 @@
 //              barrier the previous warpgroup opened, K6's ping-pong), issue S_n = Q K_n^T and
 //              O += P_{n-1} V_{n-1} back to back, pass the turn; wgmma.wait_group 1 (S_n is
 //              back, P V still runs), free K_n, mask (only on the tiles that need it, K8),
-//              online softmax of S_n under the P V; wait_group 0, free V_{n-1}, rescale O (lazily:
-//              only when a row's max grew by more than 2^8, PrefillSoftmax), P_n -> registers.
+//              online softmax of S_n under the P V; wait_group 0, free V_{n-1}, P_n -> registers
+//              (kPackBeforeRescale), rescale O (lazily: only when a row's max grew by more than
+//              2^8, PrefillSoftmax).
 //              Then the last P V, O / rowsum -> the warpgroup's Q tile in shared memory (its last
 //              S has completed) -> one TMA store per warpgroup (rows past Sq clipped), LSE.
 // Tile n above is the n-th step's: with kDescendingKv (dense K / V) the steps visit the key tiles
@@ -462,8 +463,13 @@ struct PrefillWs {
       prefill_ws::pin(acc_o);
       prefill_ws::pin(p_frag);
       release(s.v_empty(prev));
-      Softmax::rescale(acc_o, correction, moved);
-      pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
+      if constexpr (Cfg::kPackBeforeRescale) {  // the packs then mix with the exponentials (configs.cuh)
+        pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
+        Softmax::rescale(acc_o, correction, moved || Cfg::kBranchlessRescale);
+      } else {
+        Softmax::rescale(acc_o, correction, moved);
+        pack_p_fragments<Element, 1, kNT>(p_frag, acc_s);
+      }
     }
 
     // Paged: V's rows [valid, kBlockN) of the last tile, past the sequence's keys, hold what the
