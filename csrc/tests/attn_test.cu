@@ -377,7 +377,7 @@ static std::vector<Variant> prefill_variants() {
   } else if constexpr (kD == 256) {
     return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
             make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64"),
-            make_ws_variant<typename Ws::Descending>("ws_desc")};
+            make_ws_variant<typename Ws::Descending>("ws_desc"), make_ws_variant<typename Ws::PackFirst>("ws_pack_first")};
   } else {
     using W = PrefillVariants<128>;  // every tile configuration, at D = 128 only
     return {make_variant<W::Default>("default"),

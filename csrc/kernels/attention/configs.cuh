@@ -276,6 +276,7 @@ template <>
 struct PrefillWsVariants<256> {
   using N64 = PrefillWsTiles<256, 2, 64, 2>;  // the cp.async kernel's 64-key tiles: 192 KiB
   using Descending = PrefillWsTiles<256, 2, 80, 2, true, false, false, true>;  // key tiles from the last down
+  using PackFirst = PrefillWsTiles<256, 2, 80, 2, true, false, false, false, true>;  // P packed first: within noise
 };
 
 // Threads, registers and shared memory of a PrefillWsTiles (consumers first, then the producer).
