@@ -174,11 +174,10 @@ def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(
         assert len(validated) == before + 1
 
 
-def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(monkeypatch):
-    """The layers of a decode step pass one seqlens_k: only the first call reads it back (a
-    device->host copy that waits for the GPU). An in-place change (version counter), another
-    tensor, another capacity or a failed check read it again; inference tensors, which keep no
-    version counter, are read on every call."""
+@pytest.fixture
+def length_reads(monkeypatch):
+    """A list that grows by one on every device->host read of the lengths (_length_range), with
+    the routed-call and checked-lengths caches cleared."""
     import sys
 
     module = sys.modules["kernels.extension.backend.attention"]
@@ -186,6 +185,15 @@ def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(mo
     reads = []
     real = module._length_range
     monkeypatch.setattr(module, "_length_range", lambda *args: reads.append(1) or real(*args))
+    return reads
+
+
+def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(length_reads):
+    """The layers of a decode step pass one seqlens_k: only the first call reads it back (a
+    device->host copy that waits for the GPU). An in-place change (version counter), another
+    tensor, another capacity or a failed check read it again; inference tensors, which keep no
+    version counter, are read on every call."""
+    reads = length_reads
     q, k, v = qkv(1, 1, 8, 4, 2, 16)
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
     lens = torch.tensor([8], dtype=torch.int32)
@@ -210,17 +218,11 @@ def test_the_seqlens_check_reads_a_tensor_again_only_when_it_may_have_changed(mo
         assert [reads_of(frozen) for _ in range(2)] == [1, 1]
 
 
-def test_packed_query_offsets_are_checked_with_the_lengths(monkeypatch):
+def test_packed_query_offsets_are_checked_with_the_lengths(length_reads):
     """cu_seqlens_q must run from 0 to total_q without decreasing (the warp-specialized kernel
     reads it on the device, unchecked); it is read back with seqlens_k, once while neither
     changes."""
-    import sys
-
-    module = sys.modules["kernels.extension.backend.attention"]
-    module.clear_routed_calls()
-    reads = []
-    real = module._length_range
-    monkeypatch.setattr(module, "_length_range", lambda *args: reads.append(1) or real(*args))
+    reads = length_reads
     q, k, v = qkv(2, 1, 8, 4, 2, 16)
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
     lens = torch.tensor([8, 3], dtype=torch.int32)
