@@ -17,9 +17,11 @@ How a call finds its backend:
   with the reason instead of switching.
 - Once per signature. Validation and the choice read only the inputs' metadata (dtypes,
   shapes, devices, flags) and the settings above, so a call with the signature of an earlier
-  one skips both (a decode loop pays them on its first step). The `seqlens_k` check reads
-  data: it runs on a call that asks for it unless the same tensor, unmodified (its version
-  counter), passed the check last (the layers of a decode step after the first skip it).
+  one skips both (a decode loop pays them on its first step). The length checks read data
+  (`seqlens_k` within the page table; `cu_seqlens_q` from 0 to total_q, never decreasing, which
+  the warp-specialized prefill reads on the device unchecked): they run on a call that asks
+  for them unless the same tensors, unmodified (their version counters), passed last (the
+  layers of a step after the first skip them).
 
 Autograd: when autograd records (torch.is_grad_enabled() and q, k or v requires grad), only
 differentiable backends can run the call: `fa4` (contiguous KV, no mask, head_dim <= 128:
