@@ -443,16 +443,22 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   Tensor o = make_or_check_out(out, q);
   fill_q_out(p, q, o, true);
   fill_lse(p, lse, q, true);
+  const auto refuse_capture = [] {
+    TORCH_CHECK_VALUE(!capturing(),
+                      "paged_prefill on the cp.async kernel (a mask, pages that do not fit the warp-specialized "
+                      "kernel's tiles, impl='tc-cpasync', or no Hopper GPU) builds its Q schedule on the host and "
+                      "cannot be graph-captured");
+  };
   Tensor cu_host;
-  if (mask.has_value()) cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));  // its shape check needs Sq
+  if (mask.has_value()) {  // the cp.async kernel; the mask's shape check needs Sq
+    refuse_capture();
+    cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));
+  }
   fill_mask(p, mask, q, batch, p.seqlen_q, std::nullopt);
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
   const PrefillImpl choice = parse_prefill_impl(impl);
   const bool tiles_on_device = attn::packed_q_tiles_on_device(p, choice.impl, choice.kernel);
-  TORCH_CHECK_VALUE(tiles_on_device || !capturing(),
-                    "paged_prefill on the cp.async kernel (a mask, pages that do not fit the warp-specialized "
-                    "kernel's tiles, impl='tc-cpasync', or no Hopper GPU) builds its Q schedule on the host and "
-                    "cannot be graph-captured");
+  if (!tiles_on_device) refuse_capture();
   if (!cu_host.defined() && (!tiles_on_device || ((check_seqlens || debug) && !capturing()))) {
     cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));
   }
