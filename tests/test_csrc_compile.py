@@ -36,6 +36,44 @@ def torch_free_units() -> list[Path]:
     return sorted(p for p in CSRC.rglob("*.cu") if not TORCH_INCLUDE.search(p.read_text()))
 
 
+def binding_units() -> list[Path]:
+    """The pybind11 bindings: the translation units that include torch (one per module)."""
+    return sorted(p for p in CSRC.rglob("*.cu") if TORCH_INCLUDE.search(p.read_text()))
+
+
+# Headers that torch's CUDA headers include and a CPU machine lacks: the CUDA math libraries'
+# (the bindings call none of them; their handle types are all torch's declarations need) and
+# one that the CPU torch wheel leaves out. Searched after every real include directory, so a
+# full toolkit's and a CUDA torch's own headers win.
+TORCH_CUDA_HEADER_STUBS = {
+    "c10/cuda/impl/cuda_cmake_macros.h": "",
+    "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\ntypedef int cublasStatus_t;\n",
+    "cublasLt.h": "typedef struct cublasLtContext* cublasLtHandle_t;\n",
+    "cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\ntypedef int cusparseStatus_t;\n",
+    "cusolverDn.h": "typedef struct cusolverDnContext* cusolverDnHandle_t;\ntypedef int cusolverStatus_t;\n",
+    "cusolver_common.h": "",
+}
+
+
+def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    """A binding compiled as the extension build compiles it (csrc/CMakeLists.txt: the module's
+    name, TORCH_API_INCLUDE_EXTENSION_H, torch's and Python's headers), against the installed
+    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing."""
+    import sysconfig
+
+    from torch.utils import cpp_extension
+
+    stubs = out_dir / "stubs"
+    for name, text in TORCH_CUDA_HEADER_STUBS.items():
+        (stubs / name).parent.mkdir(parents=True, exist_ok=True)
+        (stubs / name).write_text("#pragma once\n" + text)
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", f"-DTORCH_EXTENSION_NAME={path.stem}",
+             "-DTORCH_API_INCLUDE_EXTENSION_H")
+    cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=extra)
+    return path, subprocess.run(cmd, capture_output=True, text=True)
+
+
 def parse_ptxas(report: str) -> dict[str, dict]:
     """ptxas -v output -> {kernel: {"registers", "spill_stores", "spill_loads"}}."""
     kernels, current = {}, None
@@ -65,6 +103,24 @@ def compiled(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("csrc-objects")  # pytest's temporary folder, outside the repo
     with ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(lambda p: compile_unit(p, out_dir), units))
+
+
+@pytest.fixture(scope="module")
+def compiled_bindings(tmp_path_factory):
+    units = binding_units()
+    assert {p.stem for p in units} == set(build_ext.module_names()), "one binding per module expected"
+    out_dir = tmp_path_factory.mktemp("csrc-bindings")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(lambda p: compile_binding(p, out_dir), units))
+
+
+@needs_nvcc
+def test_bindings_compile_against_the_installed_torch(compiled_bindings):
+    """Every module's pybind11 binding compiles on a CPU machine too, so that an error in one
+    shows in CI rather than first in `python -m tools.build_ext` on the GPU host."""
+    failures = [f"{path.relative_to(ROOT)}:\n{result.stderr[-3000:]}" for path, result in compiled_bindings.items()
+                if result.returncode != 0]
+    assert not failures, "\n".join(failures)
 
 
 def test_parse_ptxas_report():
