@@ -102,8 +102,10 @@ def test_main_loop_facts_count_the_loop_and_the_turn():
     assert inspect.main_loop_facts(sass) == {"instructions": 14, "uniform": 2, "turn": 4,
                                              "turn_mma": 1, "turn_fp": 1, "pv_wait": 3,
                                              "exp2_under_own_pv": 1, "ffma_under_own_pv": 1,
-                                             "first_arrive": 2, "exp2": 2}
+                                             "first_arrive": 2, "exp2": 2, "packs_among_exp2": 0}
     assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
+    # P's packs (F2FP) before the last exponential, not after it
+    assert inspect._packs_among_exp2(["MUFU.EX2", "F2FP.BF16.F32.PACK_AB", "MUFU.EX2", "F2FP.BF16.F32.PACK_AB"]) == 1
 
 
 def test_recorded_compile_reports_match_the_code():

@@ -144,10 +144,7 @@ static bool run_case(bool decode, const std::vector<int>& q_lens, const std::vec
   double kv_bytes = 0;
   for (int len : k_lens) kv_bytes += 2.0 * len * kv_row * 2;
   const bool ok = err <= 1e-2;
-  const char* impl_name = impl == AttnImpl::kScalar ? "scalar"
-                          : decode                  ? "tc"
-                          : schedule_on_device      ? "tc-ws"
-                                                    : "tc-cp";
+  const char* impl_name = impl == AttnImpl::kScalar ? "scalar" : decode ? "tc" : schedule_on_device ? "tc-ws" : "tc-cp";
   std::printf("%-13s %-6s b%-3d hq%d/%d d%-3d page %-4d %-6s  rel_err %.2e  %8.3f ms  %7.1f GB/s(KV)  %s\n",
               decode ? "paged-decode" : "paged-prefill", impl_name, b, hq, hkv, d, page_size, causal ? "causal" : "",
               err, ms, kv_bytes / (ms * 1e-3) / 1e9, ok ? "PASS" : "FAIL");

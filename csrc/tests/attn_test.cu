@@ -369,15 +369,19 @@ static std::vector<Variant> prefill_variants() {
   using Ws = PrefillWsVariants<kD>;
   if constexpr (kD == 64) {
     // The mma.sync default against the Hopper ones: cp.async WGMMA, warp-specialized.
-    return {make_variant<typename V::Default>("default"),   make_variant<typename V::Sm90>("sm90"),
-            make_ws_variant<PrefillWsConfig<kD>>("ws"),     make_ws_variant<typename Ws::Wg2>("ws_wg2"),
-            make_ws_variant<typename Ws::Stages3>("ws_s3"), make_ws_variant<typename Ws::Ascending>("ws_asc"),
+    return {make_variant<typename V::Default>("default"),
+            make_variant<typename V::Sm90>("sm90"),
+            make_ws_variant<PrefillWsConfig<kD>>("ws"),
+            make_ws_variant<typename Ws::Wg2>("ws_wg2"),
+            make_ws_variant<typename Ws::Stages3>("ws_s3"),
+            make_ws_variant<typename Ws::Ascending>("ws_asc"),
             make_ws_variant<typename Ws::RescaleFirst>("ws_rescale_first"),
             make_ws_variant<typename Ws::Branchless>("ws_branchless")};
   } else if constexpr (kD == 256) {
-    return {make_variant<typename V::Default>("default"), make_variant<typename V::Sm90>("sm90"),
-            make_ws_variant<PrefillWsConfig<kD>>("ws"), make_ws_variant<typename Ws::N64>("ws_n64"),
-            make_ws_variant<typename Ws::Descending>("ws_desc"), make_ws_variant<typename Ws::PackFirst>("ws_pack_first")};
+    return {
+        make_variant<typename V::Default>("default"),        make_variant<typename V::Sm90>("sm90"),
+        make_ws_variant<PrefillWsConfig<kD>>("ws"),          make_ws_variant<typename Ws::N64>("ws_n64"),
+        make_ws_variant<typename Ws::Descending>("ws_desc"), make_ws_variant<typename Ws::PackFirst>("ws_pack_first")};
   } else {
     using W = PrefillVariants<128>;  // every tile configuration, at D = 128 only
     return {make_variant<W::Default>("default"),

@@ -467,9 +467,9 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     const std::vector<int32_t> schedule =
         attn::plan_packed_q_schedule(p, cu_host.data_ptr<int32_t>(), choice.impl, choice.kernel);
     if (schedule.empty()) return o;
-    schedule_dev = at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())},
-                                 at::kInt)
-                       .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
+    schedule_dev =
+        at::from_blob(const_cast<int32_t*>(schedule.data()), {static_cast<int64_t>(schedule.size())}, at::kInt)
+            .to(q.device(), /*non_blocking=*/false, /*copy=*/true);
     p.q_schedule = schedule_dev.data_ptr<int>();
     p.num_q_tiles = static_cast<int>(schedule.size() / 2);
   }

@@ -52,7 +52,7 @@ bool packed_q_tiles_on_device(const AttnParams& params, AttnImpl impl, PrefillKe
 // The packed Q schedule run_prefill(params, impl, stream, kernel) needs: empty where
 // packed_q_tiles_on_device, else the cp.async kernel's (group-packed rows, prefill_block_m).
 // The caller sets q_schedule / num_q_tiles from the result.
-std::vector<int32_t> plan_packed_q_schedule(const AttnParams& params, const int32_t* cu_seqlens_q_host,
-                                            AttnImpl impl, PrefillKernel kernel);
+std::vector<int32_t> plan_packed_q_schedule(const AttnParams& params, const int32_t* cu_seqlens_q_host, AttnImpl impl,
+                                            PrefillKernel kernel);
 
 }  // namespace kernels::attention

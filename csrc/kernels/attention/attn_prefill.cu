@@ -27,7 +27,8 @@ void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, Prefil
     if (why == nullptr) return run_prefill_ws(p, stream);
     check(kernel == PrefillKernel::kAuto, "prefill (warp-specialized kernel): ", why);
   }
-  check(!packed || p.q_schedule != nullptr, "prefill: packed Q on this kernel needs q_schedule (plan_packed_q_schedule)");
+  check(!packed || p.q_schedule != nullptr,
+        "prefill: packed Q on this kernel needs q_schedule (plan_packed_q_schedule)");
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     static_assert(
         PrefillTraits<PrefillConfigSm90<kHeadDim>>::kBlockM == PrefillTraits<PrefillConfig<kHeadDim>>::kBlockM,
@@ -55,7 +56,8 @@ int prefill_block_m(int head_dim) {
 }
 
 bool packed_q_tiles_on_device(const AttnParams& p, AttnImpl impl, PrefillKernel kernel) {
-  return impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync && prefill_ws_unsupported_here(p) == nullptr;
+  return impl == AttnImpl::kTensorCore && kernel != PrefillKernel::kCpAsync &&
+         prefill_ws_unsupported_here(p) == nullptr;
 }
 
 std::vector<int32_t> plan_packed_q_schedule(const AttnParams& p, const int32_t* cu_seqlens_q_host, AttnImpl impl,

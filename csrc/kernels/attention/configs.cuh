@@ -255,27 +255,28 @@ template <int kD>
 struct PrefillWsVariants;
 template <>
 struct PrefillWsVariants<64> {
-  using Wg2 = PrefillWsTiles<64, 2, 128, 2, true, false, false, true, true>;      // two consumer warpgroups of 240 registers
-  using Stages3 = PrefillWsTiles<64, 3, 128, 3, true, false, false, true, true>;  // a third stage
+  // two consumer warpgroups of 240 registers
+  using Wg2 = PrefillWsTiles<64, 2, 128, 2, true, false, false, true, true>;
+  using Stages3 = PrefillWsTiles<64, 3, 128, 3, true, false, false, true, true>;     // a third stage
   using Ascending = PrefillWsTiles<64, 3, 128, 2, true, false, false, false, true>;  // key tiles from the first up
-  using RescaleFirst = PrefillWsTiles<64, 3, 128, 2, true, false, false, true>;  // O rescaled, then P packed
+  using RescaleFirst = PrefillWsTiles<64, 3, 128, 2, true, false, false, true>;      // O rescaled, then P packed
   using Branchless = PrefillWsTiles<64, 3, 128, 2, true, false, false, true, true, true>;  // O rescaled every step
 };
 template <>
 struct PrefillWsVariants<128> {
   // Each differs from PrefillWsConfig<128> in one knob.
-  using Stages3 = PrefillWsTiles<128, 2, 128, 3, true, false, true, true, true>;       // three stages: 224 KiB
-  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false, false, true, true, true>;         // causal order without L2 sections
-  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true, false, true, true>;           // the softmax under the own P V
+  using Stages3 = PrefillWsTiles<128, 2, 128, 3, true, false, true, true, true>;  // three stages: 224 KiB
+  using NoL2 = PrefillWsTiles<128, 2, 128, 2, false, false, true, true, true>;    // causal order without L2 sections
+  using Pin = PrefillWsTiles<128, 2, 128, 2, true, true, false, true, true>;      // the softmax under the own P V
   using EarlyPvWait = PrefillWsTiles<128, 2, 128, 2, true, false, false, true, true>;  // the wait where ptxas puts it
   using Ascending = PrefillWsTiles<128, 2, 128, 2, true, false, true, false, true>;    // key tiles from the first up
-  using RescaleFirst = PrefillWsTiles<128, 2, 128, 2, true, false, true, true>;  // O rescaled, then P packed
+  using RescaleFirst = PrefillWsTiles<128, 2, 128, 2, true, false, true, true>;        // O rescaled, then P packed
   using Branchless = PrefillWsTiles<128, 2, 128, 2, true, false, true, true, true, true>;  // O rescaled every step
 };
 template <>
 struct PrefillWsVariants<256> {
   using N64 = PrefillWsTiles<256, 2, 64, 2>;  // the cp.async kernel's 64-key tiles: 192 KiB
-  using Descending = PrefillWsTiles<256, 2, 80, 2, true, false, false, true>;  // key tiles from the last down
+  using Descending = PrefillWsTiles<256, 2, 80, 2, true, false, false, true>;        // key tiles from the last down
   using PackFirst = PrefillWsTiles<256, 2, 80, 2, true, false, false, false, true>;  // P packed first: within noise
 };
 
