@@ -105,7 +105,8 @@ def test_main_loop_facts_count_the_loop_and_the_turn():
                                              "first_arrive": 2, "exp2": 2, "packs_among_exp2": 0}
     assert inspect.main_loop_facts(sass.replace("BAR.ARV", "NOP")) is None
     # P's packs (F2FP) before the last exponential, not after it
-    assert inspect._packs_among_exp2(["MUFU.EX2", "F2FP.BF16.F32.PACK_AB", "MUFU.EX2", "F2FP.BF16.F32.PACK_AB"]) == 1
+    pack = "F2FP.BF16.F32.PACK_AB"
+    assert inspect._packs_among_exp2(["MUFU.EX2", pack, "MUFU.EX2", pack]) == 1
 
 
 def test_recorded_compile_reports_match_the_code():
