@@ -144,12 +144,16 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
 
 
-# The last lengths that passed the check: (weak references to the seqlens_k tensor and to the
-# cu_seqlens_q one or None, (their version counters, what they were checked against)). Every
-# layer of a decode (or chunked-prefill) step passes the same tensors, unchanged, so only the
-# step's first call reads them back (the read waits for the GPU: 49 us a call at B = 1 on the
-# H200, four times the kernel under graph replay). One tuple, rebound whole.
-_last_checked_lengths: tuple = (None, None, None)
+# The last lengths that passed the check: (a weak reference to the seqlens_k tensor, one to the
+# cu_seqlens_q tensor (_NO_OFFSETS for none), (their version counters, what they were checked
+# against)). Every layer of a decode (or chunked-prefill) step passes the same tensors,
+# unchanged, so only the step's first call reads them back (the read waits for the GPU: 49 us a
+# call at B = 1 on the H200, four times the kernel under graph replay). One tuple, rebound whole.
+def _NO_OFFSETS():  # a dead weak reference's stand-in: calls return None, as cu_seqlens_q=None
+    return None
+
+
+_last_checked_lengths: tuple = (None, _NO_OFFSETS, None)
 
 
 def _length_range(seqlens_k, cu_seqlens_q=None, total_q: int = 0) -> tuple[int, int, bool]:
@@ -184,13 +188,10 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None 
     last_lengths, last_offsets, last_stamp = _last_checked_lengths
     # First, and in this order: every layer after a step's first one ends here. Tensors that
     # passed before are no inference tensors, so their version counters can be read.
-    if last_lengths is not None and last_lengths() is seqlens_k:
-        if cu_seqlens_q is None:
-            if last_offsets is None and last_stamp == (seqlens_k._version, capacity):
-                return
-        elif (last_offsets is not None and last_offsets() is cu_seqlens_q
-              and last_stamp == (seqlens_k._version, capacity, cu_seqlens_q._version, total_q)):
-            return
+    if (last_lengths is not None and last_lengths() is seqlens_k and last_offsets() is cu_seqlens_q
+            and last_stamp == (seqlens_k._version, capacity,
+                               None if cu_seqlens_q is None else cu_seqlens_q._version, total_q)):
+        return
     if seqlens_k.shape[0] == 0 or _capturing(seqlens_k):
         return
     lo, hi, offsets_ok = _length_range(seqlens_k, cu_seqlens_q, total_q)
@@ -200,11 +201,11 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None 
     if not offsets_ok:
         raise ValueError(f"cu_seqlens_q must start at 0, end at total_q = q.shape[0] = {total_q} and never "
                          f"decrease, got {cu_seqlens_q.tolist()}")
-    if seqlens_k.is_inference() or (cu_seqlens_q is not None and cu_seqlens_q.is_inference()):
-        return
     if cu_seqlens_q is None:
-        _last_checked_lengths = weakref.ref(seqlens_k), None, (seqlens_k._version, capacity)
-    else:
+        if not seqlens_k.is_inference():
+            _last_checked_lengths = (weakref.ref(seqlens_k), _NO_OFFSETS,
+                                     (seqlens_k._version, capacity, None, 0))
+    elif not (seqlens_k.is_inference() or cu_seqlens_q.is_inference()):
         _last_checked_lengths = (weakref.ref(seqlens_k), weakref.ref(cu_seqlens_q),
                                  (seqlens_k._version, capacity, cu_seqlens_q._version, total_q))
 
@@ -412,7 +413,7 @@ def clear_routed_calls() -> None:
     global _last_routed, _last_checked_lengths
     _ROUTED.clear()
     _last_routed = (None, None)
-    _last_checked_lengths = (None, None, None)
+    _last_checked_lengths = (None, _NO_OFFSETS, None)
 
 
 def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
@@ -459,10 +460,8 @@ def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
             _ROUTED[key] = plan
             _last_routed = key, plan
     elif check_seqlens and page_table is not None:
-        if cu_seqlens_q is None:
-            check_seqlens_in_pages(k, page_table, seqlens_k, plan[2])
-        else:
-            check_seqlens_in_pages(k, page_table, seqlens_k, plan[2], cu_seqlens_q, q.shape[0])
+        check_seqlens_in_pages(k, page_table, seqlens_k, plan[2], cu_seqlens_q,
+                               0 if cu_seqlens_q is None else q.shape[0])
     return plan
 
 
