@@ -58,11 +58,13 @@ Constraints
     last dimension contiguous, other strides multiples of 8 elements, 16-byte aligned base
     pointers (tensor-map rules). softmax scale: a positive runtime argument
     (``problem.softmax_scale``). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv`` (default: False at every head dim), ``ctas`` (default: the GPU's SM
-    count), ``separate_o`` (default: where it fits), ``pv_wait_after_row_scale`` (the wait for
-    the warpgroup's own P V behind the row factors; default: at D = 128, where it measured
-    faster: the constructor says why). Lab knobs, off: ``l2_heads``, ``pin_pv_wait``,
-    ``pv_wait_after_row_sum``.
+    ``rescale_before_pv`` (default: at D = 256 only, where it measured faster), ``ctas`` and
+    ``l2_heads`` (default, ``compile_kernel`` by the key count: the GPU's SM count and no
+    sections below ``LONG_KEYS`` keys; from there one CTA per query tile, ``ONE_TILE_PER_CTA``,
+    and under the causal mask L2 sections, ``l2_heads=0``), ``separate_o`` (default: where it
+    fits), ``pv_wait_after_row_scale`` (the wait for the warpgroup's own P V behind the row
+    factors; default: at D = 128, where it measured faster: the constructor says why). Lab
+    knobs, off: ``pin_pv_wait``, ``pv_wait_after_row_sum``.
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -160,9 +162,10 @@ class K11FMHA:
             raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
         self.pv_wait_after_row_sum = pv_wait_after_row_sum
-        # Off by default (measured no better: the page): under the causal mask, walk the tiles
-        # in sections of (head, batch) pairs whose K and V fit in L2 (FA4's LPT scheduler):
-        # 0 = as many as fit (a power of two), n = n.
+        # Under the causal mask, walk the tiles in sections of (head, batch) pairs whose K and V
+        # fit in L2 (FA4's LPT scheduler): 0 = as many as fit (a power of two), n = n. On by
+        # default only with one CTA per tile (launch_shape_knobs): the persistent walk measured
+        # no better with it (the page).
         self.l2_heads = l2_heads
         self.causal = causal
         self.dtype = dtype
@@ -171,8 +174,11 @@ class K11FMHA:
         self.registers = fmha.REGISTER_SPLITS[self.plan.consumer_warpgroups]
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
         # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
-        # dim; K11's default keeps the turn to the GEMM issues (see the Delta).
-        self.rescale_before_pv = False if rescale_before_pv is None else rescale_before_pv
+        # dim; K11's default keeps the turn to the GEMM issues (see the Delta) except at D = 256,
+        # where the 128 multiplies after the wait for P V measured longer than the longer turn
+        # (H200, 16k, one tile per CTA, TFLOP/s: 682 -> 710 without a mask, 644 -> 665 causal;
+        # at D = 128 656 -> 637).
+        self.rescale_before_pv = head_dim == 256 if rescale_before_pv is None else rescale_before_pv
         self.ctas = ctas or launch.sm_count()
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
@@ -444,8 +450,32 @@ class K11FMHA:
                                      number_of_threads=2 * wg.WARPGROUP_THREADS)
 
 
-# ---- the rung interface (identical for every rung: kernels/cute/launch.py) -------------------
-_API = launch.RungAPI(RUNG, K11FMHA, HEAD_DIMS, DTYPES, TILE_CONFIGS)
+# ---- the rung interface (kernels/cute/launch.py; the launch shape follows the key count) -----
+# From this many keys on, one CTA per query tile (the hardware's scheduling) and, under the causal
+# mask, L2 sections beat the persistent walk. H200, 16k tokens, TFLOP/s, persistent against one
+# tile per CTA: D = 128 keys 1k 550 / 524, 2k 635 / 590, 4k 633 / 626, 8k 633 / 641, 16k 654 /
+# 686; causal 1k-8k 373-576 persistent ahead by 3-11%, 16k 614 / 619, with L2 sections 636; D = 64
+# 1k 410 / 378, 4k 490 / 484, 16k 536 / 538; D = 256 16k 689 / 695 (the page has the tables).
+LONG_KEYS = 16384
+ONE_TILE_PER_CTA = 2**31 - 1  # ``ctas``: a grid of one CTA per query tile
+
+
+def launch_shape_knobs(problem) -> dict:
+    """K11's ``ctas`` and ``l2_heads`` for ``problem`` where the caller sets neither: the
+    persistent walk below ``LONG_KEYS`` keys, one CTA per tile (L2 sections under the mask) from there."""
+    if problem.seqlen_k < LONG_KEYS:
+        return {}
+    return {"ctas": ONE_TILE_PER_CTA, **({"l2_heads": 0} if problem.causal else {})}
+
+
+class K11API(launch.RungAPI):
+    def compile_kernel(self, problem, **knobs) -> launch.CompiledFMHA:
+        if "ctas" not in knobs and "l2_heads" not in knobs:
+            knobs = {**launch_shape_knobs(problem), **knobs}
+        return super().compile_kernel(problem, **knobs)
+
+
+_API = K11API(RUNG, K11FMHA, HEAD_DIMS, DTYPES, TILE_CONFIGS)
 can_implement = _API.can_implement
 compile_kernel = _API.compile_kernel
 run_kernel = _API.run_kernel

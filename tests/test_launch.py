@@ -50,3 +50,21 @@ def test_the_v_transpose_launches_the_same_way(monkeypatch, options, tvm_ffi):
     (_, args, used), = compile_calls.calls
     assert used == ("--enable-tvm-ffi" if tvm_ffi else options)
     assert args[-1].use_tvm_ffi_env_stream is tvm_ffi
+
+
+@pytest.mark.parametrize("seqlen_k,causal,given,expected", [
+    (16383, True, {}, {}),  # below LONG_KEYS: the persistent walk
+    (16384, False, {}, {"ctas": "one"}),
+    (20000, True, {}, {"ctas": "one", "l2_heads": 0}),
+    (20000, True, {"ctas": 132}, {"ctas": 132}),  # a launch shape the caller sets stays whole
+    (20000, True, {"l2_heads": 4}, {"l2_heads": 4}),
+    (20000, False, {"pingpong": False}, {"ctas": "one", "pingpong": False}),
+])
+def test_k11_launch_shape_follows_the_key_count(monkeypatch, seqlen_k, causal, given, expected):
+    from kernels import k11
+    from kernels.harness import AttentionProblem
+
+    monkeypatch.setattr(launch, "CompiledFMHA", lambda rung, cls, problem, knobs: dict(knobs))
+    problem = AttentionProblem(seqlen_q=1024, seqlen_k=seqlen_k, heads_q=16, heads_kv=16, causal=causal)
+    expected = {k: k11.ONE_TILE_PER_CTA if v == "one" else v for k, v in expected.items()}
+    assert k11.compile_kernel(problem, **given) == expected

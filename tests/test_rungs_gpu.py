@@ -120,6 +120,22 @@ def test_rung_with_pinned_pv_wait(name, head_dim, causal):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
+@pytest.mark.parametrize("name", [n for n in rung_names() if hasattr(rung_module(n), "launch_shape_knobs")])
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
+@pytest.mark.parametrize("causal", (False, True))
+def test_rung_launch_shape_for_long_keys(name, head_dim, causal):
+    """From LONG_KEYS keys the rung launches one CTA per query tile (L2 sections under the
+    mask) instead of its persistent walk: the same answer (tails, GQA, Sq != Sk, batch 2),
+    with LSE, bit-identical on a repeat."""
+    module = rung_module(name)
+    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=module.LONG_KEYS + 37, heads_q=4, heads_kv=2,
+                             head_dim=head_dim, causal=causal)
+    problem = native_problem(name, shape)
+    assert module.launch_shape_knobs(problem)["ctas"] == module.ONE_TILE_PER_CTA
+    result = verify_attention(runner(module, module.compile_kernel(problem)), problem, seed=13, with_lse=True)
+    assert result, f"{name} {problem.label()}: {result.reason}"
+
+
 PV_WAIT_KNOBS = ("pv_wait_after_row_scale", "pv_wait_after_row_sum")
 # (causal, Sq, Sk): tails and Sq != Sk; under the mask with Sq > Sk the first rows see no key.
 PV_WAIT_SHAPES = ((False, 333, 1111), (True, 333, 1111), (True, 1111, 333))
