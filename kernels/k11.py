@@ -108,6 +108,9 @@ TILE_CONFIGS = {
 }
 
 
+# Where K11's default rescales O before the P V after all, inside the turn (the constructor says why).
+RESCALE_BEFORE_PV_HEAD_DIMS = (256,)
+
 # Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
 MAX_HELD_K_BLOCKS = 8
 
@@ -178,7 +181,9 @@ class K11FMHA:
         # where the 128 multiplies after the wait for P V measured longer than the longer turn
         # (H200, 16k, one tile per CTA, TFLOP/s: 682 -> 710 without a mask, 644 -> 665 causal;
         # at D = 128 656 -> 637).
-        self.rescale_before_pv = head_dim == 256 if rescale_before_pv is None else rescale_before_pv
+        if rescale_before_pv is None:
+            rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
+        self.rescale_before_pv = rescale_before_pv
         self.ctas = ctas or launch.sm_count()
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
@@ -452,10 +457,8 @@ class K11FMHA:
 
 # ---- the rung interface (kernels/cute/launch.py; the launch shape follows the key count) -----
 # From this many keys on, one CTA per query tile (the hardware's scheduling) and, under the causal
-# mask, L2 sections beat the persistent walk. H200, 16k tokens, TFLOP/s, persistent against one
-# tile per CTA: D = 128 keys 1k 550 / 524, 2k 635 / 590, 4k 633 / 626, 8k 633 / 641, 16k 654 /
-# 686; causal 1k-8k 373-576 persistent ahead by 3-11%, 16k 614 / 619, with L2 sections 636; D = 64
-# 1k 410 / 378, 4k 490 / 484, 16k 536 / 538; D = 256 16k 689 / 695 (the page has the tables).
+# mask, L2 sections beat the persistent walk; below it the walk wins (H200, 16k tokens, D = 128:
+# 1k 550 against 524 TFLOP/s, 16k 654 against 686; the page's "Launch shape by key count").
 LONG_KEYS = 16384
 ONE_TILE_PER_CTA = 2**31 - 1  # ``ctas``: a grid of one CTA per query tile
 

@@ -245,9 +245,9 @@ def native_problem(name: str, problem: AttentionProblem | None = None) -> Attent
     return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
-def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False) -> dict:
+def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False, **knobs) -> dict:
     """Compile rung ``name`` for sm_90a (no GPU) and return its compile report (of the variant
-    that also writes the LSE with ``has_lse``)."""
+    that also writes the LSE with ``has_lse``; ``knobs``: the rung's constructor keywords)."""
     from kernels.registry import rung_module
 
     os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
@@ -257,7 +257,7 @@ def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool
     if reason:
         return {"kernel": name, "problem": problem.to_dict(), "status": f"unsupported: {reason}"}
     t0 = time.perf_counter()
-    compiled = module.compile_for_inspect(problem, has_lse=has_lse)
+    compiled = module.compile_for_inspect(problem, has_lse=has_lse, **knobs)
     compile_s = time.perf_counter() - t0
     cubin = _artifact(compiled.__cubin__, binary=True)
     sass = sass_of(cubin)
