@@ -138,11 +138,12 @@ def test_notebook_executes(path, tmp_path):
     assert not errors
 
 
-def test_recorded_tables_refresh_only_the_last_cell(tmp_path):
-    """--recorded-tables: the last code cell re-run from results/, every other output kept."""
+def test_recorded_tables_refresh_only_the_cells_that_read_results(tmp_path):
+    """--recorded-tables: the cells that read results/ (the profile's counters, the ladder's
+    tables) re-run, every other output kept."""
     pytest.importorskip("nbclient", reason="nbclient not installed: pip install -e '.[test]'")
     pytest.importorskip("ipykernel", reason="ipykernel not installed: pip install -e '.[test]'")
-    from tools.execute_notebooks import refresh_recorded_tables
+    from tools.execute_notebooks import RECORDED_MARK, refresh_recorded_tables
 
     path = tmp_path / NOTEBOOKS[-1].name
     original = nbformat.read(NOTEBOOKS[-1], as_version=4)
@@ -152,5 +153,7 @@ def test_recorded_tables_refresh_only_the_last_cell(tmp_path):
     nbformat.write(original, path)
     nb = refresh_recorded_tables(path, timeout_s=600, kernel="python3")
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs[0].get("text") == "kept\n" for c in code[:-1])
+    reads = [RECORDED_MARK in c.source for c in code]
+    assert reads[-1] and sum(reads) >= 2, "the template's profile and ladder cells"
+    assert all((c.outputs[0].get("text") == "kept\n") != read for c, read in zip(code, reads))
     assert "TFLOP/s" in json.dumps(code[-1].outputs) and nb.metadata == original.metadata

@@ -3,7 +3,7 @@
     python -m tools.execute_notebooks                 # all notebooks/*.ipynb: NN_*.ipynb, model.ipynb
     python -m tools.execute_notebooks 02_k2_row_group # only these (name or file)
     python -m tools.execute_notebooks --recorded-tables  # any machine: only the rung notebooks'
-                                                      # last cell, the tables read from results/
+                                                      # cells that read results/
 
 Run it on the H200 host after ``python notebooks/build.py`` and ``python -m tools.build_ext``,
 with the ``model`` extra installed (``make setup``; model.ipynb imports transformers): the
@@ -11,10 +11,10 @@ committed notebooks then show that GPU's checks and timings (the docs site rende
 without executing). Each cell has a time limit; a cell that raises stops that notebook, which
 is then left unchanged on disk. Prints one line per notebook and exits 1 if any failed.
 
-``--recorded-tables`` is for after a results file is re-recorded: it re-runs only the last code
-cell of each rung notebook (the recorded H200 tables, read from results/; no GPU needed),
-after the set-up cell and the notebook's ``kernels = [...]`` line, and keeps every other
-cell's outputs from the GPU run.
+``--recorded-tables`` is for after a results file is re-recorded: it re-runs only the cells of
+each rung notebook that read results/ (the recorded H200 tables and profile counters; no GPU
+needed), after the set-up cell and the notebook's ``kernels = [...]`` line, and keeps every
+other cell's outputs from the GPU run.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+# How a rung notebook's cell reads a recorded suite (results/): the cells --recorded-tables re-runs.
+RECORDED_MARK = "report.load("
 
 
 def notebook_paths() -> list[Path]:
@@ -46,21 +48,24 @@ def execute(path: Path, timeout_s: int, kernel: str):
 
 
 def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str, cwd: Path = NOTEBOOKS):
-    """``path`` with only its last code cell re-run (see the module docstring), in ``cwd``."""
+    """``path`` with only its cells that read results/ re-run (see the module docstring), in ``cwd``."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     # notebooks/build.py's template: the set-up cell first, one line naming the timed kernels
-    # (the cell that times them goes on to run them: only that line is wanted), the table last.
+    # (the cell that times them goes on to run them: only that line is wanted), then the cells
+    # that read a recorded suite (the profile's counters, the ladder's tables: report.load).
     kernels_line = next(line for c in code for line in c.source.splitlines() if line.startswith("kernels = "))
+    recorded = [c for c in code[1:] if RECORDED_MARK in c.source]
     scratch = nbformat.v4.new_notebook(metadata=copy.deepcopy(nb.metadata))  # execution rewrites it
-    sources = (code[0].source, kernels_line, code[-1].source)
+    sources = (code[0].source, kernels_line, *(c.source for c in recorded))
     scratch.cells = [nbformat.v4.new_code_cell(src) for src in sources]
     NotebookClient(scratch, timeout=timeout_s, kernel_name=kernel,
                    resources={"metadata": {"path": str(cwd)}}).execute()
-    code[-1].outputs = scratch.cells[-1].outputs
+    for cell, done in zip(recorded, scratch.cells[2:]):
+        cell.outputs = done.outputs
     return nb
 
 
@@ -71,7 +76,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
     parser.add_argument("--recorded-tables", action="store_true",
-                        help="re-run only the rung notebooks' recorded-table cell (no GPU needed)")
+                        help="re-run only the rung notebooks' cells that read results/ (no GPU needed)")
     args = parser.parse_args(argv)
     try:
         import nbclient  # noqa: F401
