@@ -96,7 +96,7 @@ DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait",
-         "pv_wait_after_row_scale", "pv_wait_after_row_sum")
+         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold")
 # l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
 L2_KV_BYTES = 40 * 1024 * 1024
 
@@ -142,7 +142,8 @@ class K11FMHA:
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
                  separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False,
-                 pv_wait_after_row_scale: bool | None = None, pv_wait_after_row_sum: bool = False):
+                 pv_wait_after_row_scale: bool | None = None, pv_wait_after_row_sum: bool = False,
+                 rescale_threshold: float = 0.0):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
@@ -184,6 +185,10 @@ class K11FMHA:
         if rescale_before_pv is None:
             rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
         self.rescale_before_pv = rescale_before_pv
+        # Lab: the production prefill's lazy rescale (OnlineSoftmax.rescale_threshold, in log2
+        # units; 0: off). With the rescale after the wait for P V, a warp whose rows all kept
+        # their max skips O's multiplies (a warp vote); before the P V they always run.
+        self.rescale_threshold = rescale_threshold
         self.ctas = ctas or launch.sm_count()
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
@@ -309,7 +314,8 @@ class K11FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row,
+                                rescale_threshold=self.rescale_threshold)
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)
@@ -422,6 +428,9 @@ class K11FMHA:
         wg.convert_scores_into(acc_S, tOrP)
         if const_expr(self.rescale_before_pv):
             pending_scale.store(row_scale.load())
+        elif const_expr(self.rescale_threshold > 0):
+            if softmax.any_moved(row_scale):  # else every factor of the warp's rows is 1
+                rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         else:
             rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         return kv_state

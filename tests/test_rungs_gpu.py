@@ -175,6 +175,24 @@ def test_rung_with_exp2_on_fma(name, head_dim, causal):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
+@pytest.mark.parametrize("name", [n for n in rung_names() if "rescale_threshold" in rung_module(n).KNOBS])
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
+@pytest.mark.parametrize("causal,seqlen_q,seqlen_k", PV_WAIT_SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("magnitude", (1.0, 20.0))
+def test_rung_with_lazy_rescale(name, head_dim, causal, seqlen_q, seqlen_k, magnitude):
+    """The lab knob that moves a row's running max only past a threshold and skips O's rescale
+    while no row of the warp moved (OnlineSoftmax.rescale_threshold): the same answer and LSE,
+    tails, GQA and rows without keys included; large logits (magnitude 20) make maxima jump
+    past the threshold mid-row, so both sides of the warp vote run."""
+    module = rung_module(name)
+    shape = AttentionProblem(batch=2, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=4, heads_kv=2,
+                             head_dim=head_dim, causal=causal)
+    problem = native_problem(name, shape)
+    compiled = module.compile_kernel(problem, rescale_threshold=8.0)
+    result = verify_attention(runner(module, compiled), problem, seed=13, magnitude=magnitude, with_lse=True)
+    assert result, f"{name} {problem.label()} magnitude {magnitude}: {result.reason}"
+
+
 def run_once(module, problem, q, k, v):
     out = empty_output(problem)
     poison(out)

@@ -159,15 +159,22 @@ class OnlineSoftmax:
 
     ``exp2_fma_every`` (lab, K12): one column in every that many takes :func:`exp2_fma` instead
     of MUFU.EX2, moving that share of the exponentials to the FMA and ALU pipes (0: none).
+
+    ``rescale_threshold`` (lab, K11; FlashAttention-4's on Blackwell, the production prefill's):
+    a row's running max moves only when the tile's max exceeds it by more than that many
+    (log2 units, scaled scores), so ``P`` stays below ``2^threshold`` and, while no row of a
+    warp moved, every factor is exactly 1 and the caller may skip O's rescale
+    (:meth:`any_moved`). 0: the max follows every tile.
     """
 
     def __init__(self, scale_log2: Float32, num_rows: int, threads_per_row: int = 4, max_offset: int = 0,
-                 exp2_fma_every: int = 0):
+                 exp2_fma_every: int = 0, rescale_threshold: float = 0.0):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
         self.threads_per_row = threads_per_row
         self.max_offset = max_offset
         self.exp2_fma_every = exp2_fma_every
+        self.rescale_threshold = rescale_threshold
         self.row_max = cute.make_rmem_tensor((num_rows,), Float32)
         self.row_sum = cute.make_rmem_tensor((num_rows,), Float32)
 
@@ -187,6 +194,12 @@ class OnlineSoftmax:
             prev_max = self.row_max[r]
             tile_max = max_of(row, -Float32.inf if const_expr(is_first) else prev_max)
             new_max = row_group_max(tile_max, self.threads_per_row)
+            if const_expr(self.rescale_threshold > 0 and not is_first):
+                # -inf + threshold stays -inf: a row's first finite score always moves its max;
+                # a row still without one (new_max -inf too) compares false and keeps -inf.
+                threshold = Float32(self.rescale_threshold)
+                grow = new_max * self.scale_log2 > prev_max * self.scale_log2 + threshold
+                new_max = new_max if grow else prev_max
             max_scaled = safe_max(new_max) * self.scale_log2
             exponent_base = max_scaled
             if const_expr(self.max_offset):
@@ -201,10 +214,22 @@ class OnlineSoftmax:
                 row_scale[r] = Float32(1.0)
                 self.row_sum[r] = sum_of(row, Float32(0.0))
             else:
-                row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled)
+                if const_expr(self.rescale_threshold > 0):  # exactly 1 where the max stayed
+                    row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled) if grow else Float32(1.0)
+                else:
+                    row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled)
                 self.row_sum[r] = sum_of(row, self.row_sum[r] * row_scale[r])
             self.row_max[r] = new_max
         return row_scale
+
+    @cute.jit
+    def any_moved(self, row_scale: cute.Tensor):
+        """Whether some row of this warp moved its max in the last :meth:`update` (with
+        ``rescale_threshold``, an unmoved row's factor is exactly 1): a warp-uniform vote."""
+        moved = row_scale[0] != Float32(1.0)
+        for r in cutlass.range_constexpr(1, self.num_rows):
+            moved = moved | (row_scale[r] != Float32(1.0))
+        return cute.arch.vote_any_sync(moved)
 
     @cute.jit
     def finalize(self):
