@@ -64,7 +64,8 @@ Constraints
     and under the causal mask L2 sections, ``l2_heads=0``), ``separate_o`` (default: where it
     fits), ``pv_wait_after_row_scale`` (the wait for the warpgroup's own P V behind the row
     factors; default: at D = 128, where it measured faster: the constructor says why). Lab
-    knobs, off: ``pin_pv_wait``, ``pv_wait_after_row_sum``.
+    knobs, off: ``pin_pv_wait``, ``pv_wait_after_row_sum``, ``rescale_threshold`` (the lazy
+    rescale; slower at D = 128, the page).
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
