@@ -45,6 +45,44 @@ def test_profile_without_ncu_says_so(monkeypatch):
         ncu.profile("k8", ncu.default_problem())
 
 
+# A consumer loop of 9 instructions (executed 100 times) between a prologue and a producer wait
+# (executed 10 times), with the turn and both WGMMA waits: (SASS, samples, executed).
+SOURCE_ROWS = [("LDC R1, c[0x0][0x28]", 5, 10),
+               ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10+0x10], R2", 7, 100),
+               ("BAR.SYNC.DEFER_BLOCKING R4, 0x100", 1, 100),
+               ("UMOV UR19, 0x40000040", 30, 100),
+               ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT", 20, 100),
+               ("BAR.ARV R4, 0x100", 2, 100),
+               ("WARPGROUP.DEPBAR.LE gsb0, 0x1", 40, 100),
+               ("MUFU.EX2 R28, R28", 50, 100),
+               ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 9, 100),
+               ("FMUL R88, R88, R3", 11, 100),
+               ("@!P0  BRA 0x7f0bef7addd0", 13, 10)]
+SOURCE = "".join([
+    '"Kernel Name","kernel_cutlass_kernel"\n',
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+    '"Instructions Executed"\n',
+    *[f'"0x{i:x}","      {sass}","{samples}","0","{executed}"\n' for i, (sass, samples, executed)
+      in enumerate(SOURCE_ROWS)]])
+
+
+def test_loop_segments_split_the_ping_pong_loop_at_the_turn_and_the_wgmma_waits():
+    """The turn from its BAR.SYNC (the wait for it shows on the next instruction) to its BAR.ARV;
+    each WGMMA wait closes the step it ends; K's wait at the loop's top counts with the loop's
+    last step; rarely executed code (prologue, producer) is outside."""
+    instructions = ncu.parse_source_csv(SOURCE)
+    assert [i["sass"] for i in instructions] == [row[0] for row in SOURCE_ROWS]
+    segments = ncu.loop_segments(instructions)
+    assert segments == {"turn": 53, "S wait": 40, "softmax to the P V wait": 59, "after the P V wait": 18,
+                        ncu.OUTSIDE: 18}
+    assert list(segments) == [*ncu.SEGMENTS, ncu.OUTSIDE]
+
+
+def test_a_source_page_without_instructions_is_an_error():
+    with pytest.raises(ValueError, match="no SASS source page"):
+        ncu.parse_source_csv("==PROF== No kernels were profiled.\n")
+
+
 def test_ladder_suite_times_the_scalar_rungs_on_a_subset():
     problems = ladder.problems()
     assert {p.head_dim for p in problems} == {64, 128, 256}

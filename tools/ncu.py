@@ -2,6 +2,7 @@
 
     python -m tools.ncu k8                       # d128, 16k tokens, no mask: key metrics
     python -m tools.ncu k7 --head-dim 64 --causal
+    python -m tools.ncu k11 --segments           # warp samples per step of the ping-pong loop
 
 The kernel runs in a child process under ``ncu`` (clocks left as they are: ``--clock-control
 none``); only the launch inside the NVTX range ``profiled`` is profiled, after two warm-up
@@ -9,6 +10,11 @@ launches (compile, caches). The metrics kept (:data:`METRICS`) are the ones the 
 use to explain a step: tensor-pipe activity, issue-slot use, the MUFU (XU) and FMA pipes,
 instructions executed and the warp stall reasons. ``python -m tools.bench --suite profile``
 records them with provenance in results/.
+
+``--segments`` samples warp stalls per SASS instruction instead (the SourceCounters section)
+and adds them up over the steps of a ping-pong consumer's KV loop (:data:`SEGMENTS`): where a
+consumer warp waits, and how much of the kernel's time is outside that loop (the producer's
+waits, each CTA's prologue and epilogue).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
@@ -87,19 +94,97 @@ def summarize(raw: dict[str, str]) -> dict:
     return out
 
 
-def profile(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict:
-    """Profile one launch of kernel ``name`` on ``problem``; returns :func:`summarize`'s dict."""
+# The steps of a ping-pong consumer's KV loop, in SASS order. A warp's stall samples sit on the
+# instruction it cannot issue: a wait's on the wait, the named barrier's on the instruction after
+# the sync. So the turn counts from its BAR.SYNC (waiting for it included) to its BAR.ARV; the
+# wait for S from there to the WGMMA wait that leaves one group (P V) in flight; the softmax from
+# there to the wait for every group (that wait included); the rest (O's rescale, P's packing, the
+# loop's end) from there to the next turn, K's mbarrier wait at the loop's top included.
+SEGMENTS = ("turn", "S wait", "softmax to the P V wait", "after the P V wait")
+# (marker, the step that begins at it, whether the marker itself belongs to that step)
+_STEP_MARKERS = (("BAR.SYNC", "turn", True), ("BAR.ARV", "S wait", False),
+                 ("WARPGROUP.DEPBAR.LE gsb0, 0x1", "softmax to the P V wait", False),
+                 ("WARPGROUP.DEPBAR.LE gsb0, 0x0", "after the P V wait", False))
+OUTSIDE = "outside the loop"
+
+
+def parse_source_csv(text: str) -> list[dict]:
+    """``ncu --page source --csv --print-source sass`` output -> one dict per SASS instruction, in
+    address order: ``sass`` (the instruction), ``samples`` (warp stall samples, all) and
+    ``executed`` (warp-level instructions executed)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
+    if start is None:
+        raise ValueError("no SASS source page in the ncu output")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    out = []
+    for row in rows[1:]:
+        if len(row) != len(rows[0]):
+            continue
+        d = dict(zip(rows[0], row))
+        out.append({"sass": d["Source"].strip(),
+                    "samples": number(d["Warp Stall Sampling (All Samples)"] or 0),
+                    "executed": number(d["Instructions Executed"] or 0)})
+    if not out:
+        raise ValueError("the ncu source page has a header but no instruction")
+    return out
+
+
+def loop_segments(instructions: list[dict]) -> dict[str, float]:
+    """Warp samples per :data:`SEGMENTS` step, and :data:`OUTSIDE`, of a kernel's SASS (from
+    :func:`parse_source_csv`). The loop: the address range of the instructions executed at
+    least half as often as the most executed one (the consumers' steady KV loop); it starts
+    in the last step (K's wait, before the turn)."""
+    peak = max(ins["executed"] for ins in instructions)
+    hot = [i for i, ins in enumerate(instructions) if ins["executed"] >= peak / 2]
+    out = dict.fromkeys((*SEGMENTS, OUTSIDE), 0.0)
+    step = SEGMENTS[-1]
+    for i, ins in enumerate(instructions):
+        if not hot[0] <= i <= hot[-1]:
+            out[OUTSIDE] += ins["samples"]
+            continue
+        marker = next(((nxt, own) for text, nxt, own in _STEP_MARKERS if text in ins["sass"]), None)
+        if marker and marker[1]:
+            step = marker[0]
+        out[step] += ins["samples"]
+        if marker and not marker[1]:
+            step = marker[0]
+    return out
+
+
+def stall_segments(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict[str, float]:
+    """Sample one launch of ``name`` per SASS instruction and add the samples up by
+    :func:`loop_segments`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "segments"
+        _run_ncu(name, problem, ["--section", "SourceCounters", "-f", "-o", str(report)], timeout_s)
+        export = _run_ncu(None, None, ["--import", f"{report}.ncu-rep", "--page", "source", "--csv",
+                                       "--print-source", "sass"], timeout_s)
+    return loop_segments(parse_source_csv(export))
+
+
+def _run_ncu(name: str | None, problem: AttentionProblem | None, args: list[str], timeout_s: int) -> str:
+    """``ncu`` with ``args``, around one profiled launch of ``name`` on ``problem`` (the child
+    process, :func:`run_target`) when a name is given; its stdout."""
     binary = ncu_binary()
     if binary is None:
         raise FileNotFoundError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
-    cmd = [binary, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-           *[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(EXTRA_METRICS),
-           "--page", "raw", "--csv",
-           sys.executable, "-m", "tools.ncu", "--target", name, "--problem", json.dumps(problem.to_dict())]
+    cmd = [binary, *args]
+    if name is not None:
+        child = [sys.executable, "-m", "tools.ncu", "--target", name,
+                 "--problem", json.dumps(problem.to_dict())]
+        cmd = [binary, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", *args, *child]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"ncu exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    return summarize(parse_raw_csv(done.stdout))
+    return done.stdout
+
+
+def profile(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict:
+    """Profile one launch of kernel ``name`` on ``problem``; returns :func:`summarize`'s dict."""
+    args = [*[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(EXTRA_METRICS),
+            "--page", "raw", "--csv"]
+    return summarize(parse_raw_csv(_run_ncu(name, problem, args, timeout_s)))
 
 
 def run_target(name: str, problem: AttentionProblem) -> None:
@@ -126,6 +211,8 @@ def main(argv=None) -> int:
     parser.add_argument("kernel", nargs="?", help="kernel name (python -m tools.compare --help lists them)")
     parser.add_argument("--head-dim", type=int, default=128, help="head dimension (default 128)")
     parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
+    parser.add_argument("--segments", action="store_true",
+                        help="warp stall samples per step of the ping-pong loop (SourceCounters)")
     parser.add_argument("--target", metavar="NAME", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--problem", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -134,6 +221,13 @@ def main(argv=None) -> int:
         return 0
     if not args.kernel:
         parser.error("name a kernel")
+    if args.segments:
+        segments = stall_segments(args.kernel, default_problem(args.head_dim, args.causal))
+        total = sum(segments.values())
+        for step, samples in segments.items():
+            print(f"{step:24} {samples / 1000:9.1f} k  {samples / total:6.1%}")
+        print(f"{'total':24} {total / 1000:9.1f} k")
+        return 0
     result = profile(args.kernel, default_problem(args.head_dim, args.causal))
     print(json.dumps(result, indent=1))
     return 0
