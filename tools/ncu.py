@@ -143,12 +143,11 @@ def loop_segments(instructions: list[dict]) -> dict[str, float]:
         if not hot[0] <= i <= hot[-1]:
             out[OUTSIDE] += ins["samples"]
             continue
-        marker = next(((nxt, own) for text, nxt, own in _STEP_MARKERS if text in ins["sass"]), None)
-        if marker and marker[1]:
-            step = marker[0]
+        nxt, own = next(((nxt, own) for text, nxt, own in _STEP_MARKERS if text in ins["sass"]), (step, True))
+        if own:
+            step = nxt
         out[step] += ins["samples"]
-        if marker and not marker[1]:
-            step = marker[0]
+        step = nxt
     return out
 
 
@@ -157,24 +156,26 @@ def stall_segments(name: str, problem: AttentionProblem, timeout_s: int = 300) -
     :func:`loop_segments`."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "segments"
-        _run_ncu(name, problem, ["--section", "SourceCounters", "-f", "-o", str(report)], timeout_s)
-        export = _run_ncu(None, None, ["--import", f"{report}.ncu-rep", "--page", "source", "--csv",
-                                       "--print-source", "sass"], timeout_s)
+        _profile_launch(name, problem, ["--section", "SourceCounters", "-f", "-o", str(report)], timeout_s)
+        export = _run_ncu(["--import", f"{report}.ncu-rep", "--page", "source", "--csv",
+                           "--print-source", "sass"], timeout_s)
     return loop_segments(parse_source_csv(export))
 
 
-def _run_ncu(name: str | None, problem: AttentionProblem | None, args: list[str], timeout_s: int) -> str:
-    """``ncu`` with ``args``, around one profiled launch of ``name`` on ``problem`` (the child
-    process, :func:`run_target`) when a name is given; its stdout."""
+def _profile_launch(name: str, problem: AttentionProblem, args: list[str], timeout_s: int) -> str:
+    """``ncu`` with ``args`` around one profiled launch of ``name`` on ``problem`` (the child
+    process, :func:`run_target`); its stdout."""
+    child = [sys.executable, "-m", "tools.ncu", "--target", name, "--problem", json.dumps(problem.to_dict())]
+    return _run_ncu(["--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", *args, *child],
+                    timeout_s)
+
+
+def _run_ncu(args: list[str], timeout_s: int) -> str:
+    """``ncu`` with ``args``; its stdout."""
     binary = ncu_binary()
     if binary is None:
         raise FileNotFoundError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
-    cmd = [binary, *args]
-    if name is not None:
-        child = [sys.executable, "-m", "tools.ncu", "--target", name,
-                 "--problem", json.dumps(problem.to_dict())]
-        cmd = [binary, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", *args, *child]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run([binary, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"ncu exited {done.returncode}: {done.stderr.strip()[-400:]}")
     return done.stdout
@@ -184,7 +185,7 @@ def profile(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict:
     """Profile one launch of kernel ``name`` on ``problem``; returns :func:`summarize`'s dict."""
     args = [*[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(EXTRA_METRICS),
             "--page", "raw", "--csv"]
-    return summarize(parse_raw_csv(_run_ncu(name, problem, args, timeout_s)))
+    return summarize(parse_raw_csv(_profile_launch(name, problem, args, timeout_s)))
 
 
 def run_target(name: str, problem: AttentionProblem) -> None:

@@ -214,10 +214,9 @@ class OnlineSoftmax:
                 row_scale[r] = Float32(1.0)
                 self.row_sum[r] = sum_of(row, Float32(0.0))
             else:
+                row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled)
                 if const_expr(self.rescale_threshold > 0):  # exactly 1 where the max stayed
-                    row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled) if grow else Float32(1.0)
-                else:
-                    row_scale[r] = exp2f(prev_max * self.scale_log2 - max_scaled)
+                    row_scale[r] = row_scale[r] if grow else Float32(1.0)
                 self.row_sum[r] = sum_of(row, self.row_sum[r] * row_scale[r])
             self.row_max[r] = new_max
         return row_scale

@@ -185,8 +185,8 @@ def run(ctx) -> list[dict]:
         k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
         pdict = {**problem.to_dict(), "page_size": page, "paged": True}
 
-        def ours():
-            return ops.paged_decode(q, k_cache, v_cache, table, lens, check_seqlens=False)
+        def ours(kc=k_cache, vc=v_cache):
+            return ops.paged_decode(q, kc, vc, table, lens, check_seqlens=False)
 
         def fa4_paged():
             return _first(fa4.flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=lens, page_table=table))
@@ -205,8 +205,7 @@ def run(ctx) -> list[dict]:
         # Copies of the cache in turn, enough that L2 holds none of a copy when it comes round again.
         copies = [(k_cache, v_cache)] + [(k_cache.clone(), v_cache.clone())
                                          for _ in range(rotation_count(kv_bytes, limit=GRAPH_CALLS) - 1)]
-        replay = graph_replay(lambda kc, vc: ops.paged_decode(q, kc, vc, table, lens, check_seqlens=False),
-                              [copies[i % len(copies)] for i in range(GRAPH_CALLS)])
+        replay = graph_replay(ours, [copies[i % len(copies)] for i in range(GRAPH_CALLS)])
         checked.append(_check("cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes,
                               calls=GRAPH_CALLS))
         return checked
