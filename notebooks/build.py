@@ -50,14 +50,12 @@ class Rung:
 
     @property
     def previous(self) -> str | None:
-        """The rung before this one in the registry's ladder."""
+        """The rung this one changes (``kernels.registry.rung_base``): usually the one before."""
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        from kernels.registry import rung_names
+        from kernels.registry import rung_base
 
-        names = rung_names()
-        index = names.index(self.rung) if self.rung in names else self.number - 1
-        return names[index - 1] if index > 0 else None
+        return rung_base(self.rung)
 
     @property
     def filename(self) -> str:
@@ -126,6 +124,12 @@ RUNG_TEXT = (
          "`QGMMA` (e4m3 x e4m3, k32) in place of `HGMMA`, half as many for the same tiles; "
          "`F2FP` converting P to e4m3 two scores at a time; no more `SHFL` than the bf16 rung; "
          "the main-loop rows as K11's: a turn of the `QGMMA` issues only, no float work"),
+    Rung(13, "dynamic_scheduler", "K13: a dynamic persistent scheduler",
+         "how persistent CTAs take their tiles from a counter in global memory as they free up, "
+         "how the producer hands each tile's index to the consumers with its Q, and why the "
+         "counter needs no reset before a launch",
+         "`ATOMG` (a ticket per tile, a count per CTA) and two `STG` (the counter's reset), none "
+         "of them with one CTA per tile; the main-loop rows as K11's (its loop is unchanged)"),
 )
 
 

@@ -68,3 +68,20 @@ def test_k11_launch_shape_follows_the_key_count(monkeypatch, seqlen_k, causal, g
     problem = AttentionProblem(seqlen_q=1024, seqlen_k=seqlen_k, heads_q=16, heads_kv=16, causal=causal)
     expected = {k: k11.ONE_TILE_PER_CTA if v == "one" else v for k, v in expected.items()}
     assert k11.compile_kernel(problem, **given) == expected
+
+
+@pytest.mark.parametrize("seqlen_k,causal,given,expected", [
+    (16383, False, {}, {}),  # below LONG_KEYS: the dynamic walk
+    (16384, False, {}, {"ctas": "one"}),  # K11's launch without the mask from there
+    (20000, True, {}, {}),  # under the mask the dynamic walk at every length
+    (20000, False, {"ctas": 132}, {"ctas": 132}),
+    (20000, False, {"l2_heads": 4}, {"ctas": "one", "l2_heads": 4}),
+])
+def test_k13_launch_shape_follows_the_key_count(monkeypatch, seqlen_k, causal, given, expected):
+    from kernels import k13
+    from kernels.harness import AttentionProblem
+
+    monkeypatch.setattr(launch, "CompiledFMHA", lambda rung, cls, problem, knobs: dict(knobs))
+    problem = AttentionProblem(seqlen_q=1024, seqlen_k=seqlen_k, heads_q=16, heads_kv=16, causal=causal)
+    expected = {k: k13.ONE_TILE_PER_CTA if v == "one" else v for k, v in expected.items()}
+    assert k13.compile_kernel(problem, **given) == expected

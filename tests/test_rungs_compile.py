@@ -34,12 +34,15 @@ EXPECTED = {
     # FP8: every warpgroup MMA is QGMMA (e4m3 x e4m3 -> fp32, k32), no bf16 HGMMA left.
     "k12": ({"QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"},
             {"HGMMA", "LDG", "STG", "HMMA"} | SPILLS),
+    # The dynamic scheduler: tickets by a global atomic; the counter's reset is the only STG.
+    "k13": ({"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR", "ATOMG", "STG"},
+            {"LDG", "HMMA"} | SPILLS),
 }
 # Facts beyond the opcode mix (tools.inspect.sass_facts), from the rung that introduces them on.
 # every TMA load in the producer's region
-WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12"}
+WARP_SPECIALIZED = {"k5", "k6", "k7", "k8", "k9", "k10", "k11", "k12", "k13"}
 # named barriers: BAR.SYNC / BAR.ARV on ids other than 0
-PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11", "k12"}
+PINGPONG = {"k6", "k7", "k8", "k9", "k10", "k11", "k12", "k13"}
 # Rungs whose dot products run on tensor cores (derived: HGMMA or QGMMA is expected): FFMA may
 # remain in the softmax (one per score: the scale folded into the exponent), but a scalar
 # dot-product loop over head_dim would show as thousands of them. A QGMMA (k32) is two k16 steps.
@@ -53,7 +56,7 @@ FP8_RUNGS = {"k12"}
 # turn and fewer instructions in the loop, at least 8 of them fewer on the uniform datapath
 # (its loop's bookkeeping, descriptors, loop bound, release lane, is built once; D = 256,
 # where Q's descriptors stay in the loop: 8).
-SHORT_TURN = {"k11", "k12"}
+SHORT_TURN = {"k11", "k12", "k13"}
 SHORT_TURN_INTRODUCED = {"k11"}
 VARIANTS = [(d, c) for d in (64, 128) for c in (False, True)] + [(256, False)]
 
@@ -125,6 +128,24 @@ def test_turn_holds_only_the_gemm_issues(name, head_dim, causal, reports):
     assert loop["turn"] < before["turn"], f"turn not shorter than {prev}'s: {loop} vs {before}"
     assert loop["instructions"] < before["instructions"], f"{loop} vs {prev} {before}"
     assert loop["uniform"] <= before["uniform"] - 8, f"bookkeeping back in the loop: {loop} vs {before}"
+
+
+@pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
+def test_k13_changes_the_schedule_not_the_loop(head_dim, causal, reports):
+    """K13's idea is where the tiles come from: two global atomics (a ticket per tile, the
+    CTA's count at the end) and the counter's two-word reset, none with one CTA per tile; its
+    KV loop is K11's: the same MMAs, softmax and waits, in the same places, with ptxas's
+    register and uniform-datapath choices moving a few integer instructions (at most 5)."""
+    dynamic = reports("k13", head_dim, causal, ctas=132)
+    one_tile = reports("k13", head_dim, causal, ctas=rung_module("k13").ONE_TILE_PER_CTA)
+    assert (dynamic["sass_mix"]["ATOMG"], dynamic["sass_mix"]["STG"]) == (2, 2), dynamic["sass_mix"]
+    assert (one_tile["sass_mix"]["ATOMG"], one_tile["sass_mix"]["STG"]) == (0, 0), one_tile["sass_mix"]
+    k11 = reports("k11", head_dim, causal)["sass_facts"]["main_loop"]
+    for loop in (dynamic["sass_facts"]["main_loop"], one_tile["sass_facts"]["main_loop"]):
+        moved = ("instructions", "uniform", "turn")
+        kept = [k for k in k11 if k not in moved]
+        assert {k: loop[k] for k in kept} == {k: k11[k] for k in kept}, (loop, k11)
+        assert all(abs(loop[k] - k11[k]) <= 5 for k in moved), (loop, k11)
 
 
 @pytest.mark.parametrize("name", [n for n in rung_names() if n in FP8_RUNGS])

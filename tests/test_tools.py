@@ -131,3 +131,19 @@ def test_build_ext_refuses_plain_sm90(capsys):
 
     assert build_ext.main(["--arch", "90"]) == 2
     assert "90a" in capsys.readouterr().err
+
+
+def test_power_samples_parse_and_average_over_a_window():
+    from tools import power
+
+    text = ("2026/12/04 14:00:00.000, 1650, 660.5, 60\n"
+            "2026/12/04 14:00:00.050, 1610, 670.5, 62\n"
+            "[Not Supported]\n"
+            "2026/12/04 14:00:01.000, 1980, 80.0, 35\n")
+    samples = power.parse_samples(text)
+    assert [s[1:] for s in samples] == [(1650, 660.5, 60), (1610, 670.5, 62), (1980, 80.0, 35)]
+    start = samples[0][0]
+    means = power.window_means(samples, start, start + 0.1)
+    assert means == {"mhz": 1630, "watts": 665.5, "celsius": 61, "samples": 2}
+    assert power.window_means(samples, start + 2, start + 3) is None
+    assert power.main(["k11", "--seconds", "0"]) == 2  # no GPU here: a clear refusal

@@ -37,7 +37,7 @@ FAMILIES = {
     "LDG": "global load", "STG": "global store", "LDS": "shared load", "STS": "shared store",
     "LDSM": "ldmatrix", "LDGSTS": "cp.async", "UTMALDG": "TMA load", "UTMASTG": "TMA store",
     "SYNCS": "mbarrier", "BAR": "barrier", "USETMAXREG": "register reallocation (setmaxnreg)",
-    "LDL": "local load (spill)", "STL": "local store (spill)",
+    "ATOMG": "global atomic", "LDL": "local load (spill)", "STL": "local store (spill)",
 }
 
 

@@ -51,8 +51,9 @@ come from; the first block of a page from a file also carries that file's proven
 driver, versions, commit, date, ceilings), folded, so it is shown once per page and file.
 
 In a kernel list, ``@rungs`` stands for every rung of the registry; on a rung's page ``@this``
-and ``@prev`` stand for that rung and the one before it (so K4's page compares with K3 once
-kernels/k3.py exists).
+and ``@prev`` stand for that rung and the one it changes: the one before it (so K4's page
+compares with K3 once kernels/k3.py exists), or the rung its module names as ``BASE`` (K13's
+is K11).
 
 A missing file, symbol, results file, results row or compile report fails the build with the
 page and the marker in the message. One exception: a rung of the registry that the results
@@ -142,15 +143,15 @@ def parse_where(text: str | None) -> dict:
 
 def split_list(text: str | None, page_rung: str | None = None) -> list[str]:
     """Comma list; ``@rungs`` is every rung; on a rung's page ``@this`` is that rung and
-    ``@prev`` the rung before it."""
+    ``@prev`` the rung it changes (``registry.rung_base``: usually the one before it)."""
     items = [x for x in (text or "").split(",") if x]
     if not any(x.startswith("@") for x in items):
         return items
     rungs = registry.rung_names()
     named = {"@rungs": rungs}
     if page_rung in rungs:
-        index = rungs.index(page_rung)
-        named.update({"@this": [page_rung], "@prev": rungs[max(0, index - 1):index]})
+        base = registry.rung_base(page_rung)
+        named.update({"@this": [page_rung], "@prev": [base] if base else []})
     out = []
     for x in items:
         if x.startswith("@") and x not in named:

@@ -205,6 +205,8 @@ def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute
         mbar_Q: cute.struct.MemRange[cutlass.Int64, 2]  # full, empty
         mbar_K: cute.struct.MemRange[cutlass.Int64, 2 * plan.num_stages]
         mbar_V: cute.struct.MemRange[cutlass.Int64, 2 * plan.num_stages]
+        # The tile whose Q the Q stage holds, where the producer picks the tiles (K13's scheduler)
+        tile_index: cute.struct.MemRange[Int32, 1]
         # 1024-byte alignment: the swizzle pattern repeats every 8 rows of 128 bytes.
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
@@ -233,6 +235,7 @@ class CtaContext(NamedTuple):
     pipeline_q: pipeline.PipelineTmaAsync
     pipeline_k: pipeline.PipelineTmaAsync
     pipeline_v: pipeline.PipelineTmaAsync
+    tile_index: cute.Tensor  # (1,) Int32: the tile of the Q in sQ (load_tiles' tile_index)
 
 
 @cute.jit
@@ -259,7 +262,8 @@ def enter_kernel(plan: cutlass.Constexpr, dtype: cutlass.Constexpr, gmem: GmemAr
     pipeline_q, pipeline_k, pipeline_v = tma.make_qkv_pipelines(
         storage, plan.num_stages, plan.num_consumer_threads // WARP_THREADS,
         plan.q_bytes(dtype_bytes), plan.kv_bytes(dtype_bytes))
-    return CtaContext(tidx, warp_idx, sQ, sK, sV, sO, pipeline_q, pipeline_k, pipeline_v)
+    tile_index = storage.tile_index.get_tensor(cute.make_layout(1))
+    return CtaContext(tidx, warp_idx, sQ, sK, sV, sO, pipeline_q, pipeline_k, pipeline_v, tile_index)
 
 
 class TileCoords(NamedTuple):
@@ -298,7 +302,7 @@ def kv_tile_count(plan: cutlass.Constexpr, gmem: GmemArgs, coords: TileCoords,
 def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords: TileCoords,
                causal: cutlass.Constexpr[bool], v_after_next_k: cutlass.Constexpr[bool] = False,
                q_state=None, kv_state=None, q_after_first_k: cutlass.Constexpr[bool] = False,
-               v_transposed: cutlass.Constexpr[bool] = False):
+               v_transposed: cutlass.Constexpr[bool] = False, tile_index: Int32 | None = None):
     """The producer (one warp; one elected lane issues): Q once, then for every visible KV tile
     ``n`` its K into ``sK[stage]`` and its V into ``sV[stage]``, each copy on the stage's *full*
     mbarrier, each stage first acquired on its *empty* mbarrier (released by the consumers).
@@ -309,7 +313,9 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
     ``kv_state``; fresh ones when None) and gets them back past this tile's loads; with
     ``q_after_first_k`` the first K tile is requested before Q, whose stage the consumers free
     only at the end of their previous tile. ``v_transposed``: V arrives as V^T (``host_setup``),
-    tile ``n`` is the ``(D, Bc)`` box at key ``n * Bc``."""
+    tile ``n`` is the ``(D, Bc)`` box at key ``n * Bc``. ``tile_index``: written to
+    ``ctx.tile_index`` with Q (:func:`load_q`), for consumers that learn their tile from the
+    producer (K13)."""
     # gQ: (Br, D, Sq/Br) this head's query tiles; gK, gV: (Bc, D, Sk/Bc) its KV tiles
     gQ = cute.local_tile(gmem.mQ[None, None, coords.head_idx, coords.batch_idx],
                          (plan.block_m, plan.head_dim), (None, 0))
@@ -332,7 +338,7 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.num_stages)
 
     if cutlass.const_expr(not q_after_first_k):
-        load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+        load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
         q_state.advance()
     if cutlass.const_expr(not v_after_next_k):
         for n_block in cutlass.range(n_block_max, unroll=1):
@@ -344,7 +350,7 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
         if n_block_max > 0:
             load_stage(ctx.pipeline_k, gmem.tma_atom_K, tKgK, tKsK, 0, kv_state)
             if cutlass.const_expr(q_after_first_k):
-                load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+                load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
                 q_state.advance()
             for n_block in cutlass.range(1, n_block_max, unroll=1):
                 prev_state = kv_state.clone()
@@ -354,18 +360,41 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
             load_stage(ctx.pipeline_v, gmem.tma_atom_V, tVgV, tVsV, n_block_max - 1, kv_state)
             kv_state.advance()
         elif cutlass.const_expr(q_after_first_k):
-            load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
+            load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
             q_state.advance()
     return q_state, kv_state
 
 
 @cute.jit
-def load_q(gmem: GmemArgs, ctx: CtaContext, tQgQ: cute.Tensor, tQsQ: cute.Tensor, m_block: Int32, q_state):
+def load_q(gmem: GmemArgs, ctx: CtaContext, tQgQ: cute.Tensor, tQsQ: cute.Tensor, m_block: Int32, q_state,
+           tile_index: Int32 | None = None):
     """Acquire the Q stage and copy query tile ``m_block`` into it (the caller advances
-    ``q_state``: the DSL tracks a state mutated in the branch that uses it, not in a helper)."""
-    ctx.pipeline_q.producer_acquire(q_state)
+    ``q_state``: the DSL tracks a state mutated in the branch that uses it, not in a helper).
+    ``tile_index``: also written to ``ctx.tile_index`` (:func:`publish_tile`)."""
+    if cutlass.const_expr(tile_index is None):
+        ctx.pipeline_q.producer_acquire(q_state)
+    else:
+        publish_tile(ctx, q_state, tile_index)
     cute.copy(gmem.tma_atom_Q, tQgQ[None, m_block], tQsQ[None, 0],
               tma_bar_ptr=ctx.pipeline_q.producer_get_barrier(q_state))
+
+
+@cute.jit
+def publish_tile(ctx: CtaContext, q_state, tile_index: Int32, with_q: cutlass.Constexpr[bool] = True):
+    """The producer's half of the Q stage's second message: which tile its Q belongs to.
+    The index is written between the wait for the empty stage and the arrival on the full one;
+    that arrival releases the write (``mbarrier.arrive`` has release semantics), and a
+    consumer's wait for the full stage acquires it. ``with_q``: a TMA copy of Q follows on
+    the stage (its bytes are expected); without, the stage completes on the arrival alone and
+    carries only the index (the end of the walk: an index past the last tile)."""
+    ctx.pipeline_q.sync_object_empty.wait(q_state.index, q_state.phase)
+    with cute.arch.elect_one():
+        ctx.tile_index[0] = tile_index
+    if cutlass.const_expr(with_q):
+        ctx.pipeline_q.producer_acquire(q_state, try_acquire_token=cutlass.Boolean(True))
+    else:
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(ctx.pipeline_q.producer_get_barrier(q_state))
 
 
 class ConsumerOperands:

@@ -123,6 +123,12 @@ def fake_lse():
     return make_fake_tensor(cutlass.Float32, shape, stride, assumed_align=4)
 
 
+def default_fake_arguments(dtype, has_lse: bool, tvm_ffi: bool) -> tuple:
+    """Compile-time stand-ins for the host function every rung shares (:func:`compile_fmha`)."""
+    return (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
+            fake_lse() if has_lse else None, cutlass.Float32(1.0), fake_stream(tvm_ffi))
+
+
 # ---- compile cache ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CompileKey:
@@ -147,7 +153,8 @@ def compile_fmha(kernel_cls: Callable, key: CompileKey, options: str | None = No
 
     The JIT host function signature shared by all rungs is
     ``(mQ, mK, mV, mO, mLSE | None, softmax_scale: Float32, stream)``; a kernel class with
-    other arguments (FP8's descales, K12) says which with ``fake_arguments(has_lse, tvm_ffi)``.
+    other arguments (FP8's descales, K12; K13's tile counter) says which with a method
+    ``fake_arguments(has_lse, tvm_ffi)``.
     """
     if key in _COMPILED:
         return _COMPILED[key]
@@ -155,11 +162,10 @@ def compile_fmha(kernel_cls: Callable, key: CompileKey, options: str | None = No
                       **dict(key.knobs))
     dtype = CUTE_DTYPES[key.dtype]
     tvm_ffi = options is None
-    if hasattr(kernel_cls, "fake_arguments"):
-        args = kernel_cls.fake_arguments(key.has_lse, tvm_ffi)
+    if hasattr(fmha, "fake_arguments"):
+        args = fmha.fake_arguments(key.has_lse, tvm_ffi)
     else:
-        args = (fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype), fake_bshd(dtype),
-                fake_lse() if key.has_lse else None, cutlass.Float32(1.0), fake_stream(tvm_ffi))
+        args = default_fake_arguments(dtype, key.has_lse, tvm_ffi)
     start = time.perf_counter()
     compiled = cute.compile(fmha, *args, options=LAUNCH_OPTIONS if tvm_ffi else options)
     COMPILE_SECONDS[key] = time.perf_counter() - start
@@ -202,8 +208,9 @@ class CompiledFMHA:
                 f"dtype={self.dtype}, scale={self.softmax_scale:.6g}{knobs})")
 
 
-def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
-    """Validate, convert and launch on torch's current stream of q's device."""
+def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None, extra_args: Callable | None = None) -> None:
+    """Validate, convert and launch on torch's current stream of q's device. ``extra_args(q)``:
+    arguments a rung's host function takes after the softmax scale (K13's tile counter)."""
     import torch
 
     if not isinstance(compiled, CompiledFMHA):
@@ -218,7 +225,7 @@ def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None) -> None:
     check_grid_limits(name, q)
     function = compiled.function(has_lse=lse is not None)
     with torch.cuda.device(q.device):
-        function(q, k, v, out, lse, compiled.softmax_scale)
+        function(q, k, v, out, lse, compiled.softmax_scale, *(extra_args(q) if extra_args else ()))
 
 
 def compile_for_inspect(rung: str, kernel_cls: Callable, problem: AttentionProblem, *, has_lse: bool = False,

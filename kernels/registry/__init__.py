@@ -18,10 +18,10 @@ from functools import cache
 
 from .peers import peer_runners
 from .production import production_runners
-from .rungs import rung_module, rung_names, rung_runners, variant_runner
+from .rungs import rung_base, rung_module, rung_names, rung_runners, variant_runner
 from .runner import Launch, Runner
 
-__all__ = ["Launch", "Runner", "all_runners", "get", "names", "rung_module", "rung_names"]
+__all__ = ["Launch", "Runner", "all_runners", "get", "names", "rung_base", "rung_module", "rung_names"]
 
 
 @cache

@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem
 
@@ -25,6 +26,24 @@ def rung_names() -> list[str]:
 
 def rung_module(name: str):
     return importlib.import_module(f"kernels.{name}")
+
+
+def rung_base(name: str) -> str | None:
+    """The rung whose code rung ``name`` changes, the one its page and notebook compare it
+    with: its module's ``BASE`` where set (K13 builds on K11, not on the FP8 rung K12 before it
+    in the ladder), else the rung before it. Read from the source: nothing is imported."""
+    import kernels
+
+    names = rung_names()
+    path = Path(kernels.__path__[0]) / f"{name}.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    base = next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and [getattr(t, "id", None) for t in node.targets] == ["BASE"]
+                 and isinstance(node.value, ast.Constant)), None)
+    if base is not None:
+        return base
+    index = names.index(name)
+    return names[index - 1] if index > 0 else None
 
 
 # Fields of a Hopper rung's TilePlan (kernels/cute/fmha.py) that a variant may set one by one
