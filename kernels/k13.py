@@ -26,7 +26,9 @@ Delta from K11
     The counter resets itself: each CTA's producer counts itself out on a second counter when
     its walk ends, and the last one sets both back to zero for the next launch. Each device
     and stream has its counters (``tile_counter``), so that launches on two streams never share
-    them.
+    them. Without the mask, from ``LONG_KEYS`` keys on, ``compile_kernel`` launches one CTA per
+    tile instead (K11's launch there; the producer then takes no ticket): with equal tiles the
+    walk has nothing to balance, and it measured slower there, at the GPU's power limit.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     0. As K11, and before the first tile: wait for the Q stage and read its tile index.
@@ -48,7 +50,8 @@ Constraints
     pointers (tensor-map rules). softmax scale: a positive runtime argument
     (``problem.softmax_scale``). Launches that share a stream run one after the other (CUDA's
     order), as the counters need. Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv`` (default: at D = 256, as K11), ``ctas`` (default: the GPU's SM count),
+    ``rescale_before_pv`` (default: at D = 256, as K11), ``ctas`` (default, ``compile_kernel``:
+    the GPU's SM count; without the mask from ``LONG_KEYS`` keys, ``ONE_TILE_PER_CTA``),
     ``separate_o`` (default: where it fits), ``l2_heads`` (under the causal mask, (head, batch)
     pairs per L2 section: default 0, as many as fit; ``None``: no sections),
     ``pv_wait_after_row_scale`` (default: at D = 128, as K11).

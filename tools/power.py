@@ -18,6 +18,7 @@ import argparse
 import datetime
 import subprocess
 import sys
+import tempfile
 import time
 
 QUERY = "timestamp,clocks.sm,power.draw,temperature.gpu"
@@ -95,8 +96,10 @@ def main(argv=None) -> int:
         print("tools.power needs a CUDA GPU", file=sys.stderr)
         return 2
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    # Samples go to a file: a pipe read only at the end fills up and stalls nvidia-smi.
+    log = tempfile.TemporaryFile(mode="w+")
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                            "-lms", str(SAMPLE_MS)], stdout=subprocess.PIPE, text=True)
+                            "-lms", str(SAMPLE_MS)], stdout=log, text=True)
     runs = []
     try:
         for causal in causals:
@@ -110,7 +113,9 @@ def main(argv=None) -> int:
                 time.sleep(1.0)
     finally:
         smi.terminate()
-    samples = parse_samples(smi.communicate()[0])
+        smi.wait()
+    log.seek(0)
+    samples = parse_samples(log.read())
     table = Table(title=f"sustained, {args.seconds:g} s per kernel ({torch.cuda.get_device_name()})")
     for column in ("shape", "kernel", "ms", "TFLOP/s", "MHz", "W", "C", "TFLOP/s per GHz"):
         table.add_column(column, justify="left" if column in ("shape", "kernel") else "right")
