@@ -98,8 +98,6 @@ SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait",
          "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold")
-# l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
-L2_KV_BYTES = 40 * 1024 * 1024
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -254,24 +252,8 @@ class K11FMHA:
             m_block = num_m_blocks - 1 - tile // (heads * batch)
             head_batch = tile % (heads * batch)
         if const_expr(self.causal and self.l2_heads is not None):
-            # Sections of `section` (head, batch) pairs, one after the other; inside one, the
-            # longest query tiles first and the section's pairs fastest.
-            pairs = heads * batch
-            section = Int32(self.l2_heads)
-            if const_expr(self.l2_heads == 0):
-                bytes_per_key = 2 * self.head_dim * (self.dtype.width // 8)  # K and V
-                kv_bytes = cutlass.Int64(gmem.mK.shape[0]) * bytes_per_key
-                fit = cutlass.max(L2_KV_BYTES // cutlass.max(kv_bytes, 1), 1)
-                section = Int32(1)
-                while section * 2 <= fit:
-                    section = section * 2
-            section = cutlass.min(section, pairs)
-            section_index = tile // (section * num_m_blocks)
-            first_pair = section_index * section
-            size = cutlass.min(section, pairs - first_pair)
-            within = tile - first_pair * num_m_blocks
-            m_block = num_m_blocks - 1 - within // size
-            head_batch = first_pair + within % size
+            section = fmha.l2_section_pairs(gmem, self.l2_heads, self.head_dim, self.dtype.width // 8)
+            m_block, head_batch = fmha.longest_first_in_sections(tile, num_m_blocks, heads * batch, section)
         return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
 
     # ---- device roles --------------------------------------------------------------------------

@@ -89,8 +89,6 @@ DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pv_wait_after_row_scale")
-# l2_heads=0: L2 bytes that the K and V of a section of (head, batch) pairs may fill.
-L2_KV_BYTES = 40 * 1024 * 1024
 # The tile counter's two words: tickets taken, CTAs whose walk has ended.
 TICKETS, FINISHED = 0, 1
 
@@ -245,24 +243,10 @@ class K13FMHA:
         m_block = tile % num_m_blocks
         head_batch = tile // num_m_blocks
         if const_expr(self.causal):
-            pairs = heads * batch
-            section = pairs
-            if const_expr(self.l2_heads == 0):
-                bytes_per_key = 2 * self.head_dim * (self.dtype.width // 8)  # K and V
-                kv_bytes = cutlass.Int64(gmem.mK.shape[0]) * bytes_per_key
-                fit = cutlass.max(L2_KV_BYTES // cutlass.max(kv_bytes, 1), 1)
-                section = Int32(1)
-                while section * 2 <= fit:
-                    section = section * 2
-            elif const_expr(self.l2_heads is not None):
-                section = Int32(self.l2_heads)
-            section = cutlass.min(section, pairs)
-            section_index = tile // (section * num_m_blocks)
-            first_pair = section_index * section
-            size = cutlass.min(section, pairs - first_pair)
-            within = tile - first_pair * num_m_blocks
-            m_block = num_m_blocks - 1 - within // size
-            head_batch = first_pair + within % size
+            section = heads * batch  # l2_heads=None: one section
+            if const_expr(self.l2_heads is not None):
+                section = fmha.l2_section_pairs(gmem, self.l2_heads, self.head_dim, self.dtype.width // 8)
+            m_block, head_batch = fmha.longest_first_in_sections(tile, num_m_blocks, heads * batch, section)
         return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
 
     # ---- device roles --------------------------------------------------------------------------
