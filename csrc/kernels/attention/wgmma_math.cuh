@@ -139,14 +139,18 @@ struct WgmmaMath {
 
   __device__ static void qk_issue(float (&acc)[1][kNT][4], const Element* sQ, const Element* sK) {
     float (&d)[kBlockN / 2] = reinterpret_cast<float (&)[kBlockN / 2]>(acc);
+    // One descriptor per operand, advanced by a constant per k step (an add, where building each
+    // from its address takes four instructions: they ran inside the warpgroup's turn).
+    const uint64_t q_desc = make_sw128_kmajor_desc(smem_addr(sQ));
+    const uint64_t k_desc = make_sw128_kmajor_desc(smem_addr(sK));
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       // k step ks: panel ks / 4, 32 bytes per step inside the 128-byte row.
       const int q_off = (ks / 4) * QSmemTile::kPanelElems + (ks % 4) * 16;
       const int k_off = (ks / 4) * KVSmemTile::kPanelElems + (ks % 4) * 16;
-      wgmma_ss<Element, kBlockN>(d, make_sw128_kmajor_desc(smem_addr(sQ + q_off)),
-                                 make_sw128_kmajor_desc(smem_addr(sK + k_off)), ks > 0);
+      wgmma_ss<Element, kBlockN>(d, sw128_desc_advance(q_desc, q_off * sizeof(Element)),
+                                 sw128_desc_advance(k_desc, k_off * sizeof(Element)), ks > 0);
     }
     wgmma_commit();
   }
@@ -161,12 +165,12 @@ struct WgmmaMath {
   // untouched until wait_all().
   __device__ static void pv_issue(float (&acc_o)[1][kDT][4], const uint32_t (&a)[1][kNT / 2][4], const Element* sV) {
     float (&d)[kD / 2] = reinterpret_cast<float (&)[kD / 2]>(acc_o);
+    // 16 keys = two 8-row groups (SBO); head_dim panels of 64 columns (LBO).
+    const uint64_t v_desc = make_sw128_desc(smem_addr(sV), KVSmemTile::kPanelElems * sizeof(Element), 1024);
     wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kNT / 2; ++kc) {
-      // 16 keys = two 8-row groups (SBO); head_dim panels of 64 columns (LBO).
-      wgmma_rs<Element, kD>(d, a[0][kc],
-                            make_sw128_desc(smem_addr(sV + kc * 16 * 64), KVSmemTile::kPanelElems * 2, 1024), 1);
+      wgmma_rs<Element, kD>(d, a[0][kc], sw128_desc_advance(v_desc, kc * 16 * 64 * sizeof(Element)), 1);
     }
     wgmma_commit();
   }
