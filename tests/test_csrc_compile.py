@@ -280,13 +280,17 @@ def test_ws_prefill_turn_holds_the_step_gemms(head_dim):
     (from the named barrier's sync to its arrive) holds exactly the step's GEMMs, Q K^T in k16
     slices and P V in 16-key slices, and no softmax: at most three floating-point instructions
     (ptxas's placement of a sum or a rescale factor), no exponential. A GEMM left outside the
-    turn would run into the other warpgroup's."""
+    turn would run into the other warpgroup's. The turn stays short: WgmmaMath steps each
+    operand's descriptor by an add (sw128_desc_advance); built from the address before every
+    WGMMA the turn held 89 / 112 / 179 instructions at head dim 64 / 128 / 256, stepped 50 / 58
+    / 113."""
     from tools.inspect import production_ws_step
 
     facts = production_ws_step(head_dim)
     assert facts, "no steady-state step found"
     assert facts["turn_mma"] == head_dim // 16 + WS_PLANS[head_dim][3] // 16, facts
     assert facts["turn_fp"] <= 3, facts
+    assert facts["turn"] <= {64: 60, 128: 70, 256: 130}[head_dim], facts
 
 
 @needs_nvcc
