@@ -1,6 +1,7 @@
 // Torch binding of the FP8 family (the module's only .cu): guard the device, check inputs,
-// fill QuantizeParams / GemmParams, plan, launch. Output allocation and shape flattening
-// are in kernels/extension/ops/fp8.py. Errors in the style of common/binding.h; the
+// fill QuantizeParams / GemmParams, plan, launch; and the CUDA kernel of the operator
+// torch.ops.kernels.fp8_gemm (gemm_kernel). The quantize's output allocation and shape
+// flattening are in kernels/extension/ops/fp8.py. Errors in the style of common/binding.h; the
 // launchers' (common/errors.h) reach Python the same way.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -198,7 +199,76 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
                          workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
 }
 
+// ---- torch.ops.kernels.fp8_gemm's CUDA kernel -------------------------------------------------
+// The operator's schema and fake kernel are Python's (kernels/extension/ops/fp8.py, which loads this
+// module as it is imported). Its CUDA kernel is C++: a decode step calls the GEMM once per linear
+// layer, and there the host time is the call's time: on the H200's host this kernel takes 8-10 us
+// of it, a Python kernel 16-18 (ops/fp8.py, _register_gemm_kernel).
+
+// Whether gemm_kernel takes the call as it is: the conditions of the Python checks
+// (ops/fp8.py check_gemm_call), without their messages.
+bool gemm_call_passes(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                      const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
+                      const c10::optional<at::Tensor>& col_scale, int64_t path, int64_t block_n, int64_t persistent,
+                      int64_t split_k) {
+  const bool a_e4m3 = a.scalar_type() == at::kFloat8_e4m3fn, a_e5m2 = a.scalar_type() == at::kFloat8_e5m2;
+  const bool b_e4m3 = b.scalar_type() == at::kFloat8_e4m3fn, b_e5m2 = b.scalar_type() == at::kFloat8_e5m2;
+  if (!((a_e4m3 && (b_e4m3 || b_e5m2)) || (a_e5m2 && b_e4m3)) || a.dim() != 2 || b.dim() != 2) return false;
+  const at::Device device = a.device();
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (b.size(1) != k || k % 16 || b.device() != device || a.stride(1) != 1 || b.stride(1) != 1) return false;
+  if (k && ((m > 1 && a.stride(0) % 16) || (n > 1 && b.stride(0) % 16))) return false;  // fp8: strides are bytes
+  if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16) return false;
+  for (const at::Tensor* scale : {&scale_a, &scale_b}) {
+    if (scale->scalar_type() != at::kFloat || scale->numel() != 1 || scale->device() != device) return false;
+  }
+  const auto vector_passes = [&](const c10::optional<at::Tensor>& t, int64_t size, at::ScalarType dtype) {
+    return !t || (t->scalar_type() == dtype && t->dim() == 1 && t->size(0) == size && t->device() == device &&
+                  t->stride(0) == 1);
+  };
+  if (!vector_passes(bias, n, at::kBFloat16) || !vector_passes(row_scale, m, at::kFloat) ||
+      !vector_passes(col_scale, n, at::kFloat)) {
+    return false;
+  }
+  const bool block_n_passes =
+      block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256;
+  if (path < -1 || path > 3 || !block_n_passes || persistent < -1 || persistent > 1 || split_k < 0 ||
+      split_k > fp8::gemm::kMaxSplitK || (path == 3 && m > fp8::gemm::GemvTmaPolicy::kMaxRows)) {
+    return false;
+  }
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
+  const int cc = prop->major * 10 + prop->minor;
+  return cc >= 89 && ((path != 0 && path != 3) || cc == 90);
+}
+
+at::Tensor gemm_kernel(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
+                       const c10::optional<at::Tensor>& col_scale, int64_t path, int64_t block_n, int64_t persistent,
+                       int64_t split_k) {
+  if (!gemm_call_passes(a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n, persistent, split_k)) {
+    // The Python checks raise the error that says what is wrong (the same as the fake kernel's).
+    pybind11::gil_scoped_acquire gil;
+    pybind11::module_::import("kernels.extension.ops.fp8")
+        .attr("check_gemm_call")(a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n, persistent,
+                                 split_k);
+  }
+  at::Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kBFloat16));
+  // The launchers' errors (common/errors.h) as the dispatcher passes them on to Python.
+  try {
+    gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent, -1, 0, -1, 0, split_k);
+  } catch (const kernels::TypeError& e) {
+    TORCH_CHECK_TYPE(false, e.what());
+  } catch (const kernels::NotImplementedError& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
+  } catch (const kernels::ValueError& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  return out;
+}
+
 }  // namespace
+
+TORCH_LIBRARY_IMPL(kernels, CUDA, m) { m.impl("fp8_gemm", TORCH_FN(gemm_kernel)); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   binding::register_exceptions();
