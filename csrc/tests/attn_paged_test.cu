@@ -371,7 +371,7 @@ static int bench_decode() {
 // kCopies K/V caches in turn, so that the keys come from HBM and not from L2 (50 MB: it holds
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
 // output is checked against the default's unsplit one. only_splits > 0: that split count only, the
-// default variant on contiguous K/V (a short run for nsys: where a call's time goes).
+// default variant on contiguous K/V and on pages of 16 (a short run for a profiler, or to compare builds).
 template <int d>
 static int latency_decode(int only_batch, int only_splits = 0) {
   const std::vector<DecodeVariant> variants = decode_variants<d>();
@@ -405,7 +405,7 @@ static int latency_decode(int only_batch, int only_splits = 0) {
     }
     float* ws = nullptr;
     KERNELS_CUDA_CHECK(cudaMalloc(&ws, decode_workspace_floats(kMaxSplits, b, hq, 1, d) * 4));
-    for (int layout = 0; layout < (only_splits > 0 ? 1 : 3); ++layout) {
+    for (int layout = 0; layout < (only_splits > 0 ? 2 : 3); ++layout) {
       const int page = layout == 1 ? 16 : 0;
       const bool heads_major = layout == 2;
       int* dtable = page == 0 ? nullptr : decode_page_table(b, sk, page, true);
