@@ -192,6 +192,29 @@ def test_gemm_plan_checks_take_only_plain_ints():
             fp8_ops.check_plan_args(*args)
 
 
+def test_cpp_kernel_refuses_what_the_python_checks_refuse():
+    """The C++ CUDA kernel (fp8.cu gemm_call_passes) tests the plan arguments against literals,
+    the Python checks against PATHS, BLOCK_NS, PERSISTENT, MAX_SPLIT_K and GEMV_TMA_MAX_ROWS: a
+    value one side takes and the other refuses would either skip the Python messages or reach
+    the launcher unchecked. Read from the sources, so it runs without a GPU."""
+    import re
+    from pathlib import Path
+
+    csrc = Path(__file__).resolve().parents[1] / "csrc" / "kernels" / "fp8"
+    passes = (csrc / "fp8.cu").read_text().split("bool gemm_call_passes(")[1].split("\n}\n")[0]
+    block_ns = {int(v) for v in re.findall(r"block_n == (\d+)", passes)}
+    lo, hi = map(int, re.search(r"path < (-?\d+) \|\| path > (\d+)", passes).groups())
+    p_lo, p_hi = map(int, re.search(r"persistent < (-?\d+) \|\| persistent > (\d+)", passes).groups())
+    assert block_ns == set(fp8_ops.BLOCK_NS)
+    assert tuple(range(lo, hi + 1)) == fp8_ops.PATHS
+    assert tuple(range(p_lo, p_hi + 1)) == fp8_ops.PERSISTENT
+    assert "split_k > fp8::gemm::kMaxSplitK" in passes and "m > fp8::gemm::GemvTmaPolicy::kMaxRows" in passes
+    plan, policy = (csrc / "gemm" / "plan.cuh").read_text(), (csrc / "gemm" / "policy.cuh").read_text()
+    assert int(re.search(r"constexpr int kMaxSplitK = (\d+);", plan).group(1)) == fp8_ops.MAX_SPLIT_K
+    gemv_tma = policy.split("struct GemvTmaPolicy {")[1]
+    assert int(re.search(r"kMaxRows = (\d+);", gemv_tma).group(1)) == fp8_ops.GEMV_TMA_MAX_ROWS
+
+
 def test_quantize_bad_inputs_raise():
     s = torch.empty((), dtype=torch.float32, device="meta")
     with pytest.raises(TypeError, match="bfloat16"):
