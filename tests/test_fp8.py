@@ -518,12 +518,13 @@ def test_gemm_accuracy_vs_scaled_mm(shape, guards):
 
 
 @pytest.mark.gpu
-def test_gemm_cuda_kernel_is_the_modules():
-    """With the module built, the operator's CUDA kernel is the module's C++ gemm_kernel (fp8.cu),
-    not the Python fallback that takes twice the host time per call."""
+@pytest.mark.parametrize("op", ["fp8_gemm", "fp8_quantize"])
+def test_cuda_kernels_are_the_modules(op):
+    """With the module built, the operators' CUDA kernels are the module's C++ ones (fp8.cu), not
+    the Python fallbacks, which take twice the host time per call."""
     _need_module()
-    cuda = [line for line in torch._C._dispatch_dump("kernels::fp8_gemm").splitlines()
-            if line.startswith("CUDA:")]
+    dump = torch._C._dispatch_dump(f"kernels::{op}")
+    cuda = [line for line in dump.splitlines() if line.startswith("CUDA:")]
     assert len(cuda) == 1 and "fp8.cu" in cuda[0], cuda
 
 

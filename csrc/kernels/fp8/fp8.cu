@@ -1,7 +1,7 @@
 // Torch binding of the FP8 family (the module's only .cu): guard the device, check inputs,
-// fill QuantizeParams / GemmParams, plan, launch; and the CUDA kernel of the operator
-// torch.ops.kernels.fp8_gemm (gemm_kernel). The quantize's output allocation and shape
-// flattening are in kernels/extension/ops/fp8.py. Errors in the style of common/binding.h; the
+// fill QuantizeParams / GemmParams, plan, launch; and the CUDA kernels of the operators
+// torch.ops.kernels.fp8_gemm and fp8_quantize (gemm_kernel, quantize_kernel: outputs allocated,
+// x flattened to [rows, K]). Errors in the style of common/binding.h; the
 // launchers' (common/errors.h) reach Python the same way.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -199,11 +199,33 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
                          workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
 }
 
-// ---- torch.ops.kernels.fp8_gemm's CUDA kernel -------------------------------------------------
-// The operator's schema and fake kernel are Python's (kernels/extension/ops/fp8.py, which loads this
-// module as it is imported). Its CUDA kernel is C++: a decode step calls the GEMM once per linear
-// layer, and there the host time is the call's time: on the H200's host this kernel takes 8-10 us
-// of it, a Python kernel 16-18 (ops/fp8.py, _register_gemm_kernel).
+// ---- the CUDA kernels of torch.ops.kernels.fp8_gemm and fp8_quantize ----------------------
+// The operators' schemas and fake kernels are Python's (kernels/extension/ops/fp8.py, which loads
+// this module as it is imported). Their CUDA kernels are C++: a decode step calls them once per
+// linear layer, and there the host time is the call's time: on the H200's host the C++ GEMM
+// kernel takes 8-10 us of it against a Python kernel's 16-18, the quantize 25-27 against 37-48
+// (ops/fp8.py _register_cuda_kernels, docs/production.md). Each
+// tests the conditions of its Python checks without their messages, and hands a call it refuses
+// to those checks, which raise the error that says what is wrong.
+template <class... Args>
+void raise_from_python_checks(const char* check, const Args&... args) {
+  pybind11::gil_scoped_acquire gil;
+  pybind11::module_::import("kernels.extension.ops.fp8").attr(check)(args...);
+}
+
+// f(), with the launchers' errors (common/errors.h) as the dispatcher passes them on to Python.
+template <class F>
+void with_launcher_errors(F&& f) {
+  try {
+    f();
+  } catch (const kernels::TypeError& e) {
+    TORCH_CHECK_TYPE(false, e.what());
+  } catch (const kernels::NotImplementedError& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
+  } catch (const kernels::ValueError& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
 
 // Whether gemm_kernel takes the call as it is: the conditions of the Python checks
 // (ops/fp8.py check_gemm_call), without their messages.
@@ -246,29 +268,46 @@ at::Tensor gemm_kernel(const at::Tensor& a, const at::Tensor& b, const at::Tenso
                        const c10::optional<at::Tensor>& col_scale, int64_t path, int64_t block_n, int64_t persistent,
                        int64_t split_k) {
   if (!gemm_call_passes(a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n, persistent, split_k)) {
-    // The Python checks raise the error that says what is wrong (the same as the fake kernel's).
-    pybind11::gil_scoped_acquire gil;
-    pybind11::module_::import("kernels.extension.ops.fp8")
-        .attr("check_gemm_call")(a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n, persistent,
-                                 split_k);
+    raise_from_python_checks("check_gemm_call", a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n,
+                             persistent, split_k);
   }
   at::Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kBFloat16));
-  // The launchers' errors (common/errors.h) as the dispatcher passes them on to Python.
-  try {
+  with_launcher_errors([&] {
     gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent, -1, 0, -1, 0, split_k);
-  } catch (const kernels::TypeError& e) {
-    TORCH_CHECK_TYPE(false, e.what());
-  } catch (const kernels::NotImplementedError& e) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
-  } catch (const kernels::ValueError& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
+  });
   return out;
+}
+
+// out = sat(x * scale) with x's shape (rowwise), out_t [K, rows] (transpose), amax = max |x|; x
+// any bf16 tensor, viewed as [rows, K] (ops/fp8.py check_quantize_args' conditions).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_kernel(const at::Tensor& x, const at::Tensor& scale,
+                                                               at::ScalarType fp8_dtype, bool rowwise, bool transpose) {
+  const bool passes = x.scalar_type() == at::kBFloat16 &&
+                      (fp8_dtype == at::kFloat8_e4m3fn || fp8_dtype == at::kFloat8_e5m2) && x.dim() >= 1 &&
+                      scale.scalar_type() == at::kFloat && scale.numel() == 1 && scale.device() == x.device();
+  if (!passes) raise_from_python_checks("check_quantize_args", x, scale, fp8_dtype, rowwise, transpose);
+  const int64_t k = x.size(-1), rows = k ? x.numel() / k : 0;
+  const at::TensorOptions fp8_options = x.options().dtype(fp8_dtype);
+  at::Tensor out = rowwise ? at::empty(x.sizes(), fp8_options) : at::empty({0}, fp8_options);
+  at::Tensor out_t = transpose ? at::empty({k, rows}, fp8_options) : at::empty({0}, fp8_options);
+  at::Tensor amax = at::zeros({}, x.options().dtype(at::kFloat));
+  if (x.numel()) {
+    at::Tensor x2 = x.reshape({rows, k});
+    if (x2.stride(1) != 1) x2 = x2.contiguous();
+    with_launcher_errors([&] {
+      quantize(x2, scale, rowwise ? c10::optional<at::Tensor>(out.view({rows, k})) : c10::nullopt,
+               transpose ? c10::optional<at::Tensor>(out_t) : c10::nullopt, amax.view({1}));
+    });
+  }
+  return {out, out_t, amax};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kernels, CUDA, m) { m.impl("fp8_gemm", TORCH_FN(gemm_kernel)); }
+TORCH_LIBRARY_IMPL(kernels, CUDA, m) {
+  m.impl("fp8_gemm", TORCH_FN(gemm_kernel));
+  m.impl("fp8_quantize", TORCH_FN(quantize_kernel));
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   binding::register_exceptions();

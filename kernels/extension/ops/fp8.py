@@ -4,8 +4,8 @@ torch operators (a schema, a CUDA kernel and a fake (meta) implementation) so th
 (`torch.library.Library`), not through `torch.library.custom_op`, whose Python wrapper (autograd
 and aliasing checks on every call) costs about three times as much host time per call: a
 decode step calls them once per linear layer, where the host is all there is. For the same
-reason `fp8_gemm`'s CUDA kernel is C++ (`gemm_kernel` in fp8.cu, registered as the module loads,
-which this module does on import where the module is built); its checks stay here.
+reason their CUDA kernels are C++ (`gemm_kernel` and `quantize_kernel` in fp8.cu, registered as the
+module loads, which this module does on import where the module is built); their checks stay here.
 
 * `torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)
   -> (out, out_t, amax)`: `out = saturate(x * scale)` in `fp8_dtype` with x's shape
@@ -234,7 +234,8 @@ _LIBRARY.define("fp8_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Te
 def fp8_quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype,
                  rowwise: bool = True, transpose: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CUDA kernel of ``torch.ops.kernels.fp8_quantize``."""
+    """``torch.ops.kernels.fp8_quantize``'s CUDA kernel where the module was not loaded with this
+    one (see _register_cuda_kernels): it says how to build the module, or loads one built since."""
     check_quantize_args(x, scale, fp8_dtype, rowwise, transpose)
     module = loader.load(MODULE)
     out_shape, t_shape = _quantize_shapes(x, rowwise, transpose)
@@ -248,9 +249,6 @@ def fp8_quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype,
         module.quantize(x2, scale, out.view(x2.shape) if rowwise else None,
                         out_t if transpose else None, amax.view(1))
     return out, out_t, amax
-
-
-_LIBRARY.impl("fp8_quantize", fp8_quantize, "CUDA")
 
 
 @torch.library.register_fake("kernels::fp8_quantize", lib=_LIBRARY)
@@ -281,7 +279,7 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
              col_scale: torch.Tensor | None = None, path: int = -1, block_n: int = 0,
              persistent: int = -1, split_k: int = 0) -> torch.Tensor:
     """``torch.ops.kernels.fp8_gemm``'s CUDA kernel where the module was not loaded with this one
-    (see _register_gemm_kernel): it says how to build the module, or loads one built since."""
+    (see _register_cuda_kernels): it says how to build the module, or loads one built since."""
     check_gemm_call(a, b, scale_a, scale_b, bias, row_scale, col_scale, path, block_n, persistent, split_k)
     module = loader.load(MODULE)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
@@ -290,23 +288,25 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     return out
 
 
-def _register_gemm_kernel() -> None:
-    """The CUDA kernel of ``fp8_gemm``: the module's C++ ``gemm_kernel``, which loading the module
-    registers, where the module is built; else :func:`fp8_gemm`. A decode step calls the GEMM once
-    per linear layer, and there the host time is the call's: on the H200's host, M = 1 / 64 / 128,
-    a call through the operator took 17.7 / 16.4 / 16.0 µs of host time with the Python kernel
-    (the dispatcher's boxing into Python objects 4.4 of it, the checks 2.9, ``torch.empty`` 3.1)
-    and takes 9.6 / 8.8 / 8.2 with the C++ one (``torch._scaled_mm``: 17.7 / 16.9 / 16.6)."""
+def _register_cuda_kernels() -> None:
+    """The CUDA kernels of ``fp8_gemm`` and ``fp8_quantize``: the module's C++ ``gemm_kernel`` and
+    ``quantize_kernel``, which loading the module registers, where the module is built; else
+    :func:`fp8_gemm` and :func:`fp8_quantize`. A decode step calls them once per linear layer, and
+    there the host time is the call's: on the H200's host, M = 1 / 64 / 128, a GEMM through the
+    operator took 17.7 / 16.4 / 16.0 µs of host time with the Python kernel (the dispatcher's
+    boxing into Python objects 4.4 of it, the checks 2.9, ``torch.empty`` 3.1) and takes 9.6 /
+    8.8 / 8.2 with the C++ one (``torch._scaled_mm``: 17.7 / 16.9 / 16.6)."""
     if loader.available(MODULE):
         try:
             loader.load(MODULE)
             return
-        except (ImportError, OSError):  # a stale build: the Python kernel's first call says why
+        except (ImportError, OSError):  # a stale build: the Python kernels' first call says why
             pass
+    _LIBRARY.impl("fp8_quantize", fp8_quantize, "CUDA")
     _LIBRARY.impl("fp8_gemm", fp8_gemm, "CUDA")
 
 
-_register_gemm_kernel()
+_register_cuda_kernels()
 
 
 @torch.library.register_fake("kernels::fp8_gemm", lib=_LIBRARY)
