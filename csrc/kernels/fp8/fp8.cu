@@ -202,9 +202,8 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
 // ---- the CUDA kernels of torch.ops.kernels.fp8_gemm and fp8_quantize ----------------------
 // The operators' schemas and fake kernels are Python's (kernels/extension/ops/fp8.py, which loads
 // this module as it is imported). Their CUDA kernels are C++: a decode step calls them once per
-// linear layer, and there the host time is the call's time: on the H200's host the C++ GEMM
-// kernel takes 8-10 us of it against a Python kernel's 16-18, the quantize 25-27 against 37-48
-// (ops/fp8.py _register_cuda_kernels, docs/production.md). Each
+// linear layer, and there the host time is the call's time: half (GEMM) to two thirds (quantize)
+// of a Python kernel's (docs/production.md, the FP8 section, has the H200 host's figures). Each
 // tests the conditions of its Python checks without their messages, and hands a call it refuses
 // to those checks, which raise the error that says what is wrong.
 template <class... Args>

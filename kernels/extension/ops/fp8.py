@@ -292,11 +292,8 @@ def _register_cuda_kernels() -> None:
     """The CUDA kernels of ``fp8_gemm`` and ``fp8_quantize``: the module's C++ ``gemm_kernel`` and
     ``quantize_kernel``, which loading the module registers, where the module is built; else
     :func:`fp8_gemm` and :func:`fp8_quantize`. A decode step calls them once per linear layer, and
-    there the host time is the call's: on the H200's host, M = 1 / 64 / 128, a GEMM through the
-    operator took 17.7 / 16.4 / 16.0 µs of host time with the Python kernel (the dispatcher's
-    boxing into Python objects 4.4 of it, the checks 2.9, ``torch.empty`` 3.1) and takes 9.6 /
-    8.8 / 8.2 with the C++ one (``torch._scaled_mm``: 17.7 / 16.9 / 16.6); a quantize 24.7-27.3
-    with the C++ kernel against 37.1-47.9 for the Python one called directly."""
+    there the host time is the call's: the C++ kernels take half (GEMM) to two thirds (quantize)
+    of a Python kernel's (the production page's FP8 section has the H200 host's figures)."""
     if loader.available(MODULE):
         try:
             loader.load(MODULE)
