@@ -3,8 +3,8 @@
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's), and
 // `attn_paged_test latency [B] [head_dim] [splits]` their time per call at B = 1, 4, 16 and 64 under
-// CUDA-graph replay (head_dim 64 / 256: the default and its other row layout; splits: one split
-// count of the default only, for a profiler).
+// CUDA-graph replay (head_dim 64 / 256: the default, its other row layout and, at 64, the deepest
+// ring; splits: one split count of the default only, for a profiler).
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -204,12 +204,14 @@ static std::vector<DecodeVariant> decode_variants() {
   } else {
     variants.push_back(make_decode_variant<typename V::Swizzled>("swizzled"));
   }
+  if constexpr (V::Deep::kStages != V::Default::kStages)
+    variants.push_back(make_decode_variant<typename V::Deep>("deep"));
   if constexpr (kD == 128) {
-    variants.insert(variants.end(),
-                    {make_decode_variant<typename V::W4S2>("w4s2"), make_decode_variant<typename V::W4S4>("w4s4"),
-                     make_decode_variant<typename V::W4S6>("w4s6"), make_decode_variant<typename V::W8S2>("w8s2"),
-                     make_decode_variant<typename V::W8S3>("w8s3"), make_decode_variant<typename V::W4K32S2>("w4k32s2"),
-                     make_decode_variant<typename V::W4K32S3>("w4k32s3")});
+    variants.insert(
+        variants.end(),
+        {make_decode_variant<typename V::W4S2>("w4s2"), make_decode_variant<typename V::W4S4>("w4s4"),
+         make_decode_variant<typename V::W8S2>("w8s2"), make_decode_variant<typename V::W8S3>("w8s3"),
+         make_decode_variant<typename V::W4K32S2>("w4k32s2"), make_decode_variant<typename V::W4K32S3>("w4k32s3")});
   }
   return variants;
 }

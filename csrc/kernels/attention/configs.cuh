@@ -29,22 +29,34 @@ template <>
 struct DecodeConfig<64> : DecodeTiles<64, 4, 32, 3, true> {};
 template <>
 struct DecodeConfig<128> : DecodeTiles<128, 4, 16, 3, true> {};
+// D 256 runs one CTA per SM at any ring depth (64 KB a stage); three stages, the deepest that
+// fits, against two (attn_paged_test latency, H200, graph replay, shuffled pages of 16 with the
+// cost model's splits, us): B1 17.26 / 18.46, B4 40.94 / 41.82, B16 129.19 / 131.44, B64 493.87 /
+// 510.44. At D 64 and 128 the deepest ring (6 stages) is no faster (D 128 B16 66.29 / 67.11 on
+// pages, 65.58 / 64.62 contiguous; D 64 B16 38.57 / 36.39 on pages).
 template <>
-struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 2, true> {};
+struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 3, true> {};
 
 // A configuration's tiles in padded rows (the scalar math reads only those).
 template <class Cfg>
 using PaddedDecodeTiles = DecodeTiles<Cfg::kD, Cfg::kWarps, Cfg::kKeysPerWarp, Cfg::kStages, false>;
 
+// The deepest ring of Cfg's tiles that one CTA's shared memory (227 KB) holds: Q, then per stage
+// a K and a V tile and the stage's page-table entries.
+template <class Cfg>
+constexpr int kDeepestRing = (227 * 1024 - 16 * Cfg::kD * 2) / (2 * Cfg::kWarps * Cfg::kKeysPerWarp * (Cfg::kD * 2) +
+                                                                Cfg::kWarps * Cfg::kKeysPerWarp * 4);
+
 template <int kD>
 struct DecodeVariants {
   using Default = DecodeConfig<kD>;
+  // the default's tiles in the deepest ring (6 stages at D 64 and 128): one CTA per SM
+  using Deep = DecodeTiles<kD, Default::kWarps, Default::kKeysPerWarp, kDeepestRing<Default>, true>;
   using Padded = PaddedDecodeTiles<Default>;
   using Swizzled = DecodeTiles<kD, Default::kWarps, Default::kKeysPerWarp, Default::kStages, true>;
   // other tile shapes, in the default's swizzled rows
   using W4S2 = DecodeTiles<kD, 4, 16, 2, true>;  // smaller ring: three CTAs per SM at D 128
   using W4S4 = DecodeTiles<kD, 4, 16, 4, true>;  // deeper ring
-  using W4S6 = DecodeTiles<kD, 4, 16, 6, true>;  // five tiles in flight: B16 runs one CTA per SM anyway
   using W8S2 = DecodeTiles<kD, 8, 16, 2, true>;  // 128-key tiles, 8 warps
   using W8S3 = DecodeTiles<kD, 8, 16, 3, true>;
   using W4K32S2 = DecodeTiles<kD, 4, 32, 2, true>;  // 128-key tiles, 4 warps of 32 keys
