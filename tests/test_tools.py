@@ -147,3 +147,4 @@ def test_power_samples_parse_and_average_over_a_window():
     assert means == {"mhz": 1630, "watts": 665.5, "celsius": 61, "samples": 2}
     assert power.window_means(samples, start + 2, start + 3) is None
     assert power.main(["k11", "--seconds", "0"]) == 2  # no GPU here: a clear refusal
+    assert power.main(["k12", "--dtype", "e4m3", "--seconds", "0"]) == 2  # the FP8 rungs' inputs

@@ -9,7 +9,8 @@ temperature every 50 ms, and reports for each kernel the time per call and TFLOP
 whole run, and the means of the samples taken after the first ``--settle`` seconds (default
 0.5): clock (MHz), power (W), temperature (C), and TFLOP/s per GHz (the work a clock cycle
 does, whatever the clock). The kernels run in the order given, with a second's pause between,
-once per shape; naming one twice (``k11 k13 k11 k13``) shows the drift.
+once per shape; naming one twice (``k11 k13 k11 k13``) shows the drift. ``--dtype e4m3`` runs
+the FP8 rungs on their inputs.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
                         help="queries = keys (default 16384); batch = 16k tokens / seqlen")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--dtype", choices=("bf16", "fp16", "e4m3"), default="bf16",
+                        help="the inputs' type (e4m3: the FP8 rungs; default bf16)")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--settle", type=float, default=0.5)
     args = parser.parse_args(argv)
@@ -87,6 +90,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from kernels.harness import empty_output
     from kernels.harness.inputs import make_inputs
     from kernels.harness.problem import fa3_paper_shapes
     from kernels.harness.timing import tflops
@@ -104,8 +108,9 @@ def main(argv=None) -> int:
     try:
         for causal in causals:
             problem, = fa3_paper_shapes(args.head_dim, causal, (args.seqlen,))
+            problem = problem.with_(dtype=args.dtype)
             q, k, v = make_inputs(problem, seed=0)
-            out = torch.empty_like(q)
+            out = empty_output(problem)
             for name in args.kernels:
                 launch = get(name).prepare(problem)
                 start, end, ms = run_sustained(launch, (q, k, v, out), args.seconds)
