@@ -516,6 +516,7 @@ int main(int argc, char** argv) {
       failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 128, page, true, impl);
     }
     failures += !guarded(true, {1, 1}, {500, 77}, 8, 1, 64, 16, true, impl);
+    failures += !guarded(true, {1, 1, 1}, {700, 1, 64}, 16, 2, 256, 16, false, impl);
     failures += !guarded(false, {33, 5}, {33, 200}, 8, 8, 256, 16, false, impl);
     failures += !guarded(false, {70, 10, 130}, {90, 10, 400}, 16, 2, 64, 64, false, impl);
   }

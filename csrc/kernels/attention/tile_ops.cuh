@@ -92,9 +92,8 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 // smem tiles laid out by Tile; keys >= kv_len are zero-filled. Thread t copies 16-byte column chunk
 // t % kChunks of kPerThread consecutive rows. The tile starts at a multiple of kRows, so with
 // contiguous KV, or a page size that is a multiple of kPerThread, a thread's rows share a page:
-// one lookup and a pointer step per row replace per-row address math (a 4-warp decode CTA is
-// issue-bound, so every instruction of this loop shows in its bandwidth). Other page sizes
-// look every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
+// one lookup and a pointer step per row replace per-row address math. Other page sizes look
+// every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
 template <class Element, int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV,
           class Tile = PaddedTile<kD>, class Lookup>
 __device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
