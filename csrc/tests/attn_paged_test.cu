@@ -2,9 +2,10 @@
 // sizes) against a CPU reference; prints a correctness table with timings, exits 1 on failure.
 // `attn_paged_test bench` instead times every decode tile configuration of DecodeVariants<128>
 // over split counts on the benchmark shapes (each output checked against the default's), and
-// `attn_paged_test latency [B] [head_dim] [splits]` their time per call at B = 1, 4, 16 and 64 under
-// CUDA-graph replay (head_dim 64 / 256: the default, its other row layout and, at 64, the deepest
-// ring; splits: one split count of the default only, for a profiler).
+// `attn_paged_test latency [B] [head_dim] [splits] [variants]` their time per call at B = 1, 4, 16 and
+// 64 under CUDA-graph replay (head_dim 64 / 256: the default, its other row layout and, at 64, the
+// deepest ring; splits: one split count of the default only, for a profiler; variants: the default
+// and the named ones, e.g. `latency 16 128 0 deep,w8s3`).
 //
 //   python -m tools.nvcc csrc/tests/attn_paged_test.cu csrc/kernels/attention/attn_decode.cu \
 //       csrc/kernels/attention/attn_prefill.cu csrc/kernels/attention/attn_prefill_ws.cu \
@@ -366,6 +367,11 @@ static int bench_decode() {
 
 // ---- latency: B = 1 to 64 under CUDA-graph replay --------------------------------------------
 
+// Whether `name` is one of the comma-separated names in `list`.
+static bool names_listed(const std::string& list, const char* name) {
+  return ("," + list + ",").find("," + std::string(name) + ",") != std::string::npos;
+}
+
 // `attn_paged_test latency`: the decode's time per call at B = 1, 4, 16 and 64 (Sk 4096, 32 / 8
 // heads, D 128 or the head_dim argument, contiguous and on shuffled pages of 16; contiguous heads-major too, [B, Hkv,
 // Sk, D] through the strides, where each CTA's keys are one contiguous run), every variant at every split count (up to
@@ -374,8 +380,10 @@ static int bench_decode() {
 // one B = 1 cache). The cost model's split count (decode_num_splits) is printed beside. Every
 // output is checked against the default's unsplit one. only_splits > 0: that split count only, the
 // default variant on contiguous K/V and on pages of 16 (a short run for a profiler, or to compare builds).
+// only_variants (names, comma-separated): the default and these variants only, at every split
+// count or at only_splits.
 template <int d>
-static int latency_decode(int only_batch, int only_splits = 0) {
+static int latency_decode(int only_batch, int only_splits = 0, const std::string& only_variants = "") {
   const std::vector<DecodeVariant> variants = decode_variants<d>();
   constexpr int hq = 32, hkv = 8, sk = 4096, kCopies = 8, kCallsPerGraph = 16, kMaxSplits = 64;
   const int split_counts[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
@@ -424,7 +432,9 @@ static int latency_decode(int only_batch, int only_splits = 0) {
       for (int splits : split_counts)
         if (timed(b, splits) && (only_splits == 0 || splits == only_splits)) std::printf(" %7d", splits);
       std::printf("\n");
-      for (size_t vi = 0; vi < (only_splits > 0 ? 1 : variants.size()); ++vi) {
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        if (vi > 0 && (only_variants.empty() ? only_splits > 0 : !names_listed(only_variants, variants[vi].name)))
+          continue;  // the default (vi 0) always runs: its unsplit output is the reference
         std::printf("  %-9s %-12s", variants[vi].name, variants[vi].tiles.c_str());
         for (int splits : split_counts) {
           if (!timed(b, splits) || (only_splits > 0 && splits != only_splits)) continue;
@@ -478,12 +488,14 @@ static int latency_decode(int only_batch, int only_splits = 0) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every finished case reaches the log
   if (argc > 1 && std::string(argv[1]) == "bench") return bench_decode();
-  if (argc > 1 && std::string(argv[1]) == "latency") {  // latency [B (0: all)] [head_dim (128)] [splits (0: all)]
+  // latency [B (0: all)] [head_dim (128)] [splits (0: all)] [variants (comma-separated)]
+  if (argc > 1 && std::string(argv[1]) == "latency") {
     const int only_batch = argc > 2 ? std::atoi(argv[2]) : 0, head_dim = argc > 3 ? std::atoi(argv[3]) : 128;
     const int only_splits = argc > 4 ? std::atoi(argv[4]) : 0;
-    if (head_dim == 64) return latency_decode<64>(only_batch, only_splits);
-    if (head_dim == 256) return latency_decode<256>(only_batch, only_splits);
-    return latency_decode<128>(only_batch, only_splits);
+    const std::string only_variants = argc > 5 ? argv[5] : "";
+    if (head_dim == 64) return latency_decode<64>(only_batch, only_splits, only_variants);
+    if (head_dim == 256) return latency_decode<256>(only_batch, only_splits, only_variants);
+    return latency_decode<128>(only_batch, only_splits, only_variants);
   }
   int failures = 0;
   if (argc > 1 && std::string(argv[1]) == "small") {
