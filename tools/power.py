@@ -90,8 +90,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kernels.harness import empty_output
-    from kernels.harness.inputs import make_inputs
+    from kernels.harness.inputs import empty_output, make_inputs
     from kernels.harness.problem import fa3_paper_shapes
     from kernels.harness.timing import tflops
     from kernels.registry import get
