@@ -290,10 +290,8 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
 
 def _register_cuda_kernels() -> None:
     """The CUDA kernels of ``fp8_gemm`` and ``fp8_quantize``: the module's C++ ``gemm_kernel`` and
-    ``quantize_kernel``, which loading the module registers, where the module is built; else
-    :func:`fp8_gemm` and :func:`fp8_quantize`. A decode step calls them once per linear layer, and
-    there the host time is the call's: the C++ kernels take half (GEMM) to two thirds (quantize)
-    of a Python kernel's (the production page's FP8 section has the H200 host's figures)."""
+    ``quantize_kernel``, which loading the module registers, where the module is built (why: the
+    module docstring); else :func:`fp8_gemm` and :func:`fp8_quantize`."""
     if loader.available(MODULE):
         try:
             loader.load(MODULE)
