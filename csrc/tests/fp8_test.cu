@@ -429,7 +429,7 @@ struct TimedVariant {
 // default vs bn128 pingpong pers fs (stores), bn128 promote vs pingpong vs overlap vs fast
 // (promotion at one tile), bn128 vs bn176 vs bn192 promote (tile width against wave
 // quantization), promote vs overlap (epilogue hidden behind the next tile's first k-block),
-// bn256 fast with and without fs.
+// bn256 fast with and without fs, the TMA-store kernels with and without clusters.
 std::vector<TimedVariant> timed_variants() {
   using fp8::gemm::AccumMode;
   using fp8::gemm::ClusterMode;
@@ -479,6 +479,13 @@ std::vector<TimedVariant> timed_variants() {
       {0, 256, fast, 0, none, 1, 0, 3},
       {0, 256, fast, 0, pair_m, 1, 0, 1},
       {0, 64, promote, 1, none, -1, 0, 1},
+      {0, 128, promote, 2, pair_m, 1, 0, 3},      // TMA stores in clusters (cuBLASLt's default at 4096^3:
+      {0, 128, promote, 2, pair_n, 1, 0, 3},      // 128 x 128 tiles in pairs along M)
+      {0, 128, promote, 1, pair_m, 1, 0, 3},
+      {0, 176, promote, 2, pair_m, 1, 0, 3},
+      {0, 128, fast, 0, pair_m, 1, 0, 3},
+      {0, 256, fast, 0, pair_m, 1, 0, 3},
+      {0, 256, fast, 0, pair_n, 1, 0, 3},
       {1, 0, -1, 0, -1, -1, 0, -1},               // mma.sync reference path
   };
   // clang-format on
