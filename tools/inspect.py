@@ -341,7 +341,7 @@ def main(argv=None) -> int:
     parser.add_argument("--production-ws", action="store_true",
                         help="the steady-state step of the csrc warp-specialized prefill (nvcc, no GPU)")
     parser.add_argument("--record", action="store_true",
-                        help="compile every rung at head_dim 64/128, causal and not, "
+                        help="compile every rung at head_dim 64/128/256, causal and not, "
                              "into results/inspect.json")
     args = parser.parse_args(argv)
     if args.production_ws:

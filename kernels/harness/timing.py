@@ -1,6 +1,6 @@
 """GPU timing: median of CUDA-event timings after warm-up, with input rotation.
 
-When one call's working set fits in L2 (60 MB on H200), timing the same buffers again and
+When one call's working set fits in L2 (50 MB on H100 and H200), timing the same buffers again and
 again measures the cache, not HBM. ``time_cuda`` then cycles through enough distinct input
 sets to overflow L2 twice.
 """
@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+# where the device does not report its L2: above the H100 / H200's 50 MB, so that the rotation
+# errs towards more input sets
 L2_BYTES_FALLBACK = 60 * 1024 * 1024
 
 
