@@ -139,6 +139,121 @@ def test_validation_errors():
         attention(q[0], k, v, cu_seqlens_q=torch.tensor([0, 2], dtype=torch.int32))
 
 
+def test_bad_arguments_are_named_before_anything_runs():
+    q, k, v = qkv(2, 3, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8, 5], dtype=torch.int32)
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor"):
+        attention(q, k, v, mask=[[True] * 8] * 2)
+    with pytest.raises(TypeError, match="page_table must be a torch.Tensor"):
+        attention(q, k_cache, v_cache, page_table=table.tolist(), seqlens_k=lens)
+    with pytest.raises(TypeError, match="scale must be a number"):
+        attention(q, k, v, scale=True)
+    with pytest.raises(ValueError, match="float32's range"):
+        attention(q, k, v, scale=1e300)
+    with pytest.raises(ValueError, match="head_dim must be at least 1"):
+        attention(q[..., :0], k[..., :0], v[..., :0], lse=torch.empty(2, 4, 3))
+    with pytest.raises(ValueError, match="needs a paged cache"):  # it would be ignored
+        attention(q, k, v, seqlens_k=lens)
+    with pytest.raises(ValueError, match=r"needs Sq = 3"):
+        attention(q, k, v, mask=torch.ones(2, 4, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"needs Sq = 3"):
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens,
+                  mask=torch.ones(2, 1, 8, dtype=torch.bool))
+    packed = q.reshape(6, 4, 16)
+    with pytest.raises(ValueError, match=r"1-D \[B \+ 1\]"):
+        attention(packed, k_cache, v_cache, page_table=table, seqlens_k=lens,
+                  cu_seqlens_q=torch.tensor(0).int())
+    with pytest.raises(ValueError, match="end at total_q = q.shape\\[0\\] = 6"):  # no sequence, 6 query rows
+        attention(packed, k_cache, v_cache, page_table=table[:0], seqlens_k=lens[:0],
+                  cu_seqlens_q=torch.zeros(1, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("kind", ["dense", "paged", "packed"])
+def test_out_and_lse_are_checked_not_converted_or_broadcast(kind):
+    """The torch path fills out and lse by copy: a wrong dtype or shape raises as the binding's
+    checks do, instead of being converted (an int32 out would read all zeros) or broadcast."""
+    q, k, v = qkv(2, 3, 8, 4, 2, 16)
+    kwargs = {}
+    if kind != "dense":
+        k, v, table = paged_kv_cache(k, v, 4)
+        kwargs = {"page_table": table, "seqlens_k": torch.tensor([8, 5], dtype=torch.int32)}
+    if kind == "packed":
+        q = q.reshape(6, 4, 16)
+        kwargs["cu_seqlens_q"] = torch.tensor([0, 3, 6], dtype=torch.int32)
+    lse_shape = (4, 6) if kind == "packed" else (2, 4, 3)
+    for out in (torch.empty(q.shape, dtype=torch.int32), torch.empty(q.shape, dtype=torch.float16),
+                torch.empty(3, *q.shape)):
+        with pytest.raises(ValueError, match="out must have q's dtype, shape and device"):
+            attention(q, k, v, out=out, **kwargs)
+    for lse in (torch.empty(lse_shape, dtype=torch.int64), torch.empty(2, *lse_shape),
+                torch.empty(lse_shape[::-1])):
+        with pytest.raises(ValueError, match="lse must be float32"):
+            attention(q, k, v, lse=lse, **kwargs)
+    out, lse = torch.empty_like(q), torch.empty(lse_shape)
+    assert attention(q, k, v, out=out, lse=lse, **kwargs) is out
+    assert torch.equal(out, attention(q, k, v, **kwargs)) and torch.isfinite(lse).all()
+
+
+def test_the_torch_path_checks_the_page_ids_it_reads():
+    """Entries of the page table that hold a sequence's keys must name pages of the cache (a
+    negative id would wrap around to the last page); entries past a sequence's length may hold
+    anything (padding such as -1 or num_pages)."""
+    q, k, v = qkv(2, 1, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8, 3], dtype=torch.int32)
+    expected = attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
+    num_pages = k_cache.shape[0]
+    for bad in (-1, num_pages):
+        wrong = table.clone()
+        wrong[0, 1] = bad
+        with pytest.raises(ValueError, match=rf"page_table\[0, 1\] = {bad} is not a page of the cache"):
+            attention(q, k_cache, v_cache, page_table=wrong, seqlens_k=lens)
+        padded = table.clone()
+        padded[1, 1:] = bad  # sequence 1 holds 3 keys: one page of 4
+        assert torch.equal(attention(q, k_cache, v_cache, page_table=padded, seqlens_k=lens), expected)
+    with pytest.raises(ValueError, match="max_pages \\* page_size = 8"):  # check_seqlens=False lets it pass
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=torch.tensor([9, 3], dtype=torch.int32),
+                  check_seqlens=False)
+
+
+def test_a_paged_mask_must_cover_the_longest_sequence():
+    q, k, v = qkv(2, 1, 10, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([10, 7], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"mask last dim \(3\) is shorter than the longest seqlens_k \(10\)"):
+        attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens,
+                  mask=torch.ones(2, 3, dtype=torch.bool))
+    keep = torch.ones(2, 12, dtype=torch.bool)
+    assert torch.equal(attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, mask=keep),
+                       attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens))
+    qp = torch.randn(5, 4, 16)
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match="needs seqlen_q = 3"):
+        attention(qp, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu,
+                  mask=torch.ones(2, 2, 10, dtype=torch.bool))
+
+
+def test_paged_calls_without_keys_or_sequences():
+    """No key at all (every length 0, a page table without columns) gives zeros and LSE -inf; no
+    sequence at all gives empty results."""
+    q, k, v = qkv(2, 3, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    zero = torch.zeros(2, dtype=torch.int32)
+    lse = torch.empty(2, 4, 3)
+    out = attention(q, k_cache, v_cache, page_table=table[:, :0], seqlens_k=zero, lse=lse)
+    assert not out.any() and torch.equal(lse, torch.full_like(lse, float("-inf")))
+    packed, cu = q.reshape(6, 4, 16), torch.tensor([0, 2, 6], dtype=torch.int32)
+    lens = torch.tensor([0, 5], dtype=torch.int32)
+    lse = torch.empty(4, 6)
+    out = attention(packed, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu, lse=lse)
+    assert not out[:2].any() and (lse[:, :2] == float("-inf")).all() and torch.isfinite(lse[:, 2:]).all()
+    assert attention(q[:0], k_cache, v_cache, page_table=table[:0], seqlens_k=zero[:0]).shape == (0, 3, 4, 16)
+    empty = attention(packed[:0], k_cache, v_cache, page_table=table[:0], seqlens_k=zero[:0],
+                      cu_seqlens_q=torch.zeros(1, dtype=torch.int32))
+    assert empty.shape == (0, 4, 16)
+
+
 # ---- the routed-call cache -----------------------------------------------------------------------
 
 def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(monkeypatch):

@@ -238,11 +238,26 @@ def test_recipes_validate():
         fp8_strategy.DelayedScaling(fp8_format="e5m2")
     with pytest.raises(ValueError):
         fp8_strategy.DelayedScaling(amax_history_len=0)
-    with pytest.raises(ValueError):
-        fp8_strategy.DynamicScaling(margin=-1)
+    for margin in (-1, 1.5, True, fp8_strategy.MAX_MARGIN + 1):
+        with pytest.raises(ValueError, match="margin must be an int"):
+            fp8_strategy.DynamicScaling(margin=margin)
+    with pytest.raises(ValueError, match="amax_history_len must be an int"):
+        fp8_strategy.DelayedScaling(amax_history_len=2.5)
     with pytest.raises(TypeError):
         with fp8_strategy.fp8_autocast(recipe="delayed"):
             pass
+
+
+def test_a_scale_is_a_positive_normal_number_whatever_the_amax():
+    """An amax of inf or NaN (an overflowed step, kept for amax_history_len steps by delayed
+    scaling) or 0, and a margin that pushes the quotient past float32, give the scale 1 (as
+    the docstring says), never 0 or inf: a dequant factor of inf would make the output NaN."""
+    scale_of = fp8_strategy._scale_from_amax
+    e4m3 = torch.float8_e4m3fn
+    assert float(scale_of(torch.tensor(2.0), e4m3, 1)) == 448.0 / 4
+    for amax in (float("inf"), float("nan"), 0.0, 1e-45):
+        assert float(scale_of(torch.tensor(amax), e4m3, 0)) == 1.0, amax
+    assert float(scale_of(torch.tensor(3e38), e4m3, fp8_strategy.MAX_MARGIN)) == 1.0
 
 
 def test_linear_outside_autocast_is_plain():

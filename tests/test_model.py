@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from support import random_prompts  # tests/support.py
@@ -117,6 +118,29 @@ def test_cache_slots_address_page_and_offset():
     assert last[0] == last[2] == 0  # empty rows: slot 0 of the null page
     with pytest.raises(ValueError, match=r"tokens \[8, 10\) outside its 9"):
         cache.slots(1, 8, 10)
+
+
+def test_cache_rows_and_steps_are_checked_before_anything_changes():
+    """A negative row would wrap around to another sequence's row (release(-1) freed the last
+    row's pages); a step past max_batch or out of pages would have grown the rows before it and
+    then failed; a length of 6.5 would have been stored."""
+    cache = make_cache(num_pages=6)  # 5 pages to hand out
+    cache.grow(0, 5)
+    cache.grow(3, 9)
+    before = [(cache.length(r), cache.pages(r)) for r in range(4)]
+    for call in (lambda: cache.release(-1), lambda: cache.length(-1), lambda: cache.pages(4),
+                 lambda: cache.slots(-1, 0, 1), lambda: cache.grow(-1, 1)):
+        with pytest.raises(IndexError, match="outside \\[0, 4\\)"):
+            call()
+    with pytest.raises(TypeError, match="length must be an integer"):
+        cache.grow(0, 6.5)
+    with pytest.raises(ValueError, match="batch must be an int in \\[0, max_batch = 4\\]"):
+        cache.advance(5)
+    with pytest.raises(OutOfPages, match="2 needed for this step, 0 free"):
+        cache.advance(3)  # rows 1 and 2 need their first page: none left
+    assert [(cache.length(r), cache.pages(r)) for r in range(4)] == before
+    cache.grow(0, np.int64(6))  # NumPy integers are integers
+    assert cache.length(0) == 6
 
 
 def test_cache_write_lands_where_attention_reads():

@@ -149,6 +149,32 @@ def test_bad_inputs_raise(bad, error):
         apply_rotary_emb(q, k, cos, sin, pos, backend=bad.get("backend", "auto"))
 
 
+def test_arguments_of_the_wrong_kind_are_named():
+    """q missing, positions as a list, a 0-d table and q, k of different ranks (the torch path
+    broadcast a 3-D k into a 4-D result) raise naming the input; rows < 0 for the tables too."""
+    q, k = torch.randn(1, 5, 3, 8), torch.randn(1, 5, 2, 8)
+    cos, sin = rotary_tables(16, 8)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        apply_rotary_emb(None, k, cos, sin)
+    with pytest.raises(TypeError, match="positions must be a torch.Tensor"):
+        apply_rotary_emb(q, k, cos, sin, [0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="0 dims"):
+        apply_rotary_emb(q, k, torch.tensor(1.0), torch.tensor(1.0))
+    for inplace in (False, True):
+        with pytest.raises(ValueError, match="3-D or both 4-D"):
+            apply_rotary_emb(q, k[0], cos, sin, inplace=inplace)
+    with pytest.raises(ValueError, match="rows must be >= 0"):
+        rotary_tables(-1, 8)
+
+
+@pytest.mark.parametrize("positions", [None, torch.zeros(2, 0, dtype=torch.int64)])
+def test_an_empty_sequence_rotates_to_empty_outputs(positions):
+    q, k = torch.randn(2, 0, 3, 8), torch.randn(2, 0, 2, 8)
+    cos, sin = rotary_tables(16, 8)
+    q_out, k_out = apply_rotary_emb(q, k, cos, sin, positions)
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+
+
 def test_kernel_backend_without_cuda_raises():
     q, k, cos, sin, pos = make_case(1, 2, 1, 1, 16, 16, torch.bfloat16, "cpu")
     with pytest.raises(RuntimeError, match="cannot run"):

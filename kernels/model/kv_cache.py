@@ -15,9 +15,22 @@ Padding rows of a batch bucket (length 0) write their K/V there and attend to no
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 NULL_PAGE = 0
+
+
+def _whole(name: str, value) -> int:
+    """`value` as an int: Python and NumPy integers pass, a float, bool or other object raises
+    (a length of 6.5 would otherwise be stored and break the slot arithmetic)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
 
 
 class OutOfPages(RuntimeError):
@@ -42,6 +55,7 @@ class PageAllocator:
         return len(self._free)
 
     def allocate(self, count: int) -> list[int]:
+        count = _whole("count", count)
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
         if count > len(self._free):
@@ -57,7 +71,8 @@ class PageAllocator:
         pages = list(pages)
         seen = set()  # a page twice in one call
         for page in pages:
-            if not (NULL_PAGE < page < self.num_pages) or self._is_free[page] or page in seen:
+            if (isinstance(page, bool) or not isinstance(page, int) or not NULL_PAGE < page < self.num_pages
+                    or self._is_free[page] or page in seen):  # an int page id, allocated, once
                 raise ValueError(f"page {page} is not an allocated page of this pool")
             seen.add(page)
         for page in pages:
@@ -107,16 +122,25 @@ class PagedKVCache:
 
     # ---- bookkeeping (host) ------------------------------------------------------------------
 
+    def _check_row(self, row) -> None:
+        """A row index: an int in [0, max_batch) (a negative one would wrap around to another
+        sequence's row)."""
+        row = _whole("row", row)
+        if not 0 <= row < self.max_batch:
+            raise IndexError(f"row {row} outside [0, {self.max_batch})")
+
     def length(self, row: int) -> int:
+        self._check_row(row)
         return self._lengths[row]
 
     def pages(self, row: int) -> list[int]:
+        self._check_row(row)
         return list(self._pages[row])
 
     def grow(self, row: int, length: int) -> None:
         """Make row `row` hold `length` tokens (allocating pages as needed; never shrinks)."""
-        if not 0 <= row < self.max_batch:
-            raise IndexError(f"row {row} outside [0, {self.max_batch})")
+        self._check_row(row)
+        length = _whole("length", length)
         if length > self.max_seqlen:
             raise ValueError(f"row {row}: length {length} exceeds max_seqlen {self.max_seqlen}")
         if length < self._lengths[row]:
@@ -132,6 +156,7 @@ class PagedKVCache:
 
     def release(self, row: int) -> None:
         """Return row `row`'s pages to the pool; the row becomes empty (null page, length 0)."""
+        self._check_row(row)
         self.allocator.free(self._pages[row])
         self._pages[row] = []
         self._lengths[row] = 0
@@ -144,8 +169,20 @@ class PagedKVCache:
                 self.release(row)
 
     def advance(self, batch: int) -> None:
-        """Rows `0 .. batch - 1` each grow by one token (a decode step)."""
+        """Rows `0 .. batch - 1` each grow by one token (a decode step). Checked before any row
+        changes: rows in range, none at max_seqlen, the pages the step needs free."""
+        batch = _whole("batch", batch)
+        if not 0 <= batch <= self.max_batch:
+            raise ValueError(f"batch must be an int in [0, max_batch = {self.max_batch}], got {batch!r}")
         lengths, limit = self._lengths, self.max_seqlen
+        full = next((row for row in range(batch) if lengths[row] >= limit), None)
+        if full is not None:
+            raise ValueError(f"row {full}: length {lengths[full] + 1} exceeds max_seqlen {limit}")
+        needed = sum(1 for row in range(batch) if lengths[row] + 1 > len(self._pages[row]) * self.page_size)
+        if needed > self.allocator.num_free:
+            free = self.allocator.num_free
+            raise OutOfPages(f"out of KV pages: {needed} needed for this step, {free} free "
+                             f"of {self.allocator.num_pages - 1}")
         for row in range(batch):
             length = lengths[row] + 1
             if length > limit or length > len(self._pages[row]) * self.page_size:
@@ -175,6 +212,7 @@ class PagedKVCache:
 
     def slots(self, row: int, start: int, end: int) -> list[int]:
         """Flat slot ids (page * page_size + offset) of tokens `start .. end - 1` of a row."""
+        self._check_row(row)
         if not 0 <= start <= end <= self._lengths[row]:
             raise ValueError(f"row {row}: tokens [{start}, {end}) outside its {self._lengths[row]}")
         pages, size = self._pages[row], self.page_size

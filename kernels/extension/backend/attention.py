@@ -22,6 +22,11 @@ How a call finds its backend:
   the warp-specialized prefill reads on the device unchecked): they run on a call that asks
   for them unless the same tensors, unmodified (their version counters), passed last (the
   layers of a step after the first skip them).
+- Page ids. Our kernels take them as the caller's contract (checked with KERNELS_DEBUG=1); the
+  torch backend reads pages by indexing, so it checks the ids of every sequence's keys on each
+  call (one device->host copy; entries past a sequence's length may hold anything).
+- `out` and `lse` must have the dtype, shape and device the call writes (q's; float32
+  [B, Hq, Sq], or [Hq, total_q] for packed queries): every backend refuses others.
 
 Autograd: when autograd records (torch.is_grad_enabled() and q, k or v requires grad), only
 differentiable backends can run the call: `fa4` (contiguous KV, no mask, head_dim <= 128:
@@ -80,6 +85,9 @@ def use_backend(name: str):
 
 # ---- validation (every backend) ------------------------------------------------------------
 
+# The largest scale the kernels can take: they receive it as an fp32.
+_FP32_MAX = 3.4028234663852886e38
+
 def _capturing(t: torch.Tensor) -> bool:
     """Whether a CUDA graph is being captured on the current stream (t: a tensor of the call; a
     CUDA tensor means CUDA is there, cheaper to ask than torch.cuda.is_available())."""
@@ -95,6 +103,10 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise TypeError(f"{name} must be bfloat16, float16 or float32, got {t.dtype}")
+    for name, t in (("mask", mask), ("page_table", page_table), ("seqlens_k", seqlens_k),
+                    ("cu_seqlens_q", cu_seqlens_q)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -105,6 +117,13 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
         raise ValueError("cu_seqlens_q (ragged queries) is supported with a paged cache (page_table)")
     if paged and seqlens_k is None:
         raise ValueError("a paged cache needs seqlens_k [B] int32")
+    if seqlens_k is not None and not paged:
+        raise ValueError("seqlens_k (key lengths) needs a paged cache (page_table); contiguous k, v "
+                         "hold seqlen_k = k.shape[1] keys for every batch")
+    if packed and cu_seqlens_q.dtype != torch.int32:
+        raise TypeError(f"cu_seqlens_q must be int32, got {cu_seqlens_q.dtype}")
+    if packed and (cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] == 0):
+        raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")
     if q.dim() != (3 if packed else 4):
         expected = "[total_q, Hq, D]" if packed else "[B, Sq, Hq, D]"
         raise ValueError(f"q must be {expected}, got shape {tuple(q.shape)}")
@@ -114,12 +133,16 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
     heads_kv = k.shape[2]
     if k.shape[3] != head_dim:
         raise ValueError(f"k head_dim {k.shape[3]} != q head_dim {head_dim}")
+    if head_dim == 0:
+        raise ValueError("head_dim must be at least 1, got 0")
     if heads_kv == 0 or heads_q % heads_kv:
         raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("q, k, v must have a contiguous last dim")
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float, torch.Tensor))):
+        raise TypeError(f"scale must be a number, got {scale!r}")
+    if scale is not None and not (math.isfinite(scale) and 0 < scale <= _FP32_MAX):
+        raise ValueError(f"scale must be a positive number within float32's range, got {scale}")
     batch = (cu_seqlens_q.shape[0] - 1) if packed else q.shape[0]
     if not paged and k.shape[0] != batch:
         raise ValueError(f"k batch {k.shape[0]} != q batch {batch}")
@@ -130,9 +153,9 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             if t.dim() != dims or t.shape[0] != batch:
                 raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, "
                                  f"got {tuple(t.shape)}")
-        if packed:
-            if cu_seqlens_q.dtype != torch.int32 or cu_seqlens_q.dim() != 1:
-                raise TypeError(f"cu_seqlens_q must be a 1-D int32 tensor, got {cu_seqlens_q.dtype}")
+        if packed and batch == 0 and q.shape[0] != 0:
+            raise ValueError(f"cu_seqlens_q must end at total_q = q.shape[0] = {q.shape[0]}, got "
+                             f"{cu_seqlens_q.tolist()}")
         if check_seqlens:
             check_seqlens_in_pages(k, page_table, seqlens_k, cu_seqlens_q=cu_seqlens_q, total_q=q.shape[0])
     if mask is not None:
@@ -142,6 +165,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"mask must be [B, Sk] or [B, Sq, Sk] with B = {batch}, got {tuple(mask.shape)}")
         if not paged and mask.shape[-1] != k.shape[1]:
             raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
+        if mask.dim() == 3 and not packed and mask.shape[1] != q.shape[1]:
+            raise ValueError(f"mask [B, Sq, Sk] needs Sq = {q.shape[1]}, got {tuple(mask.shape)}")
 
 
 # The last lengths that passed the check: (a weak reference to the seqlens_k tensor, one to the
@@ -192,7 +217,11 @@ def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None 
             and last_stamp == (seqlens_k._version, capacity,
                                None if cu_seqlens_q is None else cu_seqlens_q._version, total_q)):
         return
-    if seqlens_k.shape[0] == 0 or _capturing(seqlens_k):
+    if _capturing(seqlens_k):
+        return
+    if seqlens_k.shape[0] == 0:  # no sequence: cu_seqlens_q (if any) is [0], q empty (validate_inputs)
+        if cu_seqlens_q is not None and int(cu_seqlens_q[0]) != 0:
+            raise ValueError(f"cu_seqlens_q must start at 0, got {cu_seqlens_q.tolist()}")
         return
     lo, hi, offsets_ok = _length_range(seqlens_k, cu_seqlens_q, total_q)
     if lo < 0 or hi > capacity:
@@ -425,6 +454,13 @@ def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -
     not read them; the binding checks them on every call)."""
     if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in _PLAIN_SCALES:
         return None
+    try:
+        return _signature_of(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
+    except AttributeError:  # an argument that is no tensor: the slow path names it
+        return None
+
+
+def _signature_of(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple:
     return (q.dtype, q.shape, q.device, q.stride(),
             k.dtype, k.shape, k.device, k.stride(),
             v.dtype, v.shape, v.device, v.stride(),
@@ -533,6 +569,8 @@ def _run_cuda_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_se
 
 def _run_fa4(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
     """FlashAttention-4 (never routed a mask: _fa4_unsupported)."""
+    if out is not None or lse is not None:
+        _check_out_lse(q, out, lse, cu_seqlens_q is not None)
     fa4 = _fa4()
     if page_table is None:
         result = fa4.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_lse=lse is not None)
@@ -552,15 +590,59 @@ def _run_fa4(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, 
     return o
 
 
+def _check_out_lse(q, out, lse, packed: bool) -> None:
+    """The checks the binding makes of `out` and `lse`, for the backends that fill them by copy
+    (fa4, torch), where a wrong dtype or shape would be converted or broadcast silently."""
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+        if out.dtype != q.dtype or out.shape != q.shape or out.device != q.device:
+            raise ValueError(f"out must have q's dtype, shape and device ({q.dtype}, {tuple(q.shape)}, "
+                             f"{q.device}), got {out.dtype}, {tuple(out.shape)}, {out.device}")
+    if lse is not None:
+        if not isinstance(lse, torch.Tensor):
+            raise TypeError(f"lse must be a torch.Tensor or None, got {type(lse).__name__}")
+        shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
+        if lse.dtype != torch.float32 or lse.shape != shape or lse.device != q.device:
+            layout = "[heads_q, total_q]" if packed else "[batch, heads_q, seqlen_q]"
+            raise ValueError(f"lse must be float32 {layout} = {list(shape)} on {q.device}, got {lse.dtype} "
+                             f"{list(lse.shape)} on {lse.device}")
+
+
 # ---- torch fallback -------------------------------------------------------------------------
 
-def _gather_pages(cache, page_table, length):
-    """[num_pages, page_size, H, D] -> [B, length, H, D] (keys past seqlens are masked later)."""
-    page_size = cache.shape[1]
+def _pages_in_use(page_table, seqlens_k, num_pages: int, page_size: int, length: int):
+    """The first ceil(length / page_size) columns of the page table as int64, each sequence's
+    entries past its length set to page 0 (any value may stand there), after checking that the
+    entries in use name pages of the cache: the torch path reads pages by indexing, where a
+    negative id would wrap around and one past the cache fail inside torch (on CUDA, a
+    device-side assert). One device->host copy."""
     pages = -(-length // page_size)
+    if pages > page_table.shape[1]:  # check_seqlens=False lets such lengths through to here
+        capacity = page_table.shape[1] * page_size
+        raise ValueError(f"seqlens_k must be in [0, max_pages * page_size = {capacity}], got up to {length}")
     table = page_table[:, :pages].long()
+    starts = torch.arange(pages, device=table.device).view(1, -1) * page_size
+    in_use = starts < seqlens_k.to(table.device).view(-1, 1)
+    bad = in_use & ((table < 0) | (table >= num_pages))
+    if bool(bad.any()):
+        b, j = bad.nonzero()[0].tolist()
+        raise ValueError(f"page_table[{b}, {j}] = {int(table[b, j])} is not a page of the cache "
+                         f"(0 .. {num_pages - 1}); sequence {b} holds {int(seqlens_k[b])} keys")
+    return torch.where(in_use, table, 0)
+
+
+def _gather_pages(cache, table, length):
+    """[num_pages, page_size, H, D] and a table from _pages_in_use -> [B, length, H, D] (keys
+    past seqlens are masked later)."""
     gathered = cache[table]  # [B, pages, page_size, H, D]
-    return gathered.reshape(table.shape[0], pages * page_size, *cache.shape[2:])[:, :length]
+    return gathered.reshape(table.shape[0], -1, *cache.shape[2:])[:, :length]
+
+
+def _no_key(q, heads_q: int, rows: int, batch: int, need_lse: bool):
+    """The result for rows that see no key: zeros, LSE -inf ([batch, heads_q, rows])."""
+    lse = torch.full((batch, heads_q, rows), float("-inf"), device=q.device) if need_lse else None
+    return q.new_zeros((batch, rows, heads_q, q.shape[-1])), lse
 
 
 def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
@@ -575,10 +657,8 @@ def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
         rows = torch.arange(seqlen_q, device=q.device).view(1, -1, 1)
         allowed = allowed & (keys.view(1, 1, -1) <= rows + lens - seqlen_q)
     allowed = allowed.expand(batch, seqlen_q, seqlen_k)
-    if mask is not None:
+    if mask is not None:  # at least seqlen_k long (validate_inputs, _check_mask_covers)
         m = mask[..., :seqlen_k]
-        if m.shape[-1] < seqlen_k:
-            m = torch.nn.functional.pad(m, (0, seqlen_k - m.shape[-1]), value=False)
         allowed = allowed & (m.unsqueeze(1) if m.dim() == 2 else m)
     group = heads_q // heads_kv
     qh = q.transpose(1, 2)
@@ -605,7 +685,63 @@ def _sdpa_dense(q, k, v, causal, scale):
     return out.transpose(1, 2)
 
 
+def _check_mask_covers(mask, length: int, longest_q: int | None = None) -> None:
+    """The binding's checks of a paged call's mask against the lengths it reads."""
+    if mask is None:
+        return
+    if mask.shape[-1] < length:
+        raise ValueError(f"mask last dim ({mask.shape[-1]}) is shorter than the longest seqlens_k ({length})")
+    if longest_q is not None and mask.dim() == 3 and mask.shape[1] != longest_q:
+        raise ValueError(f"mask [batch, seqlen_q, seqlen_k] needs seqlen_q = {longest_q} (the longest "
+                         f"sequence of cu_seqlens_q), got {tuple(mask.shape)}")
+
+
+def _paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, need_lse):
+    """q [B, Sq, Hq, D] on a paged cache: each sequence's pages gathered, then _dense_torch."""
+    batch, seqlen_q, heads_q = q.shape[:3]
+    length = int(seqlens_k.max()) if batch else 0
+    _check_mask_covers(mask, length)
+    if length == 0:
+        return _no_key(q, heads_q, seqlen_q, batch, need_lse)
+    table = _pages_in_use(page_table, seqlens_k, k_cache.shape[0], k_cache.shape[1], length)
+    return _dense_torch(q, _gather_pages(k_cache, table, length), _gather_pages(v_cache, table, length),
+                        causal, scale, seqlens_k, mask, need_lse)
+
+
+def _packed_paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
+                        need_lse):
+    """Packed q [total_q, Hq, D] (cu_seqlens_q) on a paged cache, one sequence at a time."""
+    heads_q = q.shape[1]
+    cu, lengths = cu_seqlens_q.tolist(), seqlens_k.tolist()
+    longest = max(lengths, default=0)
+    _check_mask_covers(mask, longest, max((b - a for a, b in zip(cu, cu[1:])), default=0))
+    table = None
+    if longest:
+        table = _pages_in_use(page_table, seqlens_k, k_cache.shape[0], k_cache.shape[1], longest)
+    outs, lses = [], []
+    for b, length in enumerate(lengths):
+        qb = q[cu[b]:cu[b + 1]].unsqueeze(0)
+        if length == 0:
+            ob, lb = _no_key(q, heads_q, qb.shape[1], 1, need_lse)
+        else:
+            mb = None
+            if mask is not None:
+                mb = mask[b:b + 1] if mask.dim() == 2 else mask[b:b + 1, : cu[b + 1] - cu[b]]
+            ob, lb = _dense_torch(qb, _gather_pages(k_cache, table[b:b + 1], length),
+                                  _gather_pages(v_cache, table[b:b + 1], length), causal, scale,
+                                  seqlens_k[b:b + 1], mb, need_lse)
+        outs.append(ob[0])
+        lses.append(lb[0] if need_lse else None)
+    o = torch.cat(outs, dim=0) if outs else q.new_zeros(q.shape)
+    o_lse = None
+    if need_lse:
+        o_lse = torch.cat(lses, dim=1) if lses else torch.empty(heads_q, 0, device=q.device)
+    return o, o_lse
+
+
 def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+    if out is not None or lse is not None:
+        _check_out_lse(q, out, lse, cu_seqlens_q is not None)
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
     if (page_table is None and mask is None and lse is None and seqlen_k > 0
             and (not causal or seqlen_q in (1, seqlen_k))):
@@ -615,26 +751,10 @@ def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q
         lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
         o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
     elif cu_seqlens_q is None:
-        length = max(1, int(seqlens_k.max()))
-        o, o_lse = _dense_torch(q, _gather_pages(k, page_table, length), _gather_pages(v, page_table, length),
-                            causal, scale, seqlens_k, mask, lse is not None)
+        o, o_lse = _paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, lse is not None)
     else:
-        cu = cu_seqlens_q.tolist()
-        outs, lses = [], []
-        for b in range(len(cu) - 1):
-            length = max(1, int(seqlens_k[b]))
-            qb = q[cu[b]:cu[b + 1]].unsqueeze(0)
-            mb = None
-            if mask is not None:
-                mb = mask[b:b + 1] if mask.dim() == 2 else mask[b:b + 1, : cu[b + 1] - cu[b]]
-            ob, lb = _dense_torch(qb, _gather_pages(k, page_table[b:b + 1], length),
-                                  _gather_pages(v, page_table[b:b + 1], length), causal, scale,
-                                  seqlens_k[b:b + 1], mb, lse is not None)
-            outs.append(ob[0])
-            if lb is not None:
-                lses.append(lb[0])
-        o = torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
-        o_lse = torch.cat(lses, dim=1) if lse is not None and lses else None
+        o, o_lse = _packed_paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
+                                       lse is not None)
     if lse is not None:
         lse.copy_(o_lse)
     if out is not None:

@@ -57,18 +57,27 @@ class DelayedScaling:
 
     def __post_init__(self):
         _check_recipe(self)
-        if self.amax_history_len < 1:
-            raise ValueError(f"amax_history_len must be >= 1, got {self.amax_history_len}")
+        if not _is_int(self.amax_history_len) or self.amax_history_len < 1:
+            raise ValueError(f"amax_history_len must be an int >= 1, got {self.amax_history_len!r}")
         if self.amax_compute_algo not in ("max", "most_recent"):
             raise ValueError(f"amax_compute_algo must be 'max' or 'most_recent', got "
                              f"{self.amax_compute_algo!r}")
 
 
+# Headroom in powers of two: past this, amax * 2^margin overflows float32 for ordinary amaxes
+# and the scale would be 0.
+MAX_MARGIN = 32
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_recipe(recipe) -> None:
     if recipe.fp8_format not in FORMATS:
         raise ValueError(f"fp8_format must be one of {FORMATS}, got {recipe.fp8_format!r}")
-    if not isinstance(recipe.margin, int) or recipe.margin < 0:
-        raise ValueError(f"margin must be a non-negative int, got {recipe.margin!r}")
+    if not _is_int(recipe.margin) or not 0 <= recipe.margin <= MAX_MARGIN:
+        raise ValueError(f"margin must be an int in [0, {MAX_MARGIN}], got {recipe.margin!r}")
 
 
 def forward_dtype(recipe) -> torch.dtype:
@@ -119,10 +128,14 @@ def fp8_autocast(enabled: bool = True, recipe=None):
 # ---- scaling -------------------------------------------------------------------------------
 
 def _scale_from_amax(amax: torch.Tensor, fp8_dtype: torch.dtype, margin: int) -> torch.Tensor:
-    """fp8_max / (amax * 2^margin) as a float32 scalar on the device; 1 where amax is 0 / inf."""
+    """fp8_max / (amax * 2^margin) as a float32 scalar on the device; 1 where amax is 0, inf or
+    NaN, or the quotient is not a positive normal number (a scale of 0 or inf would make the
+    dequantized GEMM output NaN)."""
     fp8_max = fp8_ops.FP8_MAX[fp8_dtype]
     scale = fp8_max / (amax.float() * (2.0 ** margin))
-    return torch.where(torch.isfinite(scale) & (amax > 0), scale, torch.ones_like(scale)).reshape(())
+    normal = torch.isfinite(scale) & (scale >= torch.finfo(torch.float32).tiny)
+    usable = torch.isfinite(amax) & (amax > 0) & normal
+    return torch.where(usable, scale, torch.ones_like(scale)).reshape(())
 
 
 def quantize_dynamic(x: torch.Tensor, fp8_dtype: torch.dtype, margin: int = 0, *,

@@ -32,6 +32,8 @@ def rotary_tables(rows: int, rotary_dim: int, base: float = 10000.0, device=None
     """cos, sin `[rows, rotary_dim / 2]` for positions 0..rows-1 (the RoPE frequencies)."""
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be a positive even number, got {rotary_dim}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
     angles = torch.outer(torch.arange(rows, dtype=torch.float64), inv_freq)
     return (angles.cos().to(dtype=dtype, device=device),
@@ -40,16 +42,16 @@ def rotary_tables(rows: int, rotary_dim: int, base: float = 10000.0, device=None
 
 def _gather_rows(table: torch.Tensor, positions, batch: int, seqlen: int):
     """Table rows for every token as [B, S, 1, R/2]; NaN for out-of-range positions."""
-    cos2 = table
+    cos2, half = table, table.shape[-1]  # half given, not -1: a sequence may be empty
     if positions is None:
         if table.dim() == 3:
-            return table.reshape(batch, seqlen, 1, -1)
-        return table[:seqlen].reshape(1, seqlen, 1, -1).expand(batch, -1, -1, -1)
+            return table.reshape(batch, seqlen, 1, half)
+        return table[:seqlen].reshape(1, seqlen, 1, half).expand(batch, -1, -1, -1)
     rows = cos2.shape[0]
     valid = (positions >= 0) & (positions < rows)
     picked = cos2[positions.clamp(0, rows - 1).long()]
     picked = torch.where(valid.unsqueeze(-1), picked, torch.full_like(picked, float("nan")))
-    return picked.reshape(batch, seqlen, 1, -1)
+    return picked.reshape(batch, seqlen, 1, half)
 
 
 def _rotate_torch(x: torch.Tensor, cos_t: torch.Tensor, sin_t: torch.Tensor,
@@ -112,16 +114,21 @@ def apply_rotary_torch(q, k, cos, sin, positions=None, *, interleaved=False, inp
     return outs[0], outs[1]
 
 
-def _check_common(q, k, cos, sin):
-    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
-        if t is not None and not isinstance(t, torch.Tensor):
+def _check_common(q, k, cos, sin, positions=None):
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin), ("positions", positions)):
+        if (t is not None or name in ("q", "cos", "sin")) and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if cos.dim() == 0:
+        raise ValueError("cos/sin must be 2-D or 3-D, got 0 dims")
     if not q.is_floating_point():
         raise TypeError(f"q must be a floating tensor, got {q.dtype}")
     if k is not None and k.dtype != q.dtype:
         raise TypeError(f"q ({q.dtype}) and k ({k.dtype}) must share one dtype")
     if k is not None and k.device != q.device:
         raise ValueError("q and k are on different devices")
+    if k is not None and k.dim() != q.dim():
+        raise ValueError(f"q and k must both be 3-D or both 4-D, got shapes {tuple(q.shape)} and "
+                         f"{tuple(k.shape)}")
     if cos.shape[-1] * 2 > q.shape[-1]:
         raise ValueError(f"rotary_dim (2 * cos.shape[-1] = {2 * cos.shape[-1]}) exceeds "
                          f"head_dim {q.shape[-1]}")
@@ -150,7 +157,7 @@ def apply_rotary_emb(q, k, cos, sin, positions=None, *, interleaved: bool = Fals
     """Rotate q and k (k may be None). Returns (q_out, k_out); see the module docstring."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    _check_common(q, k, cos, sin)
+    _check_common(q, k, cos, sin, positions)
     why_not = _kernel_eligible(q, k, cos, positions, interleaved) if backend != "torch" else "forced"
     if why_not is None:
         device = q.device
