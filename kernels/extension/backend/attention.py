@@ -545,7 +545,10 @@ def _run_cuda_paged_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k,
 
 def _run_cuda_paged_prefill_dense(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out,
                                   lse):
-    """Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths."""
+    """Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths (out
+    and lse reshaped and copied here, so checked here)."""
+    if out is not None or lse is not None:
+        _check_out_lse(q, out, lse, False)
     batch, seqlen_q, heads_q = q.shape[:3]
     cu = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     packed_out = None if out is None else out.view(batch * seqlen_q, heads_q, -1)
