@@ -57,13 +57,13 @@ def pytest_collection_modifyitems(config, items):
     if not cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in items:
-            if "gpu" in item.keywords:
+            if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip)
         return
     limit = config.getoption("--gpu-timeout")
     if limit and _timeout_plugin(config):
         for item in items:
-            if "gpu" in item.keywords and item.get_closest_marker("timeout") is None:
+            if item.get_closest_marker("gpu") is not None and item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(limit, method="thread"))
 
 

@@ -65,7 +65,17 @@ def test_sharded_attention_on_gpus_matches_one_gpu(world):
         pytest.skip(f"needs {world} GPUs, {torch.cuda.device_count()} visible")
     if not dist.is_nccl_available():
         pytest.skip("torch is built without NCCL")
+    from kernels.extension.backend.attention import select_backend
+    from kernels.extension.ops import attention as ops
+
     results = run_distributed(checks_on_every_rank, world, backend="nccl", timeout_s=240)
+    # every rank's shards went where attention() routes such a call here: our kernel or FA4
+    # where the extension is built, never a silent fallback to torch
+    shard = torch.empty(1, SEQLEN // world, HEADS_Q, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    kv = torch.empty(1, SEQLEN // world, HEADS_KV, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    expected = select_backend(shard, kv, kv)
+    assert [backend for _, backend in results] == [expected] * world
+    assert expected != "torch" or not ops.available(), "the extension is built, yet the shards ran on torch"
     bad = [f"rank {rank} ({backend} backend), {check}: output rel_err {out_err:.3g}, LSE error {lse_err:.3g}"
            for rank, (errors, backend) in enumerate(results)
            for check, (out_err, lse_err) in errors.items() if not (out_err <= TOL and lse_err <= LSE_TOL)]

@@ -260,6 +260,33 @@ def test_a_scale_is_a_positive_normal_number_whatever_the_amax():
     assert float(scale_of(torch.tensor(3e38), e4m3, fp8_strategy.MAX_MARGIN)) == 1.0
 
 
+@pytest.mark.parametrize("algo,margin", [("max", 0), ("most_recent", 0), ("max", 1)])
+def test_delayed_scaling_follows_its_amax_history(monkeypatch, algo, margin):
+    """Fp8LinearState on CPU, the quantize kernel emulated in torch (it returns the tensor's
+    amax): each step quantizes with the multiplier the steps before it chose (1 at first) and
+    then pushes its amax, so the multiplier is fp8_max / (2^margin * amax) of the history's
+    max (or of the latest), over the last amax_history_len steps."""
+    e4m3, fp8_max = torch.float8_e4m3fn, 448.0
+
+    def quantize(x, scale, fp8_dtype, rowwise, transpose):
+        return (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8_dtype), None, x.abs().max().float()
+
+    monkeypatch.setattr(torch.ops.kernels, "fp8_quantize", quantize)
+    state = fp8_strategy.Fp8LinearState(
+        fp8_strategy.DelayedScaling(amax_history_len=3, margin=margin, amax_compute_algo=algo), "cpu")
+    amaxes = [2.0, 8.0, 1.0, 1.0, 1.0, 4.0]
+    multiplier = 1.0  # what the next step quantizes with
+    for step, amax in enumerate(amaxes):
+        x = torch.zeros(16)
+        x[step] = -amax
+        _, _, dequant = state.quantize("input", x, e4m3)
+        assert float(dequant) == pytest.approx(1 / multiplier, rel=1e-6), step
+        window = amaxes[max(0, step - 2):step + 1]
+        multiplier = fp8_max / (2 ** margin * (max(window) if algo == "max" else amax))
+        assert float(state.scale[0]) == multiplier, (step, window)
+    assert float(state.scale[1]) == float(state.scale[2]) == 1.0  # the other roles untouched
+
+
 def test_linear_outside_autocast_is_plain():
     layer = fp8_strategy.Fp8Linear(32, 16, dtype=torch.float32)
     x = torch.randn(3, 32)

@@ -277,6 +277,12 @@ def _writes_past_the_end(q, k, v, out, lse):
     torch.as_strided(out, (8,), (1,), out.storage_offset() + out.numel()).zero_()
 
 
+def _reads_past_the_end_of_k(q, k, v, out, lse):
+    _torch_attention(q, k, v, out, lse, CASE)
+    past = torch.as_strided(k, (1,), (1,), k.storage_offset() + k.numel())  # the guard region
+    out += 0 * past.to(out.dtype)  # NaN there: the inputs sit between poisoned guards
+
+
 def _nan_lse_for_empty_rows(q, k, v, out, lse):
     _torch_attention(q, k, v, out, lse, CASE)
     lse[torch.isinf(lse)] = float("nan")
@@ -294,7 +300,7 @@ def _writes_into_q(q, k, v, out, lse):
 
 @pytest.mark.parametrize("kernel,why", [
     (_skips_last_row, "NaN"), (_writes_past_the_end, "out-of-bounds writes: out"),
-    (_nan_lse_for_empty_rows, "NaN"), (_moving, "bit-identical"),
+    (_reads_past_the_end_of_k, "NaN"), (_nan_lse_for_empty_rows, "NaN"), (_moving, "bit-identical"),
     (_writes_into_q, "first run: wrote into its inputs: q"),
 ], ids=lambda x: x.__name__.strip("_") if callable(x) else "")
 def test_verify_attention_catches_broken_kernels(kernel, why):

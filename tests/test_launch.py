@@ -22,7 +22,8 @@ class Kernel:
         self.head_dim = head_dim
 
 
-@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)])
+@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)],
+                         ids=["gpu-build", "inspect-build"])
 def test_gpu_builds_launch_through_tvm_ffi_and_inspect_builds_do_not(monkeypatch, options, tvm_ffi):
     compile_calls = Recorder()
     monkeypatch.setattr(launch.cute, "compile", compile_calls)
@@ -38,7 +39,8 @@ def test_gpu_builds_launch_through_tvm_ffi_and_inspect_builds_do_not(monkeypatch
     assert len(args) == 7 and args[4] is not None  # q, k, v, out, lse, scale, stream
 
 
-@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)])
+@pytest.mark.parametrize("options,tvm_ffi", [(None, True), (launch.INSPECT_OPTIONS, False)],
+                         ids=["gpu-build", "inspect-build"])
 def test_the_v_transpose_launches_the_same_way(monkeypatch, options, tvm_ffi):
     compile_calls = Recorder()
     monkeypatch.setattr(transpose.cute, "compile", compile_calls)

@@ -120,21 +120,27 @@ def test_rung_with_pinned_pv_wait(name, head_dim, causal):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
-@pytest.mark.parametrize("name", [n for n in rung_names() if hasattr(rung_module(n), "launch_shape_knobs")])
-@pytest.mark.parametrize("head_dim", (64, 128, 256))
-@pytest.mark.parametrize("causal", (False, True))
+def _long_keys_problem(name, head_dim, causal):
+    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=rung_module(name).LONG_KEYS + 37, heads_q=4,
+                             heads_kv=2, head_dim=head_dim, causal=causal)
+    return native_problem(name, shape)
+
+
+# the rungs and variants that launch differently from LONG_KEYS keys on (K13 under the mask
+# keeps its dynamic walk at every length: tests/test_launch.py)
+LONG_KEY_LAUNCHES = [(n, d, c) for n in rung_names() if hasattr(rung_module(n), "launch_shape_knobs")
+                     for d in (64, 128, 256) for c in (False, True)
+                     if rung_module(n).launch_shape_knobs(_long_keys_problem(n, d, c))]
+
+
+@pytest.mark.parametrize("name,head_dim,causal", LONG_KEY_LAUNCHES, ids=lambda v: str(v))
 def test_rung_launch_shape_for_long_keys(name, head_dim, causal):
     """From LONG_KEYS keys the rung launches one CTA per query tile (L2 sections under the
     mask) instead of its persistent walk: the same answer (tails, GQA, Sq != Sk, batch 2),
     with LSE, bit-identical on a repeat."""
     module = rung_module(name)
-    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=module.LONG_KEYS + 37, heads_q=4, heads_kv=2,
-                             head_dim=head_dim, causal=causal)
-    problem = native_problem(name, shape)
-    knobs = module.launch_shape_knobs(problem)
-    if not knobs:
-        pytest.skip(f"{name} launches this problem as it does below LONG_KEYS")
-    assert knobs["ctas"] == module.ONE_TILE_PER_CTA
+    problem = _long_keys_problem(name, head_dim, causal)
+    assert module.launch_shape_knobs(problem)["ctas"] == module.ONE_TILE_PER_CTA
     result = verify_attention(runner(module, module.compile_kernel(problem)), problem, seed=13, with_lse=True)
     assert result, f"{name} {problem.label()}: {result.reason}"
 

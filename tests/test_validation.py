@@ -109,14 +109,14 @@ BAD_RUN_INPUTS = {
 
 @pytest.mark.parametrize("case", [n for n, (_, _, cpu) in BAD_RUN_INPUTS.items() if cpu])
 def test_rung_input_checks_refuse_bad_tensors(case):
-    """What run_kernel checks before a launch (kernels.cute.launch.run_fmha), on CPU tensors."""
-    from kernels.cute.launch import check_vector_alignment
+    """What run_kernel checks before a launch (kernels.cute.launch.run_fmha calls
+    check_fmha_call), on CPU tensors; the good inputs pass."""
+    from kernels.cute.launch import check_fmha_call
 
     error, build, _ = BAD_RUN_INPUTS[case]
-    q, k, v, out, lse = build("cpu")
     with pytest.raises(error):
-        validate_attention_inputs(q, k, v, out, lse, name="rung", head_dims=(64,), require_cuda=False)
-        check_vector_alignment("rung", q=q, k=k, v=v, out=out)
+        check_fmha_call("rung", 64, torch.bfloat16, *build("cpu"), require_cuda=False)
+    check_fmha_call("rung", 64, torch.bfloat16, *_good("cpu"), require_cuda=False)
 
 
 @pytest.mark.gpu

@@ -208,6 +208,19 @@ class CompiledFMHA:
                 f"dtype={self.dtype}, scale={self.softmax_scale:.6g}{knobs})")
 
 
+def check_fmha_call(name: str, head_dim: int, dtype, q, k, v, out, lse=None, *,
+                    require_cuda: bool = True) -> None:
+    """Everything run_fmha checks before a launch, for a rung compiled for ``head_dim`` and
+    ``dtype`` (``require_cuda=False``: the same checks on CPU tensors, for tests)."""
+    check_output_buffers(name, out, lse)
+    # Contiguous BSHD only, by the repository-wide contract. The kernels themselves take any
+    # strides that are multiples of 16 bytes (see bshd_tensor); admitting them is a change here.
+    validate_attention_inputs(q, k, v, out, lse, name=name, head_dims=(head_dim,), dtypes=(dtype,),
+                              require_cuda=require_cuda)
+    check_vector_alignment(name, q=q, k=k, v=v, out=out)
+    check_grid_limits(name, q)
+
+
 def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None, extra_args: Callable | None = None) -> None:
     """Validate, convert and launch on torch's current stream of q's device. ``extra_args(q)``:
     arguments a rung's host function takes after the softmax scale (K13's tile counter)."""
@@ -215,14 +228,7 @@ def run_fmha(compiled: CompiledFMHA, q, k, v, out, lse=None, extra_args: Callabl
 
     if not isinstance(compiled, CompiledFMHA):
         raise TypeError(f"expected the result of compile_kernel(problem), got {type(compiled).__name__}")
-    name = compiled.rung
-    check_output_buffers(name, out, lse)
-    # Contiguous BSHD only, by the repository-wide contract. The kernels themselves take any
-    # strides that are multiples of 16 bytes (see bshd_tensor); admitting them is a change here.
-    validate_attention_inputs(q, k, v, out, lse, name=name, head_dims=(compiled.head_dim,),
-                              dtypes=(compiled.problem.torch_dtype,))
-    check_vector_alignment(name, q=q, k=k, v=v, out=out)
-    check_grid_limits(name, q)
+    check_fmha_call(compiled.rung, compiled.head_dim, compiled.problem.torch_dtype, q, k, v, out, lse)
     function = compiled.function(has_lse=lse is not None)
     with torch.cuda.device(q.device):
         function(q, k, v, out, lse, compiled.softmax_scale, *(extra_args(q) if extra_args else ()))
