@@ -455,21 +455,17 @@ def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -
     if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in _PLAIN_SCALES:
         return None
     try:
-        return _signature_of(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
+        return (q.dtype, q.shape, q.device, q.stride(),
+                k.dtype, k.shape, k.device, k.stride(),
+                v.dtype, v.shape, v.device, v.stride(),
+                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad), scale,
+                None if mask is None else (mask.dtype, mask.shape),
+                None if page_table is None else (page_table.dtype, page_table.shape),
+                None if seqlens_k is None else (seqlens_k.dtype, seqlens_k.shape),
+                None if cu_seqlens_q is None else (cu_seqlens_q.dtype, cu_seqlens_q.shape),
+                _strict_backend.get(), _preferred_backend(), ops.available())
     except AttributeError:  # an argument that is no tensor: the slow path names it
         return None
-
-
-def _signature_of(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple:
-    return (q.dtype, q.shape, q.device, q.stride(),
-            k.dtype, k.shape, k.device, k.stride(),
-            v.dtype, v.shape, v.device, v.stride(),
-            torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad), scale,
-            None if mask is None else (mask.dtype, mask.shape),
-            None if page_table is None else (page_table.dtype, page_table.shape),
-            None if seqlens_k is None else (seqlens_k.dtype, seqlens_k.shape),
-            None if cu_seqlens_q is None else (cu_seqlens_q.dtype, cu_seqlens_q.shape),
-            _strict_backend.get(), _preferred_backend(), ops.available())
 
 
 def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
