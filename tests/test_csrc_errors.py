@@ -74,3 +74,29 @@ def test_fp8_binding_errors():
         fp8.gemm(e4m3, e4m3, s, s, None, None, None, out.float())
     with pytest.raises(ValueError, match="block_n must be"):
         fp8.gemm(e4m3, e4m3, s, s, None, None, None, out, block_n=96)
+
+
+def test_outputs_that_share_memory_and_empty_calls():
+    """An output whose elements share memory (expand()'s stride 0) would keep whichever write
+    came last: refused by every binding; an empty decode returns an empty output (it asked for a
+    split workspace first); a rotary table without rows would be read at row 0."""
+    attention, rotary, fp8 = module("attention"), module("rotary"), module("fp8")
+    q = torch.randn(4, 1, 8, 64, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(4, 64, 2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="out must not have elements that share memory"):
+        attention.decode(q, k, k, out=torch.empty_like(q[:1]).expand(4, 1, 8, 64))
+    with pytest.raises(ValueError, match="lse must not have elements that share memory"):
+        attention.prefill(q, k, k, lse=torch.empty(1, 8, 1, device="cuda").expand(4, 8, 1))
+    assert attention.decode(q[:0], k[:0], k[:0]).shape == (0, 1, 8, 64)
+    assert attention.decode(q[:, :, :0], k, k).shape == (4, 1, 0, 64)
+    with pytest.raises(ValueError, match="k must have 4 dims"):
+        attention.decode(q, k[0], k[0])
+    qr = torch.randn(1, 16, 8, 128, dtype=torch.bfloat16, device="cuda")
+    empty = torch.empty(0, 64, device="cuda")
+    with pytest.raises(ValueError, match="at least one row"):
+        rotary.apply(qr, None, qr, None, empty, empty, torch.zeros(1, 16, dtype=torch.int32, device="cuda"))
+    s = torch.ones((), device="cuda")
+    e4m3 = torch.zeros(64, 64, device="cuda").to(torch.float8_e4m3fn)
+    row = torch.empty(1, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="out must not have elements that share memory"):
+        fp8.gemm(e4m3, e4m3, s, s, None, None, None, row.expand(64, 64))

@@ -112,6 +112,7 @@ Tensor make_or_check_out(const std::optional<Tensor>& out, const Tensor& q) {
   const Tensor& o = *out;
   TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", o.sizes());
   check_elements(o, "out", q.dim(), q);
+  binding::check_no_self_overlap(o, "out");
   return o;
 }
 
@@ -121,6 +122,7 @@ void fill_lse(attn::AttnParams& p, const std::optional<Tensor>& lse, const Tenso
   const Tensor& l = *lse;
   binding::check_dtype(l, "lse", at::kFloat);
   binding::check_device(l, "lse", q, "q");
+  binding::check_no_self_overlap(l, "lse");
   if (packed) {
     TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == q.size(1) && l.size(1) == q.size(0),
                       "lse must have shape [heads_q, total_q] = [", q.size(1), ", ", q.size(0), "], got ", l.sizes());
@@ -161,7 +163,7 @@ void fill_mask(attn::AttnParams& p, const std::optional<Tensor>& mask, const Ten
   p.mask = m.data_ptr<bool>();
   p.mask_batch_stride = m.stride(0);
   p.mask_q_stride = m.dim() == 3 ? m.stride(1) : 0;
-  p.mask_len = static_cast<int>(m.size(-1));
+  p.mask_len = binding::int_extent(m.size(-1), "mask's last dim");
 }
 
 void fill_common(attn::AttnParams& p, attn::AttnDtype dtype, int64_t heads_q, int64_t heads_kv, int64_t head_dim,
@@ -200,7 +202,7 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
   TORCH_CHECK_VALUE(k.size(3) == q.size(3), "k head_dim (", k.size(3), ") must equal q head_dim (", q.size(3), ")");
   TORCH_CHECK_VALUE(k.size(1) >= 1, "seqlen_k must be >= 1");
   set_kv_pointers(p, k, v);
-  p.seqlen_k = static_cast<int>(k.size(1));
+  p.seqlen_k = binding::int_extent(k.size(1), "seqlen_k");
 }
 
 // Paged cache [num_pages, page_size, Hkv, D]. Lengths beyond the page table raise here
@@ -226,9 +228,9 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
   p.page_table = page_table.data_ptr<int>();
   p.page_table_batch_stride = page_table.stride(0);
   p.seqlens_k = seqlens_k.data_ptr<int>();
-  p.page_size = static_cast<int>(k_cache.size(1));
+  p.page_size = binding::int_extent(k_cache.size(1), "page_size");
   p.max_pages = static_cast<int>(page_table.size(1));
-  p.num_pages = static_cast<int>(k_cache.size(0));
+  p.num_pages = binding::int_extent(k_cache.size(0), "num_pages");
   const int64_t capacity = page_table.size(1) * k_cache.size(1);
 
   if (batch == 0 || capturing()) return;
@@ -285,14 +287,20 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 
 // ---- entry points ------------------------------------------------------------------------
 
+// Hkv of k or k_cache (4-D), read after its rank is checked, so that the error names it.
+int64_t heads_kv_of(const Tensor& k, const char* name) {
+  binding::check_dims(k, name, 4);
+  return k.size(2);
+}
+
 // What every dense-q entry point (q [B, Sq, Hq, D]) sets up first: q's checks, heads, scale,
 // batch and query length, out (allocated when not given) and lse. Returns out.
 Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool causal, std::optional<double> scale,
                     const std::optional<Tensor>& out, const std::optional<Tensor>& lse) {
   const attn::AttnDtype dtype = check_q(q, 4);
   fill_common(p, dtype, q.size(2), heads_kv, q.size(3), causal, scale);
-  p.batch = static_cast<int>(q.size(0));
-  p.seqlen_q = static_cast<int>(q.size(1));
+  p.batch = binding::int_extent(q.size(0), "batch");
+  p.seqlen_q = binding::int_extent(q.size(1), "seqlen_q");
   Tensor o = make_or_check_out(out, q);
   fill_q_out(p, q, o, false);
   fill_lse(p, lse, q, false);
@@ -303,7 +311,7 @@ Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, st
               const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
               int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace) {
   attn::AttnParams p;
-  Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
+  Tensor o = fill_dense_q(p, q, heads_kv_of(k, "k"), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
   fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
   // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
@@ -319,7 +327,7 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                     const std::optional<Tensor>& lse, int64_t num_splits, const std::string& impl,
                     const std::optional<Tensor>& workspace, bool check_seqlens, bool debug) {
   attn::AttnParams p;
-  Tensor o = fill_dense_q(p, q, k_cache.size(2), causal, scale, out, lse);
+  Tensor o = fill_dense_q(p, q, heads_kv_of(k_cache, "k_cache"), causal, scale, out, lse);
   fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
   const c10::cuda::CUDAGuard guard(q.device());
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
@@ -388,7 +396,7 @@ Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, s
                const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
                const std::string& impl, bool debug) {
   attn::AttnParams p;
-  Tensor o = fill_dense_q(p, q, k.size(2), causal, scale, out, lse);
+  Tensor o = fill_dense_q(p, q, heads_kv_of(k, "k"), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
   fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
   const PrefillImpl choice = parse_prefill_impl(impl);
@@ -435,11 +443,11 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   TORCH_CHECK_VALUE(batch >= 1, "cu_seqlens_q must have batch + 1 >= 2 entries, got ", cu_seqlens_q.sizes());
 
   attn::AttnParams p;
-  fill_common(p, dtype, q.size(1), k_cache.size(2), q.size(2), causal, scale);
+  fill_common(p, dtype, q.size(1), heads_kv_of(k_cache, "k_cache"), q.size(2), causal, scale);
   p.batch = static_cast<int>(batch);
-  p.seqlen_q = static_cast<int>(q.size(0));  // a bound on the longest sequence until cu_seqlens_q is read
+  p.seqlen_q = binding::int_extent(q.size(0), "total_q");  // a bound on the longest sequence until cu_seqlens_q is read
   p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
-  p.total_q = static_cast<int>(q.size(0));
+  p.total_q = static_cast<int>(q.size(0));  // checked on the line above
   Tensor o = make_or_check_out(out, q);
   fill_q_out(p, q, o, true);
   fill_lse(p, lse, q, true);

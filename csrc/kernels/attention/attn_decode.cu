@@ -10,9 +10,9 @@ namespace kernels::attention {
 void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
   check(p.num_splits >= 1 && p.num_splits <= kMaxDecodeSplits, "decode: num_splits must be in [1, ", kMaxDecodeSplits,
         "], got ", p.num_splits);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;  // nothing to do (and no workspace sized)
   check(p.num_splits == 1 || (p.o_partial != nullptr && p.lse_partial != nullptr),
         "decode: num_splits > 1 needs the o_partial / lse_partial workspace");
-  if (p.batch == 0 || p.seqlen_q == 0) return;
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     KERNELS_DISPATCH_ELEMENT(p.dtype, [&] {
       using Cfg = DecodeConfig<kHeadDim>;

@@ -7,9 +7,11 @@
 // torch-free launchers; messages read "<argument> must <requirement>, got <what was given>".
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/extension.h>
 
+#include <climits>
 #include <exception>
 
 #include "errors.h"
@@ -56,6 +58,21 @@ inline void check_dims(const at::Tensor& t, const char* name, int64_t dims, cons
 inline void check_contiguous_last_dim(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.dim() > 0 && t.stride(-1) == 1, name, " must have a contiguous last dim, got strides ",
                     t.strides());
+}
+
+// An output the kernel writes element by element: no two of its elements may share memory (a
+// stride of 0, as expand() makes), or they would all hold whichever write came last.
+inline void check_no_self_overlap(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes, name,
+                    " must not have elements that share memory (a stride of 0, as expand() makes), got strides ",
+                    t.strides(), " for shape ", t.sizes());
+}
+
+// An extent the kernels hold in an int (lengths, heads): at most INT_MAX. Tensors that large fit
+// in no memory, but a stride-0 (expanded) tensor can claim any size.
+inline int int_extent(int64_t value, const char* what) {
+  TORCH_CHECK_VALUE(value <= INT_MAX, what, " must be at most ", INT_MAX, ", got ", value);
+  return static_cast<int>(value);
 }
 
 // SMs of the current device (torch caches the properties).

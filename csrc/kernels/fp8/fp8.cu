@@ -162,6 +162,7 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0) && out.stride(1) == 1,
                     "out must be [M, N] = [", a.size(0), ", ", b.size(0), "] with contiguous rows, got ", out.sizes(),
                     " with strides ", out.strides());
+  binding::check_no_self_overlap(out, "out");
   p.a = a.data_ptr();
   p.b = b.data_ptr();
   p.m = a.size(0);

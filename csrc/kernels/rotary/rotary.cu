@@ -39,6 +39,7 @@ void check_qk(const at::Tensor& x, const char* name, const at::Tensor& out, cons
                     out.sizes());
   binding::check_contiguous_last_dim(x, name);
   binding::check_contiguous_last_dim(out, out_name);
+  binding::check_no_self_overlap(out, out_name);
   TORCH_CHECK_VALUE(x.size(0) == q.size(0) && x.size(1) == q.size(1) && x.size(3) == q.size(3), name,
                     " must have q's batch, seqlen and head_dim ", q.sizes(), ", got ", x.sizes());
 }
@@ -57,6 +58,8 @@ void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const
   binding::check_dtype(sin, "sin", at::kFloat);
   TORCH_CHECK_VALUE(cos.dim() == 2 && cos.sizes() == sin.sizes(),
                     "cos and sin must be [rows, rotary_dim / 2] of one shape, got ", cos.sizes(), " and ", sin.sizes());
+  // positions outside the table read row 0 (and write NaN): there must be one
+  TORCH_CHECK_VALUE(cos.size(0) >= 1, "cos and sin must have at least one row, got ", cos.sizes());
   TORCH_CHECK_VALUE(cos.stride(1) == 1 && sin.stride(1) == 1 && cos.stride(0) == sin.stride(0),
                     "cos and sin must have contiguous rows and one row stride, got strides ", cos.strides(), " and ",
                     sin.strides());
