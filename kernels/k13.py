@@ -484,6 +484,7 @@ can_implement = _API.can_implement
 compile_kernel = _API.compile_kernel
 run_kernel = _API.run_kernel
 compile_for_inspect = _API.compile_for_inspect
+knob_error = _API.knob_error
 
 
 def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int | None:

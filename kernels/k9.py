@@ -265,4 +265,5 @@ can_implement = _API.can_implement
 compile_kernel = _API.compile_kernel
 run_kernel = _API.run_kernel
 compile_for_inspect = _API.compile_for_inspect
+knob_error = _API.knob_error
 shared_bytes = _API.shared_bytes

@@ -1,8 +1,11 @@
 """The command-line tools in their no-GPU mode: what a reader without a Hopper GPU gets."""
 
+import importlib
 import json
+import subprocess
 
 import pytest
+from support import ROOT
 
 from kernels.registry import rung_names
 from tools import compare, inspect
@@ -32,6 +35,45 @@ def test_compare_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exc:
         compare.main(argv + ["--cpu"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("tool,argv", [
+    ("inspect", ["k1", "--record"]),  # would have rewritten results/inspect.json with k1 alone
+    ("inspect", ["--record", "--head-dim", "64"]),
+    ("inspect", ["k2", "--head-dim", "0"]),
+    ("inspect", ["k2", "--head-dim", "96"]),  # named, and it cannot: no silent "unsupported" row
+    ("inspect", ["--production-ws", "--head-dim", "96"]),
+    ("compare", ["k11:", "--cpu"]),
+    ("compare", ["k11:block_n=160,block_n=128", "--cpu"]),
+    ("ncu", ["nosuch"]),
+    ("ncu", ["k2", "--head-dim", "0"]),
+    ("ncu", ["k2", "--head-dim", "96"]),
+    ("report", ["show", "nosuch"]),
+    ("report", ["show", "../../etc/passwd"]),
+])
+def test_tools_refuse_bad_arguments_with_exit_status_2(tool, argv, capsys):
+    module = importlib.import_module(f"tools.{tool}")
+    with pytest.raises(SystemExit) as exc:
+        module.main(argv)
+    assert exc.value.code == 2 and "error:" in capsys.readouterr().err
+    assert not subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True,
+                              text=True).stdout
+
+
+@pytest.mark.parametrize("variant,why", [("k11:block_n=7", "block_n must be a multiple of 16"),
+                                         ("k11:block_n='abc'", "block_n must be an integer"),
+                                         ("k12:block_n=160", "dtype bf16 unsupported")])
+def test_compare_checks_a_variants_knobs_without_compiling(variant, why, capsys):
+    assert compare.main([variant, "--cpu", "--causal", "no", "--seqlen", "1024"]) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_rungs_refuse_grids_past_the_launch_limits():
+    from kernels.harness import AttentionProblem
+    from kernels.registry import rung_module
+
+    for shape in (dict(batch=70000, seqlen_q=1, seqlen_k=1), dict(heads_q=70000, heads_kv=70000)):
+        assert "must be <= 65535" in rung_module("k2").can_implement(AttentionProblem(**shape))
 
 
 def test_inspect_cli_json(capsys):

@@ -168,13 +168,17 @@ def run_cpu(names: list[str], problems: list[AttentionProblem]) -> dict:
 
 
 def unrunnable_rungs(names: list[str], problems: list[AttentionProblem]) -> dict[str, str]:
-    """``{rung: reason}`` for the rungs among ``names`` that implement none of ``problems``
-    (a rung's can_implement is a shape check, so this is known without a GPU)."""
-    from kernels.registry import rung_module, rung_names
+    """``{rung: reason}`` for the rungs and rung variants among ``names`` that implement none of
+    ``problems`` (can_implement is a shape check, and a variant's knobs are checked as its
+    constructor checks them, so this is known without a GPU and without compiling)."""
+    from kernels.registry import get
 
     out = {}
-    for name in (n for n in names if n in rung_names()):
-        reasons = [rung_module(name).can_implement(p) for p in problems]
+    for name in names:
+        runner = get(name)
+        if runner.kind != "rung":
+            continue
+        reasons = [runner.unsupported(p) for p in problems]
         if all(reasons):
             out[name] = "; ".join(dict.fromkeys(reasons))
     return out

@@ -327,15 +327,26 @@ def load_recorded() -> dict:
     return json.loads(RECORD_PATH.read_text())
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
 
-    from kernels.registry import rung_names
+    from kernels.registry import rung_module, rung_names
     from tools.report import console as report_console
     from tools.report import rich_table
 
     parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
-    parser.add_argument("--head-dim", type=int, help="default: 128 (with --production-ws: 64, 128 and 256)")
+    parser.add_argument("--head-dim", type=_positive_int,
+                        help="default: 128 (with --production-ws: 64, 128 and 256)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.add_argument("--production-ws", action="store_true",
@@ -345,6 +356,10 @@ def main(argv=None) -> int:
                              "into results/inspect.json")
     args = parser.parse_args(argv)
     if args.production_ws:
+        if args.kernels or args.causal or args.record:
+            parser.error("--production-ws reports the csrc prefill alone: no rungs, --causal or --record")
+        if args.head_dim not in (None, 64, 128, 256):
+            parser.error(f"--production-ws: head_dim 64, 128 or 256, got {args.head_dim}")
         dims = [args.head_dim] if args.head_dim else [64, 128, 256]
         facts = {d: production_ws_step(d) for d in dims}
         if args.json:
@@ -360,10 +375,17 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"not a rung: {', '.join(unknown)} (rungs: {', '.join(rung_names())})")
     if args.record:
+        if args.kernels or args.head_dim or args.causal:  # the file holds every rung's reports
+            parser.error("--record rewrites results/inspect.json with every rung at head_dim 64/128/256, "
+                         "causal and not: it takes no rung names, --head-dim or --causal")
         doc = record(names)
         print(f"wrote {RECORD_PATH.relative_to(ROOT)} ({len(doc['reports'])} reports)")
         return 0
     problem = AttentionProblem(head_dim=args.head_dim or 128, causal=args.causal)
+    refused = {n: rung_module(n).can_implement(native_problem(n, problem)) for n in args.kernels}
+    refused = {n: reason for n, reason in refused.items() if reason}
+    if refused:  # a rung asked for by name that cannot compile this problem
+        parser.error("; ".join(refused.values()))
     reports = [inspect(n, native_problem(n, problem)) for n in names]  # FP8 rungs: an e4m3 problem
     if args.json:
         print(json.dumps(reports, indent=1))

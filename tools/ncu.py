@@ -222,14 +222,32 @@ def main(argv=None) -> int:
         return 0
     if not args.kernel:
         parser.error("name a kernel")
+    from kernels.registry import get
+
+    try:
+        runner = get(args.kernel)
+    except KeyError as exc:
+        parser.error(exc.args[0])
+    if args.head_dim <= 0:
+        parser.error(f"--head-dim must be positive, got {args.head_dim}")
+    problem = default_problem(args.head_dim, args.causal)
+    if runner.kind == "rung":  # in the rung's own dtype (e4m3 for an FP8 rung)
+        from tools.inspect import native_problem
+
+        problem = native_problem(args.kernel.partition(":")[0], problem)
+    reason = runner.unsupported(problem)
+    if reason:
+        parser.error(reason)
+    if ncu_binary() is None:
+        parser.error("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
     if args.segments:
-        segments = stall_segments(args.kernel, default_problem(args.head_dim, args.causal))
+        segments = stall_segments(args.kernel, problem)
         total = sum(segments.values())
         for step, samples in segments.items():
             print(f"{step:24} {samples / 1000:9.1f} k  {samples / total:6.1%}")
         print(f"{'total':24} {total / 1000:9.1f} k")
         return 0
-    result = profile(args.kernel, default_problem(args.head_dim, args.causal))
+    result = profile(args.kernel, problem)
     print(json.dumps(result, indent=1))
     return 0
 

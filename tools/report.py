@@ -497,14 +497,19 @@ def main(argv=None) -> int:
                                      description="Show recorded results, or regenerate the README's ladder table.")
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a recorded suite as tables")
-    show.add_argument("suite", nargs="?", default="ladder")
+    show.add_argument("suite", nargs="?", default="ladder", help="a recorded suite (default ladder)")
     show.add_argument("--value", default="tflops", choices=("tflops", "gbps", "us", "rel_err"))
     sub.add_parser("readme", help="rewrite the ladder table between the README's markers")
     args = parser.parse_args(argv)
     if args.command == "readme":
         print("README.md updated" if update_readme() else "README.md already current")
         return 0
-    doc = load(args.suite)
+    if args.suite not in available():
+        parser.error(f"no recorded suite {args.suite!r}; recorded: {', '.join(available())}")
+    try:
+        doc = load(args.suite)
+    except ResultsError as exc:
+        parser.error(str(exc))
     out = console()
     groups = {(r["problem"].get("head_dim"), r["problem"].get("causal")) for r in doc["rows"]}
     for head_dim, causal in sorted(groups, key=str):

@@ -97,6 +97,11 @@ class TilePlan:
     def check(self, head_dim: int, producer_warps: int, dtype_bytes: int = 2) -> "TilePlan":
         """The plan, if a rung with this head dimension and producer can run it on elements of
         ``dtype_bytes`` (2: bf16/fp16, 1: fp8); else ValueError."""
+        fields = ("head_dim", "consumer_warpgroups", "block_n", "num_stages", "producer_warps")
+        not_ints = [f for f in fields if type(getattr(self, f)) is not int]
+        if not_ints:
+            kind = "an integer" if len(not_ints) == 1 else "integers"
+            raise ValueError(f"{self}: {' and '.join(not_ints)} must be {kind}")
         problems = []
         if self.head_dim != head_dim:
             problems.append(f"head_dim {self.head_dim} != the problem's {head_dim}")

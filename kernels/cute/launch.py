@@ -264,6 +264,20 @@ class RungAPI:
             return f"{self.rung}: head_dim {problem.head_dim} unsupported (supported: {list(self.head_dims)})"
         if problem.dtype not in self.dtypes:
             return f"{self.rung}: dtype {problem.dtype} unsupported (supported: {list(self.dtypes)})"
+        if problem.batch > MAX_GRID_YZ or problem.heads_q > MAX_GRID_YZ:  # as check_grid_limits
+            return (f"{self.rung}: batch ({problem.batch}) and heads_q ({problem.heads_q}) must be "
+                    f"<= {MAX_GRID_YZ}")
+        return None
+
+    def knob_error(self, problem: AttentionProblem, **knobs) -> str | None:
+        """None if the rung's constructor takes ``knobs`` for ``problem``, else why not: the
+        checks a compile would make first (a tile plan's fields and fit, a knob's range), without
+        compiling (a variant's compile report on a machine without a GPU covers the defaults)."""
+        try:
+            self.kernel_cls(head_dim=problem.head_dim, causal=problem.causal,
+                            dtype=CUTE_DTYPES[problem.dtype], **knobs)
+        except (TypeError, ValueError) as exc:
+            return f"{self.rung}: {exc}"
         return None
 
     def _require_supported(self, problem: AttentionProblem) -> None:

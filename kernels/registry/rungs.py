@@ -66,7 +66,11 @@ def rung_runner(name: str, **knobs) -> Runner:
     ``k11:rescale_before_pv=True`` (:func:`variant_runner`)."""
 
     def unsupported(problem: AttentionProblem) -> str | None:
-        return rung_module(name).can_implement(problem)
+        module = rung_module(name)
+        reason = module.can_implement(problem)
+        if reason is None and knobs:  # a variant: its knobs, for this problem
+            reason = module.knob_error(problem, **_compile_knobs(module, problem, knobs))
+        return reason
 
     def prepare(problem: AttentionProblem) -> Launch:
         module = rung_module(name)
@@ -90,10 +94,15 @@ def variant_runner(spec: str) -> Runner:
     if "plan" in allowed:
         allowed = (*allowed, *PLAN_FIELDS)
     knobs = {}
+    if not assignments.strip():
+        raise KeyError(f"{spec!r}: give knob=value after the colon, with a knob among "
+                       f"{list(allowed) or 'none'}")
     for assignment in filter(None, assignments.split(",")):
         knob, eq, text = assignment.partition("=")
         if not eq or knob not in allowed:
             raise KeyError(f"{spec!r}: {name} takes knob=value with a knob among {list(allowed) or 'none'}")
+        if knob in knobs:
+            raise KeyError(f"{spec!r}: {knob} is set twice")
         try:
             knobs[knob] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
