@@ -27,9 +27,10 @@ Delta from K10
       them back after the wait for P V (K8's place; FA4's at D <= 128), where they run under
       the other warpgroup's GEMMs. The turn is shorter without them at every head dim (SASS,
       instructions from ``bar.sync`` to ``bar.arrive``, rescale before / after: D = 64: 69 /
-      37, D = 128: 111 / 48, D = 256: 235 / 111), so the default is False at all three; K9
-      timed the rescale before the P V faster at D >= 128 in a loop that still did the
-      bookkeeping, and the knob switches it back.
+      37, D = 128: 111 / 48, D = 256: 235 / 111), so the default is False at D = 64 and
+      128; at D = 256 the rescale before the P V measured faster on the H200 even with the
+      longer turn (``RESCALE_BEFORE_PV_HEAD_DIMS``), as K9 had timed it at D >= 128 in a loop
+      that still did the bookkeeping. The knob sets either place.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
     0. As K10; before the first tile, ``LoopOperands`` builds the operands' descriptors and

@@ -55,8 +55,8 @@ Constraints
     batch, heads (Hq % Hkv == 0); contiguous BSHD (V's copy is the kernel's own). softmax
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
-    ``rescale_before_pv`` (default: False, K11's), ``ctas`` (default: the GPU's SM count). Lab
-    knobs, off: ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
+    ``rescale_before_pv`` (default: False; K11's except at D = 256), ``ctas`` (default: the
+    GPU's SM count). Lab knobs, off: ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
     ``pv_wait_after_row_sum`` (K11's; K11 takes the first by default at D = 128).
 
 Run and inspect

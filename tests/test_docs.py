@@ -132,7 +132,7 @@ def test_every_rung_page_shows_its_measured_table(built_site, rung):
     assert rung in headers, f"worklog/{rung}: first table does not show {rung}: {headers}"
     column = headers.index(rung)
     values = [r[column] for r in rows]
-    assert any(re.fullmatch(r"\d+(\.\d+)?", v) for v in values), f"{rung}: no measured value in {values}"
+    assert any(re.fullmatch(r"\d+(\.\d+)?(e[-+]\d+)?", v) for v in values), f"{rung}: no measured value in {values}"
     assert "compile-report" in page and "measured-plot" in page
     assert 'class="provenance"' in page and "commit" in page
 

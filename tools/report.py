@@ -142,7 +142,11 @@ def cell(row: dict | None, value: str = "tflops") -> str:
     if row["status"] != "ok":
         return row["status"].split(":")[0]
     x = row["ms"]["median"] * 1e3 if value == "us" else row.get(value)
-    return "-" if x is None else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+    if x is None:
+        return "-"
+    if value.startswith("rel_err"):  # errors span decades: two significant digits
+        return f"{x:.1e}"
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
 def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
