@@ -88,6 +88,7 @@ def use_backend(name: str):
 # The largest scale the kernels can take: they receive it as an fp32.
 _FP32_MAX = 3.4028234663852886e38
 
+
 def _capturing(t: torch.Tensor) -> bool:
     """Whether a CUDA graph is being captured on the current stream (t: a tensor of the call; a
     CUDA tensor means CUDA is there, cheaper to ask than torch.cuda.is_available())."""
