@@ -64,6 +64,23 @@ def test_attention_suite_times_a_problems_checked_rows_together(monkeypatch):
     assert rows[3]["ms"]["median"] == 0.5 and rows[3]["tflops"] == 2e12 / 0.5e-3 / 1e12
 
 
+def test_decode_rows_read_their_copies_in_turn(monkeypatch):
+    """Decode K/V that fit in L2 are read from copies in turn: a graph of 8 calls takes a number
+    of copies that divides 8 (7 would read one copy twice in a row, from L2), and an eager row
+    timed together with others runs its copies in turn, one per call."""
+    import kernels.harness.timing as timing
+    from tools.suites import attention as suite
+
+    monkeypatch.setattr(timing, "l2_bytes", lambda: 50 << 20)
+    assert timing.rotation_count(16 << 20, limit=8) == 7
+    assert [timing.graph_copies(n << 20, 8) for n in (16, 30, 60, 200)] == [8, 4, 2, 1]
+    seen = []
+    call = suite._in_turn(lambda kc, vc: seen.append((kc, vc)), [("k0", "v0"), ("k1", "v1"), ("k2", "v2")])
+    for _ in range(4):
+        call()
+    assert seen == [("k0", "v0"), ("k1", "v1"), ("k2", "v2"), ("k0", "v0")]
+
+
 def test_fp8_suite_times_a_problems_rows_together():
     """The fp8 suite hands every checked row of a problem to one interleaved timing and writes
     each row's time back in place; a graph row's time is per GEMM, not per replay."""

@@ -30,6 +30,14 @@ def rotation_count(working_set_bytes: int, limit: int = 64) -> int:
     return max(1, min(limit, -(-2 * l2_bytes() // working_set_bytes)))
 
 
+def graph_copies(working_set_bytes: int, calls: int) -> int:
+    """Input copies for a CUDA graph of ``calls`` calls that read them in turn: the fewest that
+    overflow the L2 twice (:func:`rotation_count`) among the divisors of ``calls``, so that the
+    calls go round the copies evenly (7 copies for 8 calls would read one twice in a row)."""
+    need = rotation_count(working_set_bytes, limit=calls)
+    return next(d for d in range(need, calls + 1) if calls % d == 0)
+
+
 def time_cuda(fn: Callable[..., object], arg_sets: Sequence[tuple] = ((),), *,
               warmup_ms: float = 50.0, rep_ms: float = 300.0, min_reps: int = 10,
               max_reps: int = 1000) -> dict:

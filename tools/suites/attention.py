@@ -30,7 +30,7 @@ import torch
 
 from kernels.harness.checks import rel_err
 from kernels.harness.inputs import paged_kv_cache
-from kernels.harness.timing import graph_replay, rotation_count
+from kernels.harness.timing import graph_copies, graph_replay, rotation_count
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
@@ -65,6 +65,27 @@ def _check(kernel, problem, fn, ref, flops=None, nbytes=None, calls=1):
         row = _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
         return row, None, flops, nbytes, calls
     return _row(kernel, problem, err=err), fn, flops, nbytes, calls
+
+
+def _in_turn(fn, arg_sets):
+    """One call that runs ``fn(*args)`` for each set of ``arg_sets`` in turn, so that rows timed
+    together (:func:`_timed_together`, one call per timing) still read distinct copies of their
+    inputs, as time_cuda's rotation would: a decode whose K/V fit in L2 would otherwise time the
+    cache. Copies hold the same values, so the checked output is any set's."""
+    turn = itertools.cycle(arg_sets)
+    return lambda: fn(*next(turn))
+
+
+def _graph_check(kernel, problem, fn, copies, ref, nbytes):
+    """:func:`_check` of ``fn(*copy)`` for GRAPH_CALLS calls on ``copies`` in turn, captured in one
+    CUDA graph (kernels.harness.timing.graph_replay; the time is per call). A call that cannot
+    be captured is a row that says so."""
+    try:
+        replay = graph_replay(fn, [copies[i % len(copies)] for i in range(GRAPH_CALLS)])
+    except Exception as exc:  # noqa: BLE001 (a row, not a crash, as in _check)
+        status = f"unsupported: not capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        return _row(kernel, problem, status=status), None, None, nbytes, GRAPH_CALLS
+    return _check(kernel, problem, replay, ref, nbytes=nbytes, calls=GRAPH_CALLS)
 
 
 def _timed_together(ctx, checked) -> list[dict]:
@@ -181,33 +202,35 @@ def run(ctx) -> list[dict]:
         return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
 
     def paged_checks(q, k, v, lens, ref, problem, page, kv_bytes):
-        """The paged rows of one decode batch at one page size, checked (_check)."""
+        """The paged rows of one decode batch at one page size, checked (_check). Every row reads
+        copies of the cache in turn, enough that L2 holds none of a copy when it comes round
+        again: the eager rows through _in_turn, the graph row through its calls."""
         k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
         pdict = {**problem.to_dict(), "page_size": page, "paged": True}
+        copies = [(k_cache, v_cache)] + [(k_cache.clone(), v_cache.clone())
+                                         for _ in range(graph_copies(kv_bytes, GRAPH_CALLS) - 1)]
 
-        def ours(kc=k_cache, vc=v_cache):
+        def ours(kc, vc):
             return ops.paged_decode(q, kc, vc, table, lens, check_seqlens=False)
 
-        def fa4_paged():
-            return _first(fa4.flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=lens, page_table=table))
+        def fa4_paged(kc, vc):
+            return _first(fa4.flash_attn_varlen_func(q, kc, vc, seqused_k=lens, page_table=table))
 
-        checked = [_check("cuda-paged-decode", pdict, ours, ref, nbytes=kv_bytes),
-                   _check("fa4-paged-decode", pdict, fa4_paged, ref, nbytes=kv_bytes)]
+        checked = [_check("cuda-paged-decode", pdict, _in_turn(ours, copies), ref, nbytes=kv_bytes),
+                   _check("fa4-paged-decode", pdict, _in_turn(fa4_paged, copies), ref, nbytes=kv_bytes)]
         if page == 64:  # what a caller pays through attention(): its defaults, then no seqlens check
             api_calls = (("api-paged-decode", {}), ("api-paged-decode-unchecked", {"check_seqlens": False}))
             for name, kwargs in api_calls:
-                checked.append(_check(name, pdict, lambda kwargs=kwargs: attention(
-                    q, k_cache, v_cache, page_table=table, seqlens_k=lens, **kwargs), ref, nbytes=kv_bytes))
+                checked.append(_check(name, pdict, _in_turn(lambda kc, vc, kwargs=kwargs: attention(
+                    q, kc, vc, page_table=table, seqlens_k=lens, **kwargs), copies), ref, nbytes=kv_bytes))
             # lengths the check has not seen (two equal tensors in turn): a decode step's first layer
             turns = itertools.cycle((lens, lens.clone()))
-            checked.append(_check("api-paged-decode-new-lengths", pdict, lambda: attention(
-                q, k_cache, v_cache, page_table=table, seqlens_k=next(turns)), ref, nbytes=kv_bytes))
-        # Copies of the cache in turn, enough that L2 holds none of a copy when it comes round again.
-        copies = [(k_cache, v_cache)] + [(k_cache.clone(), v_cache.clone())
-                                         for _ in range(rotation_count(kv_bytes, limit=GRAPH_CALLS) - 1)]
-        replay = graph_replay(ours, [copies[i % len(copies)] for i in range(GRAPH_CALLS)])
-        checked.append(_check("cuda-paged-decode-graph", pdict, replay, ref, nbytes=kv_bytes,
-                              calls=GRAPH_CALLS))
+            checked.append(_check("api-paged-decode-new-lengths", pdict, _in_turn(lambda kc, vc: attention(
+                q, kc, vc, page_table=table, seqlens_k=next(turns)), copies), ref, nbytes=kv_bytes))
+        checked.append(_graph_check("cuda-paged-decode-graph", pdict, ours, copies, ref, kv_bytes))
+        # the peer under the same replay, so that a comparison need not set a graph row against
+        # an eager one (FA4's eager calls are host-bound at small batches)
+        checked.append(_graph_check("fa4-paged-decode-graph", pdict, fa4_paged, copies, ref, kv_bytes))
         return checked
 
     task = ctx.progress.add_task("attention", total=4)
@@ -224,11 +247,22 @@ def run(ctx) -> list[dict]:
         checked = paged_checks(q, k, v, lens, ref, problem, 16, kv_bytes)
         checked += paged_checks(q, k, v, lens, ref, problem, 64, kv_bytes)
         dense = problem.to_dict()
-        checked.append(_check("cuda-decode-split", dense, lambda: ops.decode(q, k, v), ref, nbytes=kv_bytes))
-        checked.append(_check("cuda-decode-split-scalar", dense, lambda: ops.decode(q, k, v, impl="scalar"),
-                              ref, nbytes=kv_bytes))
+        dense_copies = [(k, v)] + [(k.clone(), v.clone()) for _ in range(rotation_count(kv_bytes) - 1)]
+        checked.append(_check("cuda-decode-split", dense, _in_turn(
+            lambda kc, vc: ops.decode(q, kc, vc), dense_copies), ref, nbytes=kv_bytes))
+        checked.append(_check("cuda-decode-split-scalar", dense, _in_turn(
+            lambda kc, vc: ops.decode(q, kc, vc, impl="scalar"), dense_copies), ref, nbytes=kv_bytes))
         for name, backend in SDPA_BACKENDS:
-            checked.append(_check(name, dense, _sdpa(q, k, v, False, backend), ref, nbytes=kv_bytes))
+            calls = [_sdpa(q, kc, vc, False, backend) for kc, vc in dense_copies]
+            checked.append(_check(name, dense, _in_turn(lambda call: call(), [(c,) for c in calls]), ref,
+                                  nbytes=kv_bytes))
+        # cuDNN's dense decode under graph replay too: the peer of our -graph rows
+        # (its calls made before the capture: _sdpa may try a call to see whether GQA is native)
+        graph_copies_dense = dense_copies + [(k.clone(), v.clone()) for _ in
+                                             range(graph_copies(kv_bytes, GRAPH_CALLS) - len(dense_copies))]
+        cudnn_calls = [(_sdpa(q, kc, vc, False, "CUDNN_ATTENTION"),) for kc, vc in graph_copies_dense]
+        checked.append(_graph_check("torch-sdpa-cudnn-graph", dense, lambda call: call(), cudnn_calls, ref,
+                                    kv_bytes))
         checked.append(_read_floor(dense, kv_bytes))
         rows += _timed_together(ctx, checked)
     ctx.progress.advance(task)
