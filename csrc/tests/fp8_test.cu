@@ -1147,6 +1147,12 @@ int correctness_cases() {
       failures += !rejects<kernels::ValueError>(
           "split_k > kMaxSplitK", [&] { fp8::gemm::launch_gemm(g.p, too_many, g_cc_major, g_cc_minor, 0); },
           "unsupported plan");
+      // a hand-made plan with more splits than k-blocks (K = 64: one), which plan_gemm never makes
+      fp8::gemm::GemmPlan empty_splits = plan;
+      empty_splits.split_k = 2;
+      failures += !rejects<kernels::ValueError>(
+          "split_k > k-blocks", [&] { fp8::gemm::launch_gemm(g.p, empty_splits, g_cc_major, g_cc_minor, 0); },
+          "must not exceed the k-blocks");
       // the TMA GEMV takes M <= 128 (the operands are 64 x 64: M = 129 is never read, the
       // plan check comes first)
       fp8::GemmParams tall = g.p;

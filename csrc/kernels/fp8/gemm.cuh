@@ -378,6 +378,9 @@ inline void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major,
       (plan.path != Path::kWgmma && plan.path != Path::kGemvTma) || (cc_major == 9 && cc_minor == 0), "fp8 gemm: the ",
       path_name(plan.path), " path needs sm_90a, the device is sm_", cc_major, cc_minor);
   check_plan_supported(plan);
+  // every split needs a k-block (the mainloops assume at least one); plan_gemm caps its splits so
+  check(plan.split_k == 1 || plan.split_k <= ceil_div<int64_t>(p.k, 128), "fp8 gemm: split_k (", plan.split_k,
+        ") must not exceed the k-blocks of 128 (", ceil_div<int64_t>(p.k, 128), " at K = ", p.k, ")");
   if (p.m == 0 || p.n == 0) return;
   const size_t needed = p.k > 0 ? gemm_workspace_bytes(plan, p.m, p.n) : 0;
   if (needed > 0) {
