@@ -234,6 +234,24 @@ def test_a_paged_mask_must_cover_the_longest_sequence():
                   mask=torch.ones(2, 2, 10, dtype=torch.bool))
 
 
+def test_select_backend_refuses_what_attention_refuses_and_calls_without_keys_take_torch():
+    """select_backend validates as attention() does (it answered 'torch' for heads 5 / 2); calls
+    with nothing to attend to are answered by the torch path on every backend, since our kernels
+    and FA4's refuse them (contiguous K/V of no keys, packed queries of no sequence)."""
+    import importlib
+
+    backend = importlib.import_module("kernels.extension.backend.attention")
+    q, k, v = qkv(1, 2, 8, 5, 2, 16)
+    with pytest.raises(ValueError, match="multiple of heads_kv"):
+        select_backend(q, k, v)
+    q, k, v = qkv(1, 2, 8, 4, 2, 16)
+    empty = k[:, :0]
+    for name in ("cuda", "fa4"):
+        assert backend._runner(name, q, empty, None, None) is backend._run_torch
+        assert backend._runner(name, q[0], k, k, torch.zeros(1, dtype=torch.int32)) is backend._run_torch
+    assert backend._runner("cuda", q, k, None, None) is not backend._run_torch
+
+
 def test_paged_calls_without_keys_or_sequences():
     """No key at all (every length 0, a page table without columns) gives zeros and LSE -inf; no
     sequence at all gives empty results."""

@@ -312,6 +312,9 @@ def test_bad_input_is_a_clear_error(hf):
         PagedLlama(torch.nn.Linear(2, 2), max_seqlen=4)
     with pytest.raises(ValueError, match="rotary tables cover 8 positions"):
         PagedGenerator(PagedLlama(hf, max_seqlen=8), max_seqlen=16)
+    one = torch.zeros(1, dtype=torch.long)
+    with pytest.raises(ValueError, match="needs batch="):  # a decode step without its rows
+        gen.model.forward(one, one, gen.cache, one)
 
 
 def test_decode_past_max_seqlen_raises_before_touching_the_cache(hf):

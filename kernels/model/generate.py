@@ -39,7 +39,11 @@ def buckets_up_to(max_batch: int) -> tuple[int, ...]:
 
 
 class PagedGenerator:
-    """Greedy decoding of a batch of prompts (see the module docstring)."""
+    """Greedy decoding of a batch of prompts (see the module docstring).
+
+    `num_pages`: the cache's pages (default: every row at `max_seqlen`, plus the null page);
+    `cuda_graphs`: decode steps replayed from CUDA graphs (default: on for a model on a CUDA
+    device)."""
 
     def __init__(self, model, *, max_batch: int = 64, max_seqlen: int = 2048, page_size: int = 64,
                  num_pages: int | None = None, cuda_graphs: bool | None = None):

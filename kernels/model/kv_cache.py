@@ -81,7 +81,10 @@ class PageAllocator:
 
 
 class PagedKVCache:
-    """K/V pages of every layer, a page table and lengths for up to `max_batch` rows."""
+    """K/V pages of every layer, a page table and lengths for up to `max_batch` rows.
+
+    `num_pages` defaults to every row at `max_seqlen` plus the null page; `dtype` (bf16) and
+    `device` ("cuda") are the K/V pages'."""
 
     def __init__(self, *, num_layers: int, heads_kv: int, head_dim: int, max_batch: int,
                  max_seqlen: int, page_size: int, num_pages: int | None = None,
@@ -138,7 +141,8 @@ class PagedKVCache:
         return list(self._pages[row])
 
     def grow(self, row: int, length: int) -> None:
-        """Make row `row` hold `length` tokens (allocating pages as needed; never shrinks)."""
+        """Make row `row` hold `length` tokens, allocating pages as needed (ValueError for a
+        length below the row's current one: rows never shrink; `release` empties one)."""
         self._check_row(row)
         length = _whole("length", length)
         if length > self.max_seqlen:

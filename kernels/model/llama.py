@@ -89,7 +89,11 @@ def convert_linears_to_fp8(hf_model) -> int:
 
 class PagedLlama:
     """`forward(tokens, positions, cache, slots, ...)` of a transformers `LlamaForCausalLM`
-    whose attention, rotary and KV cache are ours (see the module docstring)."""
+    whose attention, rotary and KV cache are ours (see the module docstring).
+
+    `PagedLlama(hf_model, max_seqlen=...)`: `max_seqlen` sizes the rotary tables; positions at or
+    past it are not checked on the device and give NaN logits (PagedGenerator keeps its cache's
+    lengths within it)."""
 
     def __init__(self, hf_model, *, max_seqlen: int):
         from transformers import LlamaForCausalLM
@@ -125,9 +129,11 @@ class PagedLlama:
 
         Prefill: `cu_seqlens_q [B + 1]` int32 gives the sequences' token ranges (rows `0 .. B-1`
         of the cache, already grown to their lengths). Decode: `cu_seqlens_q=None` and one token
-        per row `0 .. batch - 1`. `logits_rows` picks the tokens whose logits are computed
-        (default: all).
+        per row `0 .. batch - 1` (`batch` required). `logits_rows` picks the tokens whose logits
+        are computed (default: all).
         """
+        if cu_seqlens_q is None and batch is None:
+            raise ValueError("forward: a decode step (cu_seqlens_q=None) needs batch=, the rows it steps")
         model = self.hf.model
         total = tokens.shape[0]
         rows = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else batch

@@ -97,8 +97,10 @@ def _capturing(t: torch.Tensor) -> bool:
 
 def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_k=None,
                     cu_seqlens_q=None, check_seqlens=True) -> None:
-    """Raise TypeError / ValueError naming the bad input. Lengths beyond the page table are
-    checked with one device->host copy, skipped while a CUDA graph is being captured."""
+    """Raise TypeError / ValueError naming the bad input. With `check_seqlens`, lengths beyond
+    the page table and packed offsets (cu_seqlens_q) are checked with one device->host copy,
+    skipped while a CUDA graph is being captured and for the tensors that passed the last check
+    unmodified (check_seqlens_in_pages)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -390,7 +392,13 @@ def choose_backend(call: Call) -> tuple[str, list[str]]:
 
 def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> str:
     """The backend attention() would use for these inputs (routing, overrides, autograd and
-    strict selection included)."""
+    strict selection included); raises as attention() does for inputs it refuses (the lengths
+    are not read)."""
+    seqlens_k = None  # stands in for the lengths, which choosing never reads
+    if isinstance(page_table, torch.Tensor) and page_table.dim() > 0:
+        seqlens_k = torch.zeros(page_table.shape[0], dtype=torch.int32)
+    validate_inputs(q, k, v, mask=mask, page_table=page_table, seqlens_k=seqlens_k, cu_seqlens_q=cu_seqlens_q,
+                    check_seqlens=False)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     return choose_backend(call)[0]
 
@@ -507,6 +515,20 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
               cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
     """Attention with contiguous or paged KV (see the module docstring); returns out.
 
+    Args:
+        q, k, v: [B, Sq, Hq, D] and [B, Sk, Hkv, D], or a paged cache [num_pages, page_size,
+            Hkv, D]; packed queries [total_q, Hq, D] with cu_seqlens_q. bf16, fp16 or fp32.
+        causal: bottom-right aligned (query i sees keys j <= i + Sk - Sq, per batch).
+        scale: the softmax scale, a positive number (default 1 / sqrt(D)).
+        mask: bool [B, Sk] or [B, Sq, Sk], True = keep.
+        page_table, seqlens_k: int32 [B, max_pages] and [B]: a paged cache.
+        cu_seqlens_q: int32 [B + 1], packed queries' offsets (paged caches only).
+        out: written in place and returned (q's dtype, shape and device).
+        lse: float32 [B, Hq, Sq] ([Hq, total_q] packed), written in place (natural log).
+        check_seqlens: check the lengths (and offsets) against the page table, one device->host
+            copy unless the same tensors passed unmodified last time; False skips it (a length past
+            the page table then gives that sequence NaN on our kernels).
+
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
     run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[1]
@@ -517,7 +539,12 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
 
 def _runner(name, q, k, page_table, cu_seqlens_q):
     """The function that runs a validated call on backend `name`; the cuda backend's depends on
-    the call's kind (its shapes), so it is chosen here once per signature, not on every call."""
+    the call's kind (its shapes), so it is chosen here once per signature, not on every call.
+    Calls with nothing to attend to (contiguous K/V of no keys, packed queries of no sequence)
+    take the torch path's answer (zeros, LSE -inf; an empty output) on every backend: our kernels
+    and FA4's refuse them."""
+    if (page_table is None and k.shape[1] == 0) or (cu_seqlens_q is not None and cu_seqlens_q.shape[0] == 1):
+        return _run_torch
     if name == "fa4":
         return _run_fa4
     if name != "cuda":

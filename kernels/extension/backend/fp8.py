@@ -104,7 +104,11 @@ def is_fp8_enabled() -> bool:
 
 @contextlib.contextmanager
 def fp8_autocast(enabled: bool = True, recipe=None):
-    """Run `Fp8Linear` / `fp8_linear` forwards (and their backwards) in FP8 inside."""
+    """Run `Fp8Linear` / `fp8_linear` forwards (and their backwards) in FP8 inside.
+
+    `recipe`: DynamicScaling or DelayedScaling (default: `DelayedScaling()`); `enabled=False`
+    runs the block as plain linears (and needs no GPU). Enabled, it raises without a CUDA device
+    of sm_89 or newer and the built fp8 module."""
     if recipe is None:
         recipe = DelayedScaling()
     if not isinstance(recipe, (DynamicScaling, DelayedScaling)):

@@ -77,7 +77,9 @@ def apply_rotary_torch(q, k, cos, sin, positions=None, *, interleaved=False, inp
                        conjugate=False, compute_dtype=torch.float32):
     """The torch path: same contract as `apply_rotary_emb`, differentiable.
 
-    With `compute_dtype=torch.float64` and fp32 inputs this is the test reference.
+    `conjugate=True` rotates by the negative angles (sin negated): the inverse rotation.
+    `compute_dtype` is the arithmetic's dtype; with `torch.float64` and fp32 inputs this is the
+    test reference.
     """
     three_d = q.dim() == 3
     q4 = rotary_ops._as_bshd(q, "q")

@@ -22,7 +22,8 @@ wrappers pass the binding its arguments by position, in the order of its ``py::a
 (pybind11 would match keywords by name on every call: about 4 us of host time for the paged
 decode's ten, a fifth of an eager call at batch 1).
 
-Page ids are the caller's contract: out-of-range ids are only checked with `debug=True`.
+Page ids are the caller's contract: out-of-range ids are only checked with `debug=True`
+(IndexError naming the entry).
 `check_seqlens` (one device->host copy) is skipped under CUDA-graph capture, where a
 length beyond the page table makes that batch's output NaN instead.
 """

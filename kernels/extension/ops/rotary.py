@@ -64,7 +64,8 @@ def normalize_tables(cos: torch.Tensor, sin: torch.Tensor, positions, batch: int
 def apply_rotary(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                  positions: torch.Tensor | None = None, *, interleaved: bool = False,
                  inplace: bool = False, conjugate: bool = False):
-    """Rotate q (and k) with the CUDA kernel; returns (q_out, k_out) in the input shapes."""
+    """Rotate q (and k) with the CUDA kernel; returns (q_out, k_out) in the input shapes.
+    `conjugate=True` rotates by the negative angles (sin negated): the inverse rotation."""
     module = loader.load(MODULE)
     q4 = _as_bshd(q, "q")
     k4 = _as_bshd(k, "k") if k is not None else None
