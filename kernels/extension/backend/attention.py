@@ -515,19 +515,20 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
               cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
     """Attention with contiguous or paged KV (see the module docstring); returns out.
 
-    Args:
-        q, k, v: [B, Sq, Hq, D] and [B, Sk, Hkv, D], or a paged cache [num_pages, page_size,
-            Hkv, D]; packed queries [total_q, Hq, D] with cu_seqlens_q. bf16, fp16 or fp32.
-        causal: bottom-right aligned (query i sees keys j <= i + Sk - Sq, per batch).
-        scale: the softmax scale, a positive number (default 1 / sqrt(D)).
-        mask: bool [B, Sk] or [B, Sq, Sk], True = keep.
-        page_table, seqlens_k: int32 [B, max_pages] and [B]: a paged cache.
-        cu_seqlens_q: int32 [B + 1], packed queries' offsets (paged caches only).
-        out: written in place and returned (q's dtype, shape and device).
-        lse: float32 [B, Hq, Sq] ([Hq, total_q] packed), written in place (natural log).
-        check_seqlens: check the lengths (and offsets) against the page table, one device->host
-            copy unless the same tensors passed unmodified last time; False skips it (a length past
-            the page table then gives that sequence NaN on our kernels).
+    The arguments, in brief:
+
+    - `q`, `k`, `v`: [B, Sq, Hq, D] and [B, Sk, Hkv, D], or a paged cache [num_pages,
+      page_size, Hkv, D]; packed queries [total_q, Hq, D] with `cu_seqlens_q`. bf16, fp16 or fp32.
+    - `causal`: bottom-right aligned (query i sees keys j <= i + Sk - Sq, per batch).
+    - `scale`: the softmax scale, a positive number (default 1 / sqrt(D)).
+    - `mask`: bool [B, Sk] or [B, Sq, Sk], True = keep.
+    - `page_table`, `seqlens_k`: int32 [B, max_pages] and [B], a paged cache.
+    - `cu_seqlens_q`: int32 [B + 1], packed queries' offsets (paged caches only).
+    - `out`: written in place and returned (q's dtype, shape and device).
+    - `lse`: float32 [B, Hq, Sq] ([Hq, total_q] packed), written in place (natural log).
+    - `check_seqlens`: check the lengths (and offsets) against the page table, one device->host
+      copy unless the same tensors passed unmodified last time; False skips it (a length past
+      the page table then gives that sequence NaN on our kernels).
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
