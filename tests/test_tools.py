@@ -62,7 +62,8 @@ def test_tools_refuse_bad_arguments_with_exit_status_2(tool, argv, capsys):
 
 @pytest.mark.parametrize("variant,why", [("k11:block_n=7", "block_n must be a multiple of 16"),
                                          ("k11:block_n='abc'", "block_n must be an integer"),
-                                         ("k12:block_n=160", "dtype bf16 unsupported")])
+                                         ("k12:block_n=160", "dtype bf16 unsupported"),
+                                         ("k11:pingpong='yes'", "pingpong must be True or False")])
 def test_compare_checks_a_variants_knobs_without_compiling(variant, why, capsys):
     assert compare.main([variant, "--cpu", "--causal", "no", "--seqlen", "1024"]) == 2
     assert why in capsys.readouterr().err

@@ -27,6 +27,7 @@ e.g. a tile plan; the rung's defaults when none are given). The softmax scale is
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import time
@@ -272,7 +273,16 @@ class RungAPI:
     def knob_error(self, problem: AttentionProblem, **knobs) -> str | None:
         """None if the rung's constructor takes ``knobs`` for ``problem``, else why not: the
         checks a compile would make first (a tile plan's fields and fit, a knob's range), without
-        compiling (a variant's compile report on a machine without a GPU covers the defaults)."""
+        compiling (a variant's compile report on a machine without a GPU covers the defaults).
+        A knob annotated ``bool`` (or ``bool | None``) takes True or False only: a string such as
+        'yes' would otherwise count as true."""
+        parameters = inspect.signature(self.kernel_cls.__init__).parameters
+        for name, value in knobs.items():
+            annotation = parameters[name].annotation if name in parameters else ""
+            annotation = "bool" if annotation is bool else str(annotation)
+            if annotation in ("bool", "bool | None") and not (isinstance(value, bool) or
+                                                              (value is None and "None" in annotation)):
+                return f"{self.rung}: {name} must be True or False, got {value!r}"
         try:
             self.kernel_cls(head_dim=problem.head_dim, causal=problem.causal,
                             dtype=CUTE_DTYPES[problem.dtype], **knobs)
