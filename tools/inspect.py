@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem
+from tools.compare import positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD_PATH = ROOT / "results" / "inspect.json"
@@ -327,16 +328,6 @@ def load_recorded() -> dict:
     return json.loads(RECORD_PATH.read_text())
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def main(argv=None) -> int:
 
     from kernels.registry import rung_module, rung_names
@@ -345,7 +336,7 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tools.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", help=f"rungs ({', '.join(rung_names())}); default: all")
-    parser.add_argument("--head-dim", type=_positive_int,
+    parser.add_argument("--head-dim", type=positive_int,
                         help="default: 128 (with --production-ws: 64, 128 and 256)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")

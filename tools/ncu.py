@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
+from tools.compare import positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 NVTX_RANGE = "profiled"
@@ -210,7 +211,7 @@ def run_target(name: str, problem: AttentionProblem) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.ncu", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", nargs="?", help="kernel name (python -m tools.compare --help lists them)")
-    parser.add_argument("--head-dim", type=int, default=128, help="head dimension (default 128)")
+    parser.add_argument("--head-dim", type=positive_int, default=128, help="head dimension (default 128)")
     parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
     parser.add_argument("--segments", action="store_true",
                         help="warp stall samples per step of the ping-pong loop (SourceCounters)")
@@ -228,8 +229,6 @@ def main(argv=None) -> int:
         runner = get(args.kernel)
     except KeyError as exc:
         parser.error(exc.args[0])
-    if args.head_dim <= 0:
-        parser.error(f"--head-dim must be positive, got {args.head_dim}")
     problem = default_problem(args.head_dim, args.causal)
     if runner.kind == "rung":  # in the rung's own dtype (e4m3 for an FP8 rung)
         from tools.inspect import native_problem

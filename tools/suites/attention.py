@@ -30,7 +30,7 @@ import torch
 
 from kernels.harness.checks import rel_err
 from kernels.harness.inputs import paged_kv_cache
-from kernels.harness.timing import graph_copies, graph_replay, rotation_count
+from kernels.harness.timing import graph_copies, graph_replay
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
@@ -65,6 +65,13 @@ def _check(kernel, problem, fn, ref, flops=None, nbytes=None, calls=1):
         row = _row(kernel, problem, err=err, status=f"wrong: rel_err {err:.3g} > {TOL}")
         return row, None, flops, nbytes, calls
     return _row(kernel, problem, err=err), fn, flops, nbytes, calls
+
+
+def _kv_copies(k, v, kv_bytes):
+    """(k, v) and copies of them, enough that L2 holds none of a copy when it comes round again,
+    in a number that divides GRAPH_CALLS (graph_copies): the eager rows take them in turn
+    (_in_turn), the graph rows one per call."""
+    return [(k, v)] + [(k.clone(), v.clone()) for _ in range(graph_copies(kv_bytes, GRAPH_CALLS) - 1)]
 
 
 def _in_turn(fn, arg_sets):
@@ -202,13 +209,11 @@ def run(ctx) -> list[dict]:
         return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
 
     def paged_checks(q, k, v, lens, ref, problem, page, kv_bytes):
-        """The paged rows of one decode batch at one page size, checked (_check). Every row reads
-        copies of the cache in turn, enough that L2 holds none of a copy when it comes round
-        again: the eager rows through _in_turn, the graph row through its calls."""
+        """The paged rows of one decode batch at one page size, checked (_check); every row reads
+        copies of the cache in turn (_kv_copies)."""
         k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
         pdict = {**problem.to_dict(), "page_size": page, "paged": True}
-        copies = [(k_cache, v_cache)] + [(k_cache.clone(), v_cache.clone())
-                                         for _ in range(graph_copies(kv_bytes, GRAPH_CALLS) - 1)]
+        copies = _kv_copies(k_cache, v_cache, kv_bytes)
 
         def ours(kc, vc):
             return ops.paged_decode(q, kc, vc, table, lens, check_seqlens=False)
@@ -247,22 +252,19 @@ def run(ctx) -> list[dict]:
         checked = paged_checks(q, k, v, lens, ref, problem, 16, kv_bytes)
         checked += paged_checks(q, k, v, lens, ref, problem, 64, kv_bytes)
         dense = problem.to_dict()
-        dense_copies = [(k, v)] + [(k.clone(), v.clone()) for _ in range(rotation_count(kv_bytes) - 1)]
+        dense_copies = _kv_copies(k, v, kv_bytes)
         checked.append(_check("cuda-decode-split", dense, _in_turn(
             lambda kc, vc: ops.decode(q, kc, vc), dense_copies), ref, nbytes=kv_bytes))
         checked.append(_check("cuda-decode-split-scalar", dense, _in_turn(
             lambda kc, vc: ops.decode(q, kc, vc, impl="scalar"), dense_copies), ref, nbytes=kv_bytes))
+        sdpa_calls = {}  # made before any capture: _sdpa may try a call to see whether GQA is native
         for name, backend in SDPA_BACKENDS:
-            calls = [_sdpa(q, kc, vc, False, backend) for kc, vc in dense_copies]
-            checked.append(_check(name, dense, _in_turn(lambda call: call(), [(c,) for c in calls]), ref,
+            sdpa_calls[name] = [(_sdpa(q, kc, vc, False, backend),) for kc, vc in dense_copies]
+            checked.append(_check(name, dense, _in_turn(lambda call: call(), sdpa_calls[name]), ref,
                                   nbytes=kv_bytes))
         # cuDNN's dense decode under graph replay too: the peer of our -graph rows
-        # (its calls made before the capture: _sdpa may try a call to see whether GQA is native)
-        graph_copies_dense = dense_copies + [(k.clone(), v.clone()) for _ in
-                                             range(graph_copies(kv_bytes, GRAPH_CALLS) - len(dense_copies))]
-        cudnn_calls = [(_sdpa(q, kc, vc, False, "CUDNN_ATTENTION"),) for kc, vc in graph_copies_dense]
-        checked.append(_graph_check("torch-sdpa-cudnn-graph", dense, lambda call: call(), cudnn_calls, ref,
-                                    kv_bytes))
+        checked.append(_graph_check("torch-sdpa-cudnn-graph", dense, lambda call: call(),
+                                    sdpa_calls["torch-sdpa-cudnn"], ref, kv_bytes))
         checked.append(_read_floor(dense, kv_bytes))
         rows += _timed_together(ctx, checked)
     ctx.progress.advance(task)

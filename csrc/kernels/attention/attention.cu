@@ -229,7 +229,7 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
   p.page_table_batch_stride = page_table.stride(0);
   p.seqlens_k = seqlens_k.data_ptr<int>();
   p.page_size = binding::int_extent(k_cache.size(1), "page_size");
-  p.max_pages = static_cast<int>(page_table.size(1));
+  p.max_pages = binding::int_extent(page_table.size(1), "max_pages");
   p.num_pages = binding::int_extent(k_cache.size(0), "num_pages");
   const int64_t capacity = page_table.size(1) * k_cache.size(1);
 
