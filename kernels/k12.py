@@ -11,7 +11,7 @@ What it computes
 
 Delta from K11
     The inputs are half the bytes and the tensor cores run FP8 at twice the bf16 rate
-    (``wgmma ... .e4m3.e4m3``, k32 per instruction). Three things change:
+    (``wgmma ... .e4m3.e4m3``, k32 per instruction). Four things change:
     * V^T must be K-major. FP8 WGMMA has no transposed (MN-major) operands, and in
       ``O += P V`` the reduction runs over keys, so the B operand is V^T with the keys
       contiguous. A pass before the kernel writes it, ``[B, Hkv, D, Sk']`` (``Sk'``: Sk
@@ -24,10 +24,15 @@ Delta from K11
       score of key ``2q + c + 8 (2h + a)``, a permutation of every 16 keys, and the pass that
       transposes V writes each key's row to that slot. The sum over keys is unchanged; the
       conversion is a choice of registers and one packed ``cvt`` per two scores, no shuffle.
-    * Scales. ``q_descale * k_descale`` joins the softmax scale; P is ``exp2(s - max + 8)``,
-      in ``[0, 256]``, so that e4m3 (largest value 448) keeps small probabilities out of its
+    * Scales. ``q_descale * k_descale`` joins the softmax scale; P is ``exp2(s - max + offset)``,
+      up to 256 (next item), so that e4m3 (largest value 448) keeps small probabilities out of its
       subnormals (the factor cancels in ``O / row_sum``, the LSE takes it out); ``v_descale``
       joins the final ``1 / row_sum``. O (bf16) is staged in a buffer of its own at every D.
+    * The lazy rescale, a lab knob in K11, is on. E4M3 GEMMs take half the cycles, so the
+      softmax sets the pace, and O's rescale is a share of it (64 multiplies per thread at
+      D = 128). A row's max moves only when a tile's exceeds it by more than 2 (log2 units),
+      and O's multiplies run behind a warp vote, skipped while no row of the warp moved. P
+      then reaches ``2^(offset + 2)`` before its max moves, so the offset is 6, not 8.
     K11's loop carries over unchanged: its descriptors are built once for the FP8 operands
     too (Q's k32 k-blocks, D / 32 of them, all held in uniform registers, D = 256 included;
     K's and the transposed V's bases), and the turn holds only the QGMMA issues.
@@ -35,7 +40,7 @@ Delta from K11
 How it works (consumer warpgroups first, then the producer warpgroup)
     Host: ``vt = transpose_v(v.data)`` (``kernels/cute/fp8.py``), then the launch.
     0-3. K11's walk, prologue, mainloop and epilogue, with FP8 operands: ``S = Q K^T`` on
-       e4m3 from shared memory; the softmax (offset 8) on the fp32 scores; ``P -> tOrP``
+       e4m3 from shared memory; the softmax (offset 6, lazy rescale) on the fp32 scores; ``P -> tOrP``
        (e4m3, keys in slot order); ``O += P V^T`` with V^T K-major; ``O * v_descale / sum``
        -> bf16 -> ``sO`` -> TMA store.
     Producer, per tile: K11's order; the V tiles are ``(D, Bc)`` boxes of V^T.
@@ -56,7 +61,9 @@ Constraints
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
     ``rescale_before_pv`` (default: False; K11's except at D = 256), ``ctas`` (default: the
-    GPU's SM count). Lab knobs, off: ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
+    GPU's SM count), ``rescale_threshold`` (K11's lazy rescale in whole log2 units, default 2;
+    0 without ``rescale_before_pv``'s placement; P's offset gives way to it). Lab knobs, off:
+    ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
     ``pv_wait_after_row_sum`` (K11's; K11 takes the first by default at D = 128).
 
 Run and inspect
@@ -91,7 +98,7 @@ DTYPES = ("e4m3",)
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every",
-         "pv_wait_after_row_scale", "pv_wait_after_row_sum")
+         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold")
 
 # K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
@@ -106,6 +113,12 @@ TILE_CONFIGS = {
 }
 # P = exp2(s - max + P_MAX_OFFSET) in [0, 256]: e4m3's range (up to 448) instead of [0, 1].
 P_MAX_OFFSET = 8
+# O's rescale skipped until a row's max grows by 2^2 (tools.compare on the H200, 16k tokens,
+# D = 128, no mask: see the worklog's "Lazy rescale").
+DEFAULT_RESCALE_THRESHOLD = 2
+# The default's arithmetic, for kernels.harness.reference.fp8_attention_model.
+MODEL_ARITHMETIC = dict(max_offset=P_MAX_OFFSET - DEFAULT_RESCALE_THRESHOLD,
+                        rescale_threshold=DEFAULT_RESCALE_THRESHOLD)
 
 
 # Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
@@ -142,7 +155,7 @@ class K12FMHA:
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False,
                  exp2_fma_every: int = 0, pv_wait_after_row_scale: bool = False,
-                 pv_wait_after_row_sum: bool = False):
+                 pv_wait_after_row_sum: bool = False, rescale_threshold: int | None = None):
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Lab, off: the wait for the warpgroup's own P V held behind the row factors or the row
@@ -155,6 +168,23 @@ class K12FMHA:
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
         self.pv_wait_after_row_sum = pv_wait_after_row_sum
         self.exp2_fma_every = exp2_fma_every  # lab: softmax.exp2_fma for one exponential in every n
+        # K11's lazy rescale (OnlineSoftmax.rescale_threshold, whole log2 units; 0: off): O's
+        # rescale waits until a row's max has grown by 2^threshold. K11 leaves it off; K12's
+        # softmax paces the tensor pipe (see the worklog), so its 64 multiplies per thread
+        # behind a warp vote pay here. P may then reach 2^(offset + threshold) before the max
+        # moves, so the offset gives way to keep P within e4m3's range: offset + threshold =
+        # P_MAX_OFFSET. A small threshold keeps most of the offset (small P above e4m3's
+        # subnormals).
+        if rescale_threshold is None:
+            rescale_threshold = 0 if rescale_before_pv else DEFAULT_RESCALE_THRESHOLD
+        if not 0 <= rescale_threshold <= P_MAX_OFFSET or int(rescale_threshold) != rescale_threshold:
+            raise ValueError(f"rescale_threshold: a whole number in [0, {P_MAX_OFFSET}], "
+                             f"got {rescale_threshold}")
+        if rescale_threshold and rescale_before_pv:
+            raise ValueError("rescale_threshold skips O's rescale after the wait for P V: "
+                             "not with rescale_before_pv")
+        self.rescale_threshold = int(rescale_threshold)
+        self.p_max_offset = P_MAX_OFFSET - self.rescale_threshold
         self.causal = causal
         self.dtype = dtype
         self.out_dtype = fp8.OUT_DTYPE
@@ -278,8 +308,9 @@ class K12FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row, P_MAX_OFFSET,
-                                self.exp2_fma_every)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row,
+                                self.p_max_offset, self.exp2_fma_every,
+                                rescale_threshold=float(self.rescale_threshold))
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)
@@ -381,6 +412,9 @@ class K12FMHA:
         wg.convert_scores_into(acc_S, tOrP)
         if const_expr(self.rescale_before_pv):
             pending_scale.store(row_scale.load())
+        elif const_expr(self.rescale_threshold > 0):
+            if softmax.any_moved(row_scale):  # else every factor of the warp's rows is 1
+                rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         else:
             rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         return kv_state

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import partial
 
 import pytest
 import torch
@@ -170,15 +171,38 @@ def to_e4m3(x: torch.Tensor) -> torch.Tensor:
 def test_p_in_e4m3_stays_within_the_tolerance(head_dim, outliers):
     """The model's error against the fp64 reference on the same (dequantized) inputs is the
     kernel's error budget: well under E4M3_TOLERANCE, and far above bf16's (P's 3 mantissa bits
-    are the whole story: without the rounding the model is exact to fp32)."""
+    are the whole story: without the rounding the model is exact to fp32). K12's arithmetic: its
+    lazy rescale lets P grow past the offset until the max moves (k12.MODEL_ARITHMETIC)."""
+    from kernels import k12
+
     problem = AttentionProblem(batch=1, seqlen_q=128, seqlen_k=1000, heads_q=1, heads_kv=1, head_dim=head_dim,
                                dtype="e4m3")
     q, k, v = make_inputs(problem, seed=head_dim, device="cpu", outliers=outliers)
     ref, _ = reference_attention_numpy(q, k, v, scale=problem.softmax_scale)
     ref = torch.from_numpy(ref)
-    err = rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale), ref)
+    model = partial(fp8_attention_model, q, k, v, scale=problem.softmax_scale, block_n=96,
+                    **k12.MODEL_ARITHMETIC)
+    err = rel_err(model(), ref)
     assert 2e-3 < err < E4M3_TOLERANCE / 1.5, err
-    assert rel_err(fp8_attention_model(q, k, v, scale=problem.softmax_scale, round_p=False), ref) < 1e-5
+    assert rel_err(model(round_p=False), ref) < 1e-5
+
+
+def test_lazy_rescale_keeps_p_within_e4m3():
+    """The offset gives way to the threshold (offset + threshold = 8): P stays under e4m3's 448
+    while a row's max lags. With scores that climb by 1.5 (log2) per tile, a threshold of 2
+    moves the max every other tile; an offset left at 8 puts P at up to 2^9.5, which the
+    conversion saturates to 448 (as the kernel's ``cvt.rn.satfinite``), and O goes wrong."""
+    from kernels import k12
+
+    scores = torch.arange(8, dtype=torch.float64).repeat_interleave(32) * 1.5 / math.log2(math.e)
+    q = torch.ones(1, 1, 1, 16)
+    k = scores[None, :, None, None].expand(1, -1, 1, 16).float() / 16
+    v = torch.randn(1, scores.numel(), 1, 16, generator=torch.Generator().manual_seed(0))
+    ref, _ = reference_attention(q, k, v, scale=1.0, dtype=torch.float64)
+    model = partial(fp8_attention_model, q, k, v, scale=1.0, block_n=32)
+    assert rel_err(model(**k12.MODEL_ARITHMETIC), ref) < 0.05
+    assert rel_err(model(max_offset=8, rescale_threshold=2), ref) > 0.2
+    assert rel_err(model(max_offset=8, rescale_threshold=2, round_p=False), ref) < 1e-5  # the lag is exact
 
 
 def test_fp8_model_masks_like_the_reference():

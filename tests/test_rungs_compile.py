@@ -200,6 +200,34 @@ def test_exp2_fma_every_moves_a_share_of_the_exponentials_off_mufu(reports):
     assert usage["local_bytes"] == 0 and usage["registers"] == default["registers"], usage
 
 
+def test_rescale_threshold_puts_os_rescale_behind_a_warp_vote(reports):
+    """K12's ``rescale_threshold`` (K11's lazy rescale, on by default): O's D / 2 multiplies per
+    thread (two rows of D / 4 registers) sit behind a branch on a warp vote, skipped while no row
+    of the warp moved its max, at the recorded registers and without local memory."""
+    from tools.inspect import _BRANCH_TARGET, _INSTRUCTION, _LABEL, _artifact, resource_usage, sass_of
+
+    problem = native_problem("k12", AttentionProblem(head_dim=128))
+    compiled = rung_module("k12").compile_for_inspect(problem)
+    cubin = _artifact(compiled.__cubin__, binary=True)
+    ops, labels = [], {}
+    for line in sass_of(cubin).splitlines():
+        if label := _LABEL.match(line):
+            labels[label.group(1)] = len(ops)
+        elif m := _INSTRUCTION.match(line):
+            ops.append((m.group(2) or "", m.group(3) + m.group(4)))
+    guarded = []  # FMULs skipped by a predicated forward branch right after a VOTE.ANY
+    for i, (_, text) in enumerate(ops):
+        if not text.startswith("VOTE.ANY"):
+            continue
+        j = next(j for j in range(i + 1, len(ops)) if ops[j][1].startswith("BRA"))
+        target = labels[_BRANCH_TARGET.search(ops[j][1]).group(1)]
+        if ops[j][0] and target > j:
+            guarded.append(sum(1 for _, t in ops[j + 1:target] if t.startswith("FMUL")))
+    assert guarded and all(n == 128 // 2 for n in guarded), guarded  # the unmasked and the masked loop
+    usage = resource_usage(cubin)
+    assert usage["local_bytes"] == 0 and usage["registers"] == reports("k12", 128, False)["registers"], usage
+
+
 def test_exp2_fma_arithmetic_model():
     """A float32 model of kernels.cute.softmax.exp2_fma's instruction sequence (the floor by adding
     1.5 * 2^23 rounded down, the cubic, the integer add into the exponent field): within 1e-4 of
@@ -238,11 +266,15 @@ def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(name, knob, head_
     factors' exponentials and the scaled scores (an FFMA per P exponential), most P
     exponentials still after it; behind the row sums, every exponential. Either way K's release
     (the first arrive after the turn) stays where it was, at the same registers and without
-    local memory."""
+    local memory. K12 is compiled without its lazy rescale, as the knobs were measured (the
+    vote's branch gives ptxas another order)."""
     from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
 
+    base = {"rescale_threshold": 0} if name == "k12" else {}
+
     def loop_of(**knobs):
-        cubin = _artifact(rung_module(name).compile_for_inspect(problem, **knobs).__cubin__, binary=True)
+        compiled = rung_module(name).compile_for_inspect(problem, **base, **knobs)
+        cubin = _artifact(compiled.__cubin__, binary=True)
         return main_loop_facts(sass_of(cubin)), cubin
 
     problem = native_problem(name, AttentionProblem(head_dim=head_dim, causal=causal))
@@ -250,7 +282,7 @@ def test_pv_wait_knobs_move_the_wait_for_pv_and_not_ks_release(name, knob, head_
     default = report["sass_facts"]["main_loop"]
     off, _ = loop_of(pv_wait_after_row_scale=False)
     held, cubin = loop_of(**{knob: True})
-    if knob == "pv_wait_after_row_scale":  # K11's default at D = 128 only
+    if knob == "pv_wait_after_row_scale" and not base:  # K11's default at D = 128 only
         on_by_default = name == "k11" and head_dim == 128
         assert default == (held if on_by_default else off) != (off if on_by_default else held), default
     assert off["exp2_under_own_pv"] == (6 if (name, head_dim) == ("k12", 256) else 0), off  # K12 D = 256: 6

@@ -253,7 +253,8 @@ def test_fp8_rung_matches_its_arithmetic_and_stands_beside_the_bf16_rung(name, p
     source = make_inputs(problem.with_(dtype="bf16"), seed=17, outliers=outliers)
     out = run_once(module, problem, q, k, v)
     block_n = module.TILE_CONFIGS[problem.head_dim].block_n
-    model = fp8_attention_model(q, k, v, causal=problem.causal, scale=problem.softmax_scale, block_n=block_n)
+    model = fp8_attention_model(q, k, v, causal=problem.causal, scale=problem.softmax_scale, block_n=block_n,
+                                **module.MODEL_ARITHMETIC)
     same_inputs, _ = reference_attention(q, k, v, causal=problem.causal, scale=problem.softmax_scale)
     # Closer to its model than the model is to attention: what remains is the order of sums, the
     # tensor cores' k32 accumulation and exp2's approximation flipping an e4m3 rounding here and there.

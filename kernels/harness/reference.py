@@ -137,13 +137,16 @@ def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None
 
 
 def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = None, *, block_n: int = 128,
-                        max_offset: int = 8, round_p: bool = True):
+                        max_offset: int = 8, round_p: bool = True, rescale_threshold: float = 0.0):
     """The arithmetic of the FP8 rungs (K12) in torch, rounding included: what their output
     should be, not what attention is. ``q, k, v``: ``Fp8Tensor`` (or float) BSHD.
 
     Scores of the dequantized inputs in fp32; an online softmax over ``block_n``-key tiles in
     the log2 domain; ``P = exp2(s - max + max_offset)`` rounded to e4m3 (``round_p``) for
-    P V with fp32 accumulation; the row sum from the fp32 P; ``O / sum`` at the end. The mask
+    P V with fp32 accumulation; the row sum from the fp32 P; ``O / sum`` at the end. With
+    ``rescale_threshold`` (log2 units) a row's max moves only when a tile's exceeds it by more
+    than that (``OnlineSoftmax``'s lazy rescale), so P reaches up to
+    ``2^(max_offset + rescale_threshold)``. The mask
     and GQA as :func:`reference_attention` (rows that see no key: zeros). Returns fp32 BSHD.
     """
     q, k, v = (dequantize(t).float() for t in (q, k, v))
@@ -165,6 +168,8 @@ def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = Non
                 if keep is not None:
                     s = s.masked_fill(~keep[:, keys], -math.inf)
                 new_max = torch.maximum(row_max, s.max(dim=1).values)
+                if rescale_threshold > 0:  # -inf + threshold stays -inf: a first finite score moves it
+                    new_max = torch.where(new_max > row_max + rescale_threshold, new_max, row_max)
                 base = torch.where(torch.isinf(new_max), 0.0, new_max)   # rows without a key yet
                 p = torch.exp2(s - base[:, None] + max_offset)
                 factor = torch.exp2(row_max - base)
