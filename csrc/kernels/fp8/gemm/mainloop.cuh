@@ -202,8 +202,9 @@ struct Sm90Mainloop {
   }
 
   // Promoted: per interval of promote_every (1 or 2) k-blocks, partial = sum of the interval's
-  // A_kb @ B_kb^T (fresh at its first k-block), one wait at its end, free its stages, then
-  // acc += partial in fp32. The wait drains this warpgroup's WGMMAs; the other consumer
+  // A_kb @ B_kb^T (fresh at its first k-block), one full wait at its end, then acc += partial
+  // in fp32; each stage but the last is freed as soon as the next k-block is issued
+  // (promote_intervals). The full wait drains this warpgroup's WGMMAs; the other consumer
   // warpgroup and the producer's prefetch keep the tensor cores fed meanwhile (DeepGEMM's
   // schedule). One loop per interval length, so every iteration starts and ends with nothing
   // in flight: a single loop choosing "last k-block of the interval" at run time left ptxas
@@ -218,32 +219,36 @@ struct Sm90Mainloop {
                                                                bool lead_single, float scale) {
     float partial[kAccRegs];  // no init: each interval's first WGMMA ignores it (scale-d 0)
     int kb = 0;
-    if (promote_every == 2) {
-      if (lead_single && k_blocks > 0) {
-        issue_stage(s, consumer, st, partial, true);
-        wgmma_wait<0>();
-        release(s, st.stage, role);
-        st.template advance<Policy::kStages>();
-        promote(acc, partial, scale);
-        kb = 1;
-      }
-      for (; kb + 1 < k_blocks; kb += 2) {
-        const int first_stage = st.stage;
-        issue_stage(s, consumer, st, partial, true);
-        st.template advance<Policy::kStages>();
-        issue_stage(s, consumer, st, partial, false);
-        wgmma_wait<0>();
-        release(s, first_stage, role);
-        release(s, st.stage, role);
-        st.template advance<Policy::kStages>();
-        promote(acc, partial, scale);
-      }
+    if (promote_every > 1 && lead_single && k_blocks > 0) {
+      promote_intervals<1>(s, consumer, 1, kb, acc, partial, st, role, scale);
     }
-    for (; kb < k_blocks; ++kb) {
+    if (promote_every >= 2) promote_intervals<2>(s, consumer, k_blocks, kb, acc, partial, st, role, scale);
+    promote_intervals<1>(s, consumer, k_blocks, kb, acc, partial, st, role, scale);
+  }
+
+  // Whole intervals of kInterval k-blocks from kb while they fit in k_blocks: each k-block's
+  // WGMMAs chain into partial; once the next one is issued, wait until only it is in flight
+  // and free the previous stage, so the producer refills the ring during the interval instead
+  // of after it. The interval ends with nothing in flight and partial promoted into acc.
+  template <int kInterval>
+  __device__ __forceinline__ static void promote_intervals(const Storage& s, int consumer, int k_blocks, int& kb,
+                                                           float (&acc)[kAccRegs], float (&partial)[kAccRegs],
+                                                           PipelineState& st, const ClusterRole& role, float scale) {
+    for (; kb + kInterval <= k_blocks; kb += kInterval) {
+      int previous_stage = st.stage;
       issue_stage(s, consumer, st, partial, true);
-      wgmma_wait<0>();
-      release(s, st.stage, role);
       st.template advance<Policy::kStages>();
+#pragma unroll
+      for (int j = 1; j < kInterval; ++j) {
+        const int stage = st.stage;
+        issue_stage(s, consumer, st, partial, false);
+        st.template advance<Policy::kStages>();
+        wgmma_wait<1>();
+        release(s, previous_stage, role);
+        previous_stage = stage;
+      }
+      wgmma_wait<0>();
+      release(s, previous_stage, role);
       promote(acc, partial, scale);
     }
   }
