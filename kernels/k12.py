@@ -61,8 +61,8 @@ Constraints
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
     ``rescale_before_pv`` (default: False; K11's except at D = 256), ``ctas`` (default: the
-    GPU's SM count), ``rescale_threshold`` (K11's lazy rescale in whole log2 units, default 2;
-    0 without ``rescale_before_pv``'s placement; P's offset gives way to it). Lab knobs, off:
+    GPU's SM count), ``rescale_threshold`` (K11's lazy rescale in whole log2 units: default 2,
+    0 with ``rescale_before_pv``, which it cannot join; P's offset gives way to it). Lab knobs, off:
     ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
     ``pv_wait_after_row_sum`` (K11's; K11 takes the first by default at D = 128).
 
@@ -177,7 +177,8 @@ class K12FMHA:
         # subnormals).
         if rescale_threshold is None:
             rescale_threshold = 0 if rescale_before_pv else DEFAULT_RESCALE_THRESHOLD
-        if not 0 <= rescale_threshold <= P_MAX_OFFSET or int(rescale_threshold) != rescale_threshold:
+        if (isinstance(rescale_threshold, bool) or not 0 <= rescale_threshold <= P_MAX_OFFSET
+                or int(rescale_threshold) != rescale_threshold):
             raise ValueError(f"rescale_threshold: a whole number in [0, {P_MAX_OFFSET}], "
                              f"got {rescale_threshold}")
         if rescale_threshold and rescale_before_pv:

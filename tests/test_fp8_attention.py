@@ -206,6 +206,29 @@ def test_lazy_rescale_keeps_p_within_e4m3():
     assert rel_err(model(max_offset=8, rescale_threshold=2, round_p=False), ref) < 1e-5  # the lag is exact
 
 
+BAD_THRESHOLDS = [dict(rescale_threshold=9), dict(rescale_threshold=2.5), dict(rescale_threshold=True),
+                  dict(rescale_threshold=2, rescale_before_pv=True)]
+
+
+@pytest.mark.parametrize("knobs", BAD_THRESHOLDS, ids=["past-offset", "fraction", "bool", "beside-before-pv"])
+def test_k12_rescale_threshold_knob(knobs):
+    """The default takes the lazy rescale (offset 6); rescale_before_pv alone turns it off
+    (offset 8); a threshold past the offset, not whole, a bool, or beside rescale_before_pv
+    (whose rescale comes before the vote could skip it) is refused."""
+    import cutlass
+
+    from kernels import k12
+
+    def make(**kw):
+        return k12.K12FMHA(128, False, cutlass.Float8E4M3FN, ctas=132, **kw)
+
+    default, before_pv = make(), make(rescale_before_pv=True)
+    assert (default.rescale_threshold, default.p_max_offset) == (2, 6)
+    assert (before_pv.rescale_threshold, before_pv.p_max_offset) == (0, 8)
+    with pytest.raises(ValueError, match="rescale_threshold"):
+        make(**knobs)
+
+
 def test_fp8_model_masks_like_the_reference():
     """The model's mask, GQA and empty rows follow reference_attention (without rounding: equal)."""
     problem = AttentionProblem(batch=2, seqlen_q=70, seqlen_k=40, heads_q=4, heads_kv=2, head_dim=32,
