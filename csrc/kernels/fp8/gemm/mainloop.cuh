@@ -274,13 +274,8 @@ struct Sm90Mainloop {
     wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = partial[i] * scale;
-    for (int kb = 1; kb < k_blocks; ++kb) {
-      issue_stage(s, consumer, st, partial, true);
-      wgmma_wait<0>();
-      release(s, st.stage, role);
-      st.template advance<Policy::kStages>();
-      promote(acc, partial, scale);
-    }
+    int kb = 1;
+    promote_intervals<1>(s, consumer, k_blocks, kb, acc, partial, st, role, scale);
   }
 
   // Ping-pong: k-block kb accumulates into partial[kb % 2]. Issue kb + 1 into the other
