@@ -117,6 +117,11 @@ int main() {
     expect(plan.block_n == e.block_n && plan.split_k == e.split_k, "decode / square plan", e.m, e.n, e.k);
   }
 
+  // N narrower than the wide tiles: BN 64 (the intensity counts the columns a tile stores; at
+  // N = 64 every width gives 64 tiles, and BN 192 wasted two thirds of each).
+  for (int64_t n : {16, 64, 96, 100})
+    expect(plan_of(8192, n, 4096).block_n == 64, "narrow N takes BN 64", 8192, n, 4096);
+
   // Forced counts: capped at the k-blocks, ignored by the mma.sync path, 1 k-block never split.
   expect(plan_of(16, 96, 272, 8).split_k == 3, "forced split above the k-blocks is capped", 16, 96, 272);
   expect(plan_of(1, 4096, 4096, 7).split_k == 7, "forced split", 1, 4096, 4096);
