@@ -204,25 +204,20 @@ def test_rescale_threshold_puts_os_rescale_behind_a_warp_vote(reports):
     """K12's ``rescale_threshold`` (K11's lazy rescale, on by default): O's D / 2 multiplies per
     thread (two rows of D / 4 registers) sit behind a branch on a warp vote, skipped while no row
     of the warp moved its max, at the recorded registers and without local memory."""
-    from tools.inspect import _BRANCH_TARGET, _INSTRUCTION, _LABEL, _artifact, resource_usage, sass_of
+    from tools.inspect import _artifact, branch_target, parse_sass, resource_usage, sass_of
 
     problem = native_problem("k12", AttentionProblem(head_dim=128))
     compiled = rung_module("k12").compile_for_inspect(problem)
     cubin = _artifact(compiled.__cubin__, binary=True)
-    ops, labels = [], {}
-    for line in sass_of(cubin).splitlines():
-        if label := _LABEL.match(line):
-            labels[label.group(1)] = len(ops)
-        elif m := _INSTRUCTION.match(line):
-            ops.append((m.group(2) or "", m.group(3) + m.group(4)))
+    ops, labels = parse_sass(sass_of(cubin))
     guarded = []  # FMULs skipped by a predicated forward branch right after a VOTE.ANY
-    for i, (_, text) in enumerate(ops):
-        if not text.startswith("VOTE.ANY"):
+    for i, x in enumerate(ops):
+        if not x["op"].startswith("VOTE.ANY"):
             continue
-        j = next(j for j in range(i + 1, len(ops)) if ops[j][1].startswith("BRA"))
-        target = labels[_BRANCH_TARGET.search(ops[j][1]).group(1)]
-        if ops[j][0] and target > j:
-            guarded.append(sum(1 for _, t in ops[j + 1:target] if t.startswith("FMUL")))
+        j = next(j for j in range(i + 1, len(ops)) if ops[j]["op"].startswith("BRA"))
+        target = branch_target(ops[j], labels)
+        if ops[j]["pred"] and target > j:
+            guarded.append(sum(1 for y in ops[j + 1:target] if y["op"].startswith("FMUL")))
     assert guarded and all(n == 128 // 2 for n in guarded), guarded  # the unmasked and the masked loop
     usage = resource_usage(cubin)
     assert usage["local_bytes"] == 0 and usage["registers"] == reports("k12", 128, False)["registers"], usage

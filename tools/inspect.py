@@ -106,6 +106,27 @@ _FP_OPS = {"FFMA", "FMUL", "FADD", "FMNMX", "MUFU", "F2FP"}
 _MMA_OPS = ("HGMMA", "QGMMA")  # bf16/fp16 and FP8 warpgroup MMAs
 
 
+def parse_sass(sass: str) -> tuple[list[dict], dict[str, int]]:
+    """``cuobjdump -sass`` text as instructions ``{"pred", "op", "text"}`` in order, and each
+    label's index into them (where the next instruction sits)."""
+    ins, labels = [], {}
+    for line in sass.splitlines():
+        label = _LABEL.match(line)
+        if label:
+            labels[label.group(1)] = len(ins)
+            continue
+        m = _INSTRUCTION.match(line)
+        if m:
+            ins.append({"pred": m.group(2) or "", "op": m.group(3), "text": m.group(3) + m.group(4)})
+    return ins, labels
+
+
+def branch_target(instruction: dict, labels: dict[str, int]) -> int | None:
+    """Index of the instruction a ``BRA`` jumps to (None for any other instruction)."""
+    target = _BRANCH_TARGET.search(instruction["text"]) if instruction["op"].startswith("BRA") else None
+    return labels.get(target.group(1)) if target else None
+
+
 def main_loop_facts(sass: str) -> dict | None:
     """The steady-state KV loop of a ping-pong consumer, counted per KV tile per warp: the
     smallest loop (a backward branch) with warpgroup MMAs (HGMMA; QGMMA in FP8) and exactly
@@ -122,19 +143,10 @@ def main_loop_facts(sass: str) -> dict | None:
     many come before the first mbarrier arrive (K's release in K11 and K12);
     ``packs_among_exp2``: conversions to 16 bits (``F2FP``, P's packing) before the step's last
     exponential. None for a kernel without such a loop."""
-    ins, labels = [], {}
-    for line in sass.splitlines():
-        label = _LABEL.match(line)
-        if label:
-            labels[label.group(1)] = len(ins)
-            continue
-        m = _INSTRUCTION.match(line)
-        if m:
-            ins.append({"pred": m.group(2) or "", "op": m.group(3), "text": m.group(3) + m.group(4)})
+    ins, labels = parse_sass(sass)
     candidates = []
     for end, x in enumerate(ins):
-        target = _BRANCH_TARGET.search(x["text"]) if x["op"].startswith("BRA") else None
-        start = labels.get(target.group(1)) if target else None
+        start = branch_target(x, labels)
         if start is None or start > end:
             continue
         body = ins[start:end + 1]
@@ -147,10 +159,10 @@ def main_loop_facts(sass: str) -> dict | None:
     _, start, end = min(candidates)
     skipped = set()  # "@P0 BRA forward" over an mbarrier wait's retry, inside the loop
     for i in range(start + 1, end):
-        target = _BRANCH_TARGET.search(ins[i]["text"]) if ins[i]["op"] == "BRA" else None
-        if target and ins[i]["pred"] == "@P0" and "TRYWAIT" in ins[i - 1]["op"]:
-            if i < labels[target.group(1)] <= end:
-                skipped.update(range(i + 1, labels[target.group(1)]))
+        target = branch_target(ins[i], labels) if ins[i]["op"] == "BRA" else None
+        if target is not None and ins[i]["pred"] == "@P0" and "TRYWAIT" in ins[i - 1]["op"]:
+            if i < target <= end:
+                skipped.update(range(i + 1, target))
     path = [ins[i] for i in range(start, end + 1) if i not in skipped]
     take = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.SYNC"))
     give = next(k for k, y in enumerate(path) if y["op"].startswith("BAR.ARV"))
