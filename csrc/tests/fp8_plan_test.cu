@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "fp8/gemm/plan.cuh"
 #include "fp8/gemm/scheduler.cuh"
@@ -323,6 +324,49 @@ int main() {
            2048);
     plan.store = int(StoreMode::kTma);
     expect(!plan_supported(plan), "a forced TMA store without its kernel is no plan", 2048, 2048, 2048);
+  }
+
+  // Chunk-staged TMA stores (StoreMode::kTmaChunked): the ring keeps the stages it has without
+  // staging (5 at BN 176 / 192, 4 at 256) where whole-block staging costs one, with two 8 KB
+  // buffers per consumer where two fit beside them (176, 256) and one where only one does (192);
+  // BN 128 (6 stages either way) and BN 64 have no such kernel.
+  {
+    using kernels::fp8::gemm::AccumMode;
+    using kernels::fp8::gemm::Sm90Policy;
+    using P176 = Sm90Policy<176, AccumMode::kPromote, true, true>;
+    using P192 = Sm90Policy<192, AccumMode::kPromote, true, true>;
+    using P256 = Sm90Policy<256, AccumMode::kFast, true, true>;
+    static_assert(P176::kStages == 5 && P176::kStagingBuffers == 2 &&
+                      Sm90Policy<176, AccumMode::kPromote>::kStages == 5 &&
+                      Sm90Policy<176, AccumMode::kPromote, true>::kStages == 4,
+                  "BN 176 chunk staging: 5 stages, two buffers");
+    static_assert(
+        P192::kStages == 5 && P192::kStagingBuffers == 1 && Sm90Policy<192, AccumMode::kPromote, true>::kStages == 4,
+        "BN 192 chunk staging: 5 stages, one buffer");
+    static_assert(
+        P256::kStages == 4 && P256::kStagingBuffers == 2 && Sm90Policy<256, AccumMode::kFast, true>::kStages == 3,
+        "BN 256 chunk staging: 4 stages, two buffers");
+    static_assert(
+        P176::kSmemBytes <= kSm90SmemLimit && P192::kSmemBytes <= kSm90SmemLimit && P256::kSmemBytes <= kSm90SmemLimit,
+        "shared memory of the chunk-staged kernels");
+    for (const int bn : {176, 192, 256}) {
+      PlanRequest req;
+      req.force_block_n = bn;
+      req.store = int(StoreMode::kTmaChunked);
+      const GemmPlan plan = plan_gemm(4096, 4096, 4096, kSms, 9, 0, req);
+      const std::string what = "forced chunk-staged TMA stores at BN " + std::to_string(bn);
+      expect(plan.store == int(StoreMode::kTmaChunked) && plan_supported(plan), what.c_str(), 4096, 4096, 4096);
+    }
+    for (const int bn : {64, 128}) {
+      PlanRequest req;
+      req.force_block_n = bn;
+      req.store = int(StoreMode::kTmaChunked);
+      const std::string what = "no chunk-staged kernel at BN " + std::to_string(bn);
+      expect(!plan_supported(plan_gemm(4096, 4096, 4096, kSms, 9, 0, req)), what.c_str(), 4096, 4096, 4096);
+    }
+    GemmPlan beyond = plan_of(4096, 4096, 4096);
+    beyond.store = int(StoreMode::kTmaChunked) + 1;
+    expect(!plan_supported(beyond), "store modes end at kTmaChunked", 4096, 4096, 4096);
   }
 
   // The launch checks throw the error types of common/errors.h (what the binding raises).

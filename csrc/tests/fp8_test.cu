@@ -304,7 +304,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
   if (plan.group_m != fp8::gemm::PlannerDefaults::kGroupM) s += " g" + std::to_string(plan.group_m);
-  if (plan.store) s += plan.store == 3 ? " tma" : plan.store == 2 ? " fs16" : " fs";
+  if (plan.store) s += plan.store == 4 ? " tma64" : plan.store == 3 ? " tma" : plan.store == 2 ? " fs16" : " fs";
   return s;
 }
 
@@ -461,6 +461,10 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 2, pair_m, 1, 0, 3},
       {0, 128, promote, 2, none, 1, 0, 3},
       {0, 128, fast, 0, none, 1, 0, 3},
+      {0, 176, promote, 2, none, 1, 0, 4},        // TMA stores staged in 64-column chunks (kTmaChunked):
+      {0, 192, promote, 2, none, 1, 0, 4},        // the ring keeps the stage whole-block staging takes
+      {0, 256, fast, 0, none, 1, 0, 4},
+      {0, 176, promote, 2, none, 1, 0, 4, 0, 1},
       {0, 192, promote, 2, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
@@ -1080,11 +1084,12 @@ int correctness_cases() {
     }
   }
   if (hopper) {
-    // TMA-store epilogues (StoreMode::kTma) on every kernel that has one: M / N tails clipped by
-    // TMA, a wrapped persistent grid (4 SMs), clusters, N = 333 (rows not 16-byte aligned) and
-    // extras (scales, bias) through the direct stores, a K tail.
+    // TMA-store epilogues (StoreMode::kTma, and kTmaChunked where the kernel has it) on every
+    // kernel that has one: M / N tails clipped by TMA, a wrapped persistent grid (4 SMs), clusters,
+    // N = 333 (rows not 16-byte aligned) and extras (scales, bias) through the direct stores, a K tail.
     using fp8::gemm::AccumMode;
     using fp8::gemm::ClusterMode;
+    using fp8::gemm::StoreMode;
     const KernelChoice tma_variants[] = {
         {128, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
         {128, int(AccumMode::kFast), 0, int(ClusterMode::kPairN)},
@@ -1096,13 +1101,20 @@ int correctness_cases() {
         {256, int(AccumMode::kFast), 0, int(ClusterMode::kQuad)},
     };
     for (const KernelChoice& v : tma_variants) {
-      const auto with = [&v](GemmCase gc, int persistent, int sms) { return with_kernel(gc, v, persistent, sms, 3); };
-      cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 4));
-      cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
-      cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, -1, 0));
-      cases.push_back(with({129, 333, 1040, Format::kE4M3, Format::kE5M2, 0, v.block_n, false}, 1, 0));
-      cases.push_back(with({300, 520, 2064, Format::kE5M2, Format::kE4M3, 0, v.block_n, true}, 1, 0));
-      cases.push_back(with({640, 1024, 512, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 0));
+      for (const int store : {int(StoreMode::kTma), int(StoreMode::kTmaChunked)}) {
+        // every entry has a kTma kernel (a wrong one fails its cases); kTmaChunked only some
+        if (store == int(StoreMode::kTmaChunked) && !fp8::gemm::has_tma_chunked_kernel(v.block_n, AccumMode(v.accum)))
+          continue;
+        const auto with = [&](GemmCase gc, int persistent, int sms) {
+          return with_kernel(gc, v, persistent, sms, store);
+        };
+        cases.push_back(with({300, 520, 2064, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 4));
+        cases.push_back(with({257, 131, 400, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 0, 0));
+        cases.push_back(with({1, 96, 272, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, -1, 0));
+        cases.push_back(with({129, 333, 1040, Format::kE4M3, Format::kE5M2, 0, v.block_n, false}, 1, 0));
+        cases.push_back(with({300, 520, 2064, Format::kE5M2, Format::kE4M3, 0, v.block_n, true}, 1, 0));
+        cases.push_back(with({640, 1024, 512, Format::kE4M3, Format::kE4M3, 0, v.block_n, false}, 1, 0));
+      }
     }
   }
   for (const GemmCase& gc : cases) failures += !test_gemm(gc);
@@ -1177,19 +1189,24 @@ int correctness_cases() {
 
 // `fp8_test --small`: one case per store path of the sm_90a GEMM, for compute-sanitizer
 // memcheck / racecheck: TMA stores at BN 128 fast, 176, 192 and 256 (64- and 16-column panels,
-// clipped tails, a wrapped persistent grid), the 16-byte row stores, the checked stores with
+// clipped tails, a wrapped persistent grid; staged whole and, but at 128, in 64-column chunks
+// through two buffers at 176 / 256 and one at 192), the 16-byte row stores, the checked stores with
 // scales and bias, and a split-K plan; the swap-AB TMA GEMV in 64- and 128-row blocks, split
 // in a cluster.
 int small_cases() {
   using fp8::gemm::AccumMode;
   using fp8::gemm::ClusterMode;
+  using fp8::gemm::StoreMode;
   const Format e4 = Format::kE4M3;
   const int none = int(ClusterMode::kNone);
   int failures = 0;
   for (const KernelChoice& v :
        {KernelChoice{128, int(AccumMode::kFast), 0, none}, KernelChoice{176, int(AccumMode::kPromote), 2, none},
         KernelChoice{192, int(AccumMode::kPromote), 2, none}, KernelChoice{256, int(AccumMode::kFast), 0, none}}) {
-    failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, v.block_n, false}, v, 1, 4, 3));
+    for (const int store : {int(StoreMode::kTma), int(StoreMode::kTmaChunked)}) {
+      if (store == int(StoreMode::kTma) || fp8::gemm::has_tma_chunked_kernel(v.block_n, AccumMode(v.accum)))
+        failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, v.block_n, false}, v, 1, 4, store));
+    }
   }
   const KernelChoice bn192{192, int(AccumMode::kPromote), 2, none};
   failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, 192, false}, bn192, 1, 0, 2));

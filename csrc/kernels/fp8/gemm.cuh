@@ -13,7 +13,8 @@
 //   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256).
 //   The plan's store (StoreMode) picks the epilogue: checked pairs, unchecked interior pairs or
 //   16-byte rows (Epilogue::store_wgmma_fragment), or TMA stores from shared memory
-//   (TmaStoreEpilogue, kernels built with Sm90Policy::kTmaStore).
+//   (TmaStoreEpilogue, kernels built with Sm90Policy::kTmaStore; the whole block staged at
+//   once, or 64 columns at a time with kChunkedStaging).
 // A block loops over tiles from the scheduler: grid = tiles (one each) or = SM count
 // (persistent: the producer streams the next tile while the consumers store this one).
 // Split-K (GemmPlan::split_k > 1, for problems whose tiles leave SMs idle): a work unit is
@@ -122,9 +123,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
       } else {
         if constexpr (Policy::kTmaStore) {
           if (store == StoreMode::kTma) {  // the launcher checked D for it
-            TmaStoreEpilogue<Policy::kBN>::store(&map_d, storage.staging(consumer), kStoreBarrier0 + consumer,
-                                                 m_block * Policy::kBM + consumer * 64, n_block * Policy::kBN, acc,
-                                                 Policy::kPromote ? 1.f : epi.alpha);
+            TmaStoreEpilogue<Policy::kBN, Policy::kStagingBuffers>::store(
+                &map_d, storage.staging(consumer), kStoreBarrier0 + consumer, m_block * Policy::kBM + consumer * 64,
+                n_block * Policy::kBN, acc, Policy::kPromote ? 1.f : epi.alpha);
             return;
           }
         }
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
         if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
-    if constexpr (Policy::kTmaStore) TmaStoreEpilogue<Policy::kBN>::drain();
+    if constexpr (Policy::kTmaStore) TmaStoreEpilogue<Policy::kBN, Policy::kStagingBuffers>::drain();
   }
   // no block of a cluster may exit while a partner can still arrive on its barriers
   if (role.size > 1) cluster_sync();
@@ -254,9 +255,9 @@ inline bool tma_store_applies(const GemmParams& p) {
          reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
 }
 
-template <int kBlockN, AccumMode kAccum, Format FA, Format FB, bool kTmaStore = false>
+template <int kBlockN, AccumMode kAccum, Format FA, Format FB, bool kTmaStore = false, bool kChunkedStaging = false>
 void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
-  using Policy = Sm90Policy<kBlockN, kAccum, kTmaStore>;
+  using Policy = Sm90Policy<kBlockN, kAccum, kTmaStore, kChunkedStaging>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
   sched.tiles_n = int(ceil_div<int64_t>(p.n, Policy::kBN));
@@ -273,10 +274,11 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   const int promote_every = plan.promote_every;
   const bool stagger = plan.stagger;
   StoreMode store = StoreMode(plan.store);
-  CUtensorMap map_d{};  // read only by StoreMode::kTma
-  if (store == StoreMode::kTma) {
+  CUtensorMap map_d{};  // read only by the TMA-store epilogue
+  if (store == StoreMode::kTma || store == StoreMode::kTmaChunked) {
     if (kTmaStore && plan.split_k == 1 && tma_store_applies(p)) {
       make_output_map(&map_d, p.d, p.m, p.n, p.ldd, 64, TmaStoreEpilogue<kBlockN>::kPanelCols);
+      store = StoreMode::kTma;  // to the kernel: "TMA stores", staged as its policy says
     } else {
       store = StoreMode::kRows16;
     }
@@ -325,6 +327,14 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.path == Path::kGemvTma)
     return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream, true, plan.block_n);
   // only the pairs plan_supported() admits
+  if (plan.store == int(StoreMode::kTmaChunked)) {  // has_tma_chunked_kernel
+    switch (plan.block_n) {
+      case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true, true>(p, plan, ws, stream);
+      case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
+      case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
+      default: break;
+    }
+  }
   if (plan.store == int(StoreMode::kTma)) {  // has_tma_store_kernel
     switch (plan.block_n) {
       case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream);

@@ -22,8 +22,10 @@ namespace kernels::fp8::gemm {
 // How the sm_90a GEMM stores its interior tiles (Epilogue::store_wgmma_fragment); edge tiles and
 // tiles with row / column scales or a bias always take the checked stores. kTma stages whole
 // tiles in shared memory for TMA stores (TmaStoreEpilogue; kernels built with
-// Sm90Policy::kTmaStore, plain epilogues on 16-byte aligned rows; else as kRows16).
-enum class StoreMode : int { kChecked = 0, kPairs = 1, kRows16 = 2, kTma = 3 };
+// Sm90Policy::kTmaStore, plain epilogues on 16-byte aligned rows; else as kRows16); kTmaChunked
+// stages them 64 columns at a time through one or two small buffers instead (kernels built with
+// Sm90Policy::kChunkedStaging as well), so that the staging does not cost the ring a stage.
+enum class StoreMode : int { kChecked = 0, kPairs = 1, kRows16 = 2, kTma = 3, kTmaChunked = 4 };
 
 struct Epilogue {
   float alpha = 1.f;  // *scale_a * *scale_b, read once per thread
@@ -197,13 +199,25 @@ struct Epilogue {
 // epilogue first waits until they have read the staging block. Against the direct stores, the
 // stores leave the warpgroup as a few bulk copies instead of kBN / 16 16-byte STGs per thread
 // queued in the LSU while the tensor cores idle.
-template <int kBN>
+// kBuffers = 0 stages the whole 64 x kBN block at once: 16 KB per warpgroup at BN 128, 22 / 24
+// at 176 / 192, 32 at 256, which costs the ring a stage (Sm90Policy). kBuffers = 1 or 2
+// (StoreMode::kTmaChunked) stages it in chunks of 64 columns (the last one 48 at BN 176) through
+// that many 8 KB buffers taken in turn: before writing chunk c the store thread waits until the
+// stores of chunk c - kBuffers have read its buffer (at c = 0 all earlier ones, the previous
+// tile's, issued a mainloop ago), so with two buffers one chunk's stmatrix runs while TMA reads
+// the chunk before. Two named-barrier syncs per chunk instead of two per tile.
+template <int kBN, int kBuffers = 0>
 struct TmaStoreEpilogue {
   static constexpr int kPanelCols = kBN % 64 == 0 ? 64 : 16;
   static constexpr int kPanelBytes = kPanelCols * 2;  // one row of a panel = its swizzle span
-  static constexpr int kPanels = kBN / kPanelCols;
   static constexpr int kPanelBlockBytes = 64 * kPanelBytes;
+  static constexpr int kChunkCols = kBuffers == 0 ? kBN : 64;
+  static constexpr int kChunks = (kBN + kChunkCols - 1) / kChunkCols;
+  static constexpr int kBufferBytes = 64 * kChunkCols * 2;
+  static constexpr int kStagingBytes = (kBuffers == 0 ? 1 : kBuffers) * kBufferBytes;  // per warpgroup
   static_assert(kBN % 16 == 0, "16-column panels at least");
+  static_assert(kBuffers >= 0 && kBuffers <= 2, "whole-block staging, or one or two chunk buffers");
+  static_assert(kChunkCols % kPanelCols == 0, "a chunk holds whole panels");
 
   // Byte offset of 16-byte chunk `chunk` (< kPanelBytes / 16) of row `row` in a panel.
   __host__ __device__ __forceinline__ static constexpr uint32_t chunk_offset(int row, int chunk) {
@@ -211,35 +225,47 @@ struct TmaStoreEpilogue {
     return linear ^ (((linear >> 7) & (kPanelBytes / 16 - 1)) << 4);
   }
 
-  // row0 / col0: the block's first row and column in D; barrier: the warpgroup's named barrier.
+  // row0 / col0: the block's first row and column in D; staging: the warpgroup's kStagingBytes;
+  // barrier: the warpgroup's named barrier.
   __device__ __forceinline__ static void store(const CUtensorMap* map_d, uint8_t* staging, int barrier, int row0,
                                                int col0, const float (&acc)[kBN / 2], float scale) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
     const bool store_thread = threadIdx.x % 128 == 0;
-    if (store_thread) tma_store_wait_read<0>();  // the previous tile's stores are done reading
-    named_barrier_sync(barrier, 128);
     // this lane's row address in stmatrix: row lane % 8 of matrix lane / 8
     const int matrix = lane / 8, row = 16 * warp + 8 * (matrix & 1) + lane % 8;
-    const uint32_t base = smem_addr(staging);
+    constexpr int kRowChunks = kPanelBytes / 16;  // 16-byte chunks in a panel row
 #pragma unroll
-    for (int j = 0; j < kBN / 8; j += 2) {
-      const int group = j + (matrix >> 1), chunks = kPanelBytes / 16;
-      uint32_t w[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[4 * j + 2 * q] * scale, acc[4 * j + 2 * q + 1] * scale);
-        w[q] = *reinterpret_cast<const uint32_t*>(&pair);
+    for (int c = 0; c < kChunks; ++c) {
+      constexpr int kAfterFirst = kBuffers > 1 ? kBuffers - 1 : 0;
+      uint8_t* buffer = staging + (kBuffers == 0 ? 0 : c % kBuffers) * kBufferBytes;
+      if (store_thread) {  // the stores that last read this buffer are done reading
+        if (c == 0) tma_store_wait_read<0>();
+        else tma_store_wait_read<kAfterFirst>();
       }
-      stmatrix_x4(base + (group / chunks) * kPanelBlockBytes + chunk_offset(row, group % chunks), w[0], w[1], w[2],
-                  w[3]);
-    }
-    fence_proxy_async_shared();  // the stmatrix writes, visible to the TMA unit
-    named_barrier_sync(barrier, 128);
-    if (store_thread) {
+      named_barrier_sync(barrier, 128);
+      const int first_group = c * kChunkCols / 8;
+      const int chunk_cols = kBN - c * kChunkCols < kChunkCols ? kBN - c * kChunkCols : kChunkCols;
+      const uint32_t base = smem_addr(buffer);
 #pragma unroll
-      for (int p = 0; p < kPanels; ++p)
-        tma_store_2d(map_d, staging + p * kPanelBlockBytes, col0 + kPanelCols * p, row0);
-      tma_store_commit();
+      for (int j = 0; j < chunk_cols / 8; j += 2) {
+        const int group = j + (matrix >> 1), a = 4 * (first_group + j);  // group: in the chunk
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[a + 2 * q] * scale, acc[a + 2 * q + 1] * scale);
+          w[q] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        stmatrix_x4(base + (group / kRowChunks) * kPanelBlockBytes + chunk_offset(row, group % kRowChunks), w[0], w[1],
+                    w[2], w[3]);
+      }
+      fence_proxy_async_shared();  // the stmatrix writes, visible to the TMA unit
+      named_barrier_sync(barrier, 128);
+      if (store_thread) {
+#pragma unroll
+        for (int p = 0; p < chunk_cols / kPanelCols; ++p)
+          tma_store_2d(map_d, buffer + p * kPanelBlockBytes, col0 + c * kChunkCols + kPanelCols * p, row0);
+        tma_store_commit();
+      }
     }
   }
 

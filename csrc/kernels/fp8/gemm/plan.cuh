@@ -94,7 +94,7 @@ struct PlanRequest {
   int stagger = -1;       // -1 auto, 0 / 1: the second consumer's intervals offset by one k-block
   int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
   int group_m = 0;        // 0 auto, else raster group height in tiles
-  int store = -1;         // -1 auto, else StoreMode: 0 checked everywhere, 1 / 2 unchecked interior pairs / rows, 3 TMA
+  int store = -1;         // -1 auto, else StoreMode: checked / interior pairs / rows / TMA / TMA in 64-column chunks
   int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
@@ -119,6 +119,20 @@ inline bool has_tma_store_kernel(int block_n, AccumMode accum) {
     case 256: return accum == AccumMode::kFast;
     default: return false;
   }
+}
+
+// The pairs with a chunk-staged TMA-store kernel (StoreMode::kTmaChunked, Sm90Policy::kChunkedStaging):
+// the widths where chunks give the ring back the stage that whole-block staging takes (not 128).
+inline bool has_tma_chunked_kernel(int block_n, AccumMode accum) {
+  return block_n != 128 && has_tma_store_kernel(block_n, accum);
+}
+
+// Whether a (block_n, accumulation) pair's kernels include one for `store`: the TMA modes have
+// their own kernels, the direct stores are in every kernel.
+inline bool has_store_kernel(int store, int block_n, AccumMode accum) {
+  if (store == int(StoreMode::kTma)) return has_tma_store_kernel(block_n, accum);
+  if (store == int(StoreMode::kTmaChunked)) return has_tma_chunked_kernel(block_n, accum);
+  return true;
 }
 
 inline int64_t tiles_for(int64_t m, int64_t n, int bm, int bn) {
@@ -229,8 +243,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     // BN 64, 176 and 192 have only the kPromote kernel
     if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
     // a default of TMA stores where the tile has no such kernel: 16-byte row stores
-    if (req.store < 0 && plan.store == int(StoreMode::kTma) && !has_tma_store_kernel(plan.block_n, plan.accum))
-      plan.store = int(StoreMode::kRows16);
+    if (req.store < 0 && !has_store_kernel(plan.store, plan.block_n, plan.accum)) plan.store = int(StoreMode::kRows16);
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
     } else {
@@ -304,8 +317,8 @@ inline bool plan_supported(const GemmPlan& plan) {
            (plan.block_n == GemvTmaPolicy::kBM || plan.block_n == GemvTmaPolicy::kNarrowBM);
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
-  if (plan.store < 0 || plan.store > int(StoreMode::kTma)) return false;
-  if (plan.store == int(StoreMode::kTma) && !has_tma_store_kernel(plan.block_n, plan.accum)) return false;
+  if (plan.store < 0 || plan.store > int(StoreMode::kTmaChunked)) return false;
+  if (!has_store_kernel(plan.store, plan.block_n, plan.accum)) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
   if (plan.split_k < 1 || plan.split_k > kMaxSplitK) return false;
   return has_kernel(plan.block_n, plan.accum);
@@ -317,7 +330,8 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", accum ", accum_name(plan.accum), ", promote_every ", plan.promote_every, ", cluster ", int(plan.cluster),
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
-        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote, 256 fast), "
+        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote, 256 fast, "
+        "chunk-staged (store 4) at those but 128), "
         "promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
         kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows,
         " (gemv_tma: M <= ", GemvTmaPolicy::kMaxRows, ", block_m 16 / 32 / 64 / 128, block_n 64 / 128)");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../common.h"
+#include "epilogue.cuh"
 
 namespace kernels::fp8::gemm {
 
@@ -65,11 +66,14 @@ inline int cluster_n_of(ClusterMode c) { return c == ClusterMode::kPairN || c ==
 // Stages: 7 at BN 128 (32 KiB each), 5 at BN 176 / 192 (38 / 40 KiB), 4 at BN 256 (48 KiB).
 // kTmaStore: the epilogue stages each consumer's 64 x BN bf16 block in shared memory and TMA
 // stores it (TmaStoreEpilogue, epilogue.cuh); the staging costs a stage of the ring: 6 at
-// BN 128, 4 at BN 176 / 192, 3 at BN 256.
+// BN 128, 4 at BN 176 / 192, 3 at BN 256. kChunkedStaging (with kTmaStore; StoreMode::kTmaChunked)
+// stages 64 columns at a time through kStagingBuffers buffers of 8 KB per consumer, two where
+// two fit beside as many stages as one does: 5 stages at BN 176 (two buffers) and 192 (one), 4
+// at 256 (two), as many as without any staging (BN 128 would keep 6 either way: no such kernel).
 // The promoted widths past 128 trade wave quantization for tile intensity: on 132 SMs,
 // 4096^3 has 1024 tiles at BN 128 (7.8 waves), 768 at 176 (5.8), 704 at 192 (5.3); 8192^3
 // fills its last wave within 2% at both.
-template <int kBlockN, AccumMode kAccumMode, bool kTmaStore_ = false>
+template <int kBlockN, AccumMode kAccumMode, bool kTmaStore_ = false, bool kChunkedStaging_ = false>
 struct Sm90Policy {
   static constexpr int kBM = 128;
   static constexpr int kBN = kBlockN;
@@ -82,10 +86,18 @@ struct Sm90Policy {
   static constexpr int kBarrierBytes = 2 * 8 * 16;  // full + empty, room for 16 stages
   static constexpr int kAlignSlack = 1024;          // 128B-swizzled tiles start 1024-aligned
   static constexpr bool kTmaStore = kTmaStore_;
-  static constexpr int kStagingBytesPerConsumer = kTmaStore ? 64 * kBN * 2 : 0;  // bf16
+  static constexpr bool kChunkedStaging = kChunkedStaging_;
+  static constexpr int kRingBytes = kSm90SmemLimit - kBarrierBytes - kAlignSlack;  // stages + staging
+  static constexpr int kChunkBufferBytes = TmaStoreEpilogue<kBN, 1>::kBufferBytes;
+  static constexpr int kStagingBuffers = !kChunkedStaging ? 0
+                                         : (kRingBytes - 2 * kConsumers * kChunkBufferBytes) / kStageBytes ==
+                                                 (kRingBytes - kConsumers * kChunkBufferBytes) / kStageBytes
+                                             ? 2
+                                             : 1;
+  static constexpr int kStagingBytesPerConsumer = kTmaStore ? TmaStoreEpilogue<kBN, kStagingBuffers>::kStagingBytes : 0;
   static constexpr int kStagingBytes = kConsumers * kStagingBytesPerConsumer;
   static constexpr int kMaxStages = 8;
-  static constexpr int kFitStages = (kSm90SmemLimit - kBarrierBytes - kAlignSlack - kStagingBytes) / kStageBytes;
+  static constexpr int kFitStages = (kRingBytes - kStagingBytes) / kStageBytes;
   static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
   static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + kAlignSlack;
   // Register split after setmaxnreg: 128 * (40 + 2 * 232) = 64512 <= 65536.
@@ -102,6 +114,7 @@ struct Sm90Policy {
   static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
   static_assert(!kTmaStore || kBN % 16 == 0, "the TMA-store epilogue stages 16- or 64-column panels");
+  static_assert(!kChunkedStaging || kTmaStore, "chunked staging is a TMA-store epilogue's");
 };
 
 // sm_89 (and a reference path on sm_90): cp.async + mma.sync m16n8k32, 8 warps as 2 (M) x 4 (N),
