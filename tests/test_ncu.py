@@ -78,6 +78,69 @@ def test_loop_segments_split_the_ping_pong_loop_at_the_turn_and_the_wgmma_waits(
     assert list(segments) == [*ncu.SEGMENTS, ncu.OUTSIDE]
 
 
+# A GEMM's SASS: the producer's rarely executed TMA issue and empty-barrier spin, the consumers'
+# hot loop (full-barrier spin, WGMMAs, the wait, the promotion's FFMAs), then the epilogue.
+GEMM_ROWS = [("UTMALDG.2D [UR8], [UR4]", 3, 10),
+             ("SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR6+0x8], R3", 2, 10),
+             ("@!P1 BRA 0x1d0", 40, 10),
+             ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R2", 5, 160),
+             ("@!P0  BRA 0x300", 70, 160),
+             ("WARPGROUP.ARRIVE", 1, 160),
+             ("HGMMA.64x176x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24, gsb0", 30, 160),
+             ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 90, 160),
+             ("FFMA R100, R24, R5, R100", 25, 160),
+             ("SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR6+0x40], RZ", 4, 80),
+             ("F2FP.BF16.F32.PACK_AB R4, R101, R100", 6, 8),
+             ("STSM.16.M88.4 [R7], R4", 8, 8),
+             ("BAR.SYNC.DEFER_BLOCKING R0, 0x80", 12, 8),
+             ("UTMASTG.2D [UR4], [UR10]", 2, 1),
+             ("DEPBAR.LE SB0, 0x0", 9, 1),
+             ("EXIT", 1, 1)]
+
+
+def source_csv(rows):
+    return "".join([
+        '"Kernel Name","gemm_sm90_kernel"\n',
+        '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+        '"Instructions Executed"\n',
+        *[f'"0x{i:x}","      {sass}","{samples}","0","{executed}"\n' for i, (sass, samples, executed)
+          in enumerate(rows)]])
+
+
+def test_class_samples_split_a_gemm_by_instruction_class_and_hot_loop():
+    """Spin loops count with their try-wait (the branch holds the samples), the producer's wait
+    falls outside the hot loop, WARPGROUP.DEPBAR is a WGMMA wait and plain DEPBAR a bulk-copy wait."""
+    classes = ncu.class_samples(ncu.parse_source_csv(source_csv(GEMM_ROWS)))
+    hot, cold = ncu.HOT, ncu.COLD
+    assert classes["mbarrier wait"] == {hot: 75, cold: 42}
+    assert classes["WGMMA wait"] == {hot: 90, cold: 0}
+    assert classes["WGMMA issue"] == {hot: 31, cold: 0}
+    assert classes["fp32 math"] == {hot: 25, cold: 0}
+    assert classes["mbarrier arrive"] == {hot: 4, cold: 0}, "executed half as often as the peak: hot"
+    assert classes["TMA and bulk waits"] == {hot: 0, cold: 14}
+    assert classes["shared stores"][cold] == 8 and classes["named barrier"][cold] == 12
+    assert classes["conversions"][cold] == 6 and classes[ncu.OTHER][cold] == 1
+    assert "global stores" not in classes, "classes without samples are dropped"
+    assert sum(s[hot] + s[cold] for s in classes.values()) == sum(row[1] for row in GEMM_ROWS)
+    assert list(classes)[-1] == ncu.OTHER
+
+
+def test_opcode_drops_the_predicate():
+    assert ncu.opcode("@!P0  BRA 0x300") == "BRA"
+    assert ncu.opcode("WARPGROUP.DEPBAR.LE gsb0, 0x1") == "WARPGROUP.DEPBAR.LE"
+    assert ncu.instruction_class("DEPBAR.LE SB0, 0x0") == "TMA and bulk waits"
+    assert ncu.instruction_class("STS.128 [R1], R4") == "shared stores"
+    assert ncu.instruction_class("BARX R1") == ncu.OTHER, "whole dotted parts only"
+
+
+def test_exec_needs_a_kernel_name_regex(capsys):
+    with pytest.raises(SystemExit):
+        ncu.main(["--exec", "build/csrc-tests/fp8_test"])
+    assert "--kernel-name" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ncu.main(["k8", "--exec", "ls", "--kernel-name", "x"])
+
+
 def test_a_source_page_without_instructions_is_an_error():
     with pytest.raises(ValueError, match="no SASS source page"):
         ncu.parse_source_csv("==PROF== No kernels were profiled.\n")

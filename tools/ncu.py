@@ -15,6 +15,14 @@ records them with provenance in results/.
 and adds them up over the steps of a ping-pong consumer's KV loop (:data:`SEGMENTS`): where a
 consumer warp waits, and how much of the kernel's time is outside that loop (the producer's
 waits, each CTA's prologue and epilogue).
+
+``--exec COMMAND --kernel-name REGEX`` profiles a kernel that any command launches (a csrc test
+binary's, or a library's such as cuBLASLt's under ``torch._scaled_mm``) and adds its warp
+samples up by instruction class (:data:`INSTRUCTION_CLASSES`: WGMMA waits, mbarrier waits, fp32
+math, stores, ...), in its hot loop and outside it::
+
+    python -m tools.ncu --exec "build/csrc-tests/fp8_test --time-only 'bn176 promote2 pers tma' \
+        --shape 4096x4096x4096" --kernel-name gemm_sm90 --launch-skip 3
 """
 
 from __future__ import annotations
@@ -23,10 +31,12 @@ import argparse
 import csv
 import io
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
@@ -152,15 +162,87 @@ def loop_segments(instructions: list[dict]) -> dict[str, float]:
     return out
 
 
+# Instruction classes of a stall breakdown that needs no knowledge of the kernel's loop
+# (:func:`class_samples`): the first class whose opcode prefix matches (whole dotted parts, so
+# DEPBAR is the bulk-copy wait and WARPGROUP.DEPBAR the WGMMA one). A spin loop's branch (an
+# mbarrier try-wait, then a branch back on its predicate) holds the loop's samples: they count
+# with the instruction before the branch.
+INSTRUCTION_CLASSES = (
+    ("WGMMA wait", ("WARPGROUP.DEPBAR",)),
+    ("WGMMA issue", ("HGMMA", "WARPGROUP.ARRIVE")),
+    ("mbarrier wait", ("SYNCS.PHASECHK",)),
+    ("mbarrier arrive", ("SYNCS.ARRIVE",)),
+    ("named barrier", ("BAR",)),
+    ("TMA and bulk waits", ("UTMALDG", "UTMASTG", "UTMACMDFLUSH", "UTMAPF", "UBLKCP", "DEPBAR")),
+    ("shared stores", ("STSM", "STS")),
+    ("global stores", ("STG",)),
+    ("fp32 math", ("FFMA", "FADD", "FMUL", "FMNMX")),
+    ("conversions", ("F2FP", "F2F", "I2F", "F2I")),
+)
+OTHER = "other"
+HOT, COLD = "hot loop", "rest"
+
+
+def opcode(sass: str) -> str:
+    """The opcode of one SASS instruction: ``@!P0 BRA 0x70`` -> ``BRA``."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].rstrip(";") if words else ""
+
+
+def instruction_class(sass: str) -> str:
+    op = opcode(sass)
+    for name, prefixes in INSTRUCTION_CLASSES:
+        if any(op == p or op.startswith(p + ".") for p in prefixes):
+            return name
+    return OTHER
+
+
+def class_samples(instructions: list[dict]) -> dict[str, dict[str, float]]:
+    """Warp samples of a kernel's SASS (from :func:`parse_source_csv`) by
+    :data:`INSTRUCTION_CLASSES`, split into :data:`HOT` (instructions executed at least half as
+    often as the most executed one: a GEMM's consumer main loop) and :data:`COLD` (the producer
+    thread, prologues, epilogues). ``{class: {HOT: samples, COLD: samples}}`` in class order,
+    OTHER last; classes without samples dropped."""
+    peak = max(ins["executed"] for ins in instructions)
+    out = {name: {HOT: 0.0, COLD: 0.0} for name, _ in INSTRUCTION_CLASSES}
+    out[OTHER] = {HOT: 0.0, COLD: 0.0}
+    previous = OTHER
+    for ins in instructions:
+        cls = previous if opcode(ins["sass"]) == "BRA" else instruction_class(ins["sass"])
+        out[cls][HOT if ins["executed"] >= peak / 2 else COLD] += ins["samples"]
+        previous = cls
+    return {name: split for name, split in out.items() if split[HOT] or split[COLD]}
+
+
+def command_class_samples(command: list[str], kernel_regex: str, launch_skip: int = 0,
+                          timeout_s: int = 300) -> dict[str, dict[str, float]]:
+    """Sample one launch of the first kernel matching ``kernel_regex`` (after ``launch_skip``
+    matching launches) that ``command`` runs, per SASS instruction, and add the samples up by
+    :func:`class_samples`: a csrc test binary's kernel, or a library's (torch._scaled_mm's)."""
+    profile_args = ["--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}",
+                    "--launch-skip", str(launch_skip), "--launch-count", "1"]
+    return class_samples(_sampled_source(lambda args: _run_ncu([*profile_args, *args, *command], timeout_s),
+                                         timeout_s))
+
+
 def stall_segments(name: str, problem: AttentionProblem, timeout_s: int = 300) -> dict[str, float]:
     """Sample one launch of ``name`` per SASS instruction and add the samples up by
     :func:`loop_segments`."""
+    instructions = _sampled_source(lambda args: _profile_launch(name, problem, args, timeout_s), timeout_s)
+    return loop_segments(instructions)
+
+
+def _sampled_source(profile_to: Callable[[list[str]], object], timeout_s: int) -> list[dict]:
+    """:func:`parse_source_csv` of the report that ``profile_to(args)`` writes when it runs ncu
+    with ``args`` (the SourceCounters section into a temporary report) added."""
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "segments"
-        _profile_launch(name, problem, ["--section", "SourceCounters", "-f", "-o", str(report)], timeout_s)
+        report = Path(tmp) / "source"
+        profile_to(["--section", "SourceCounters", "-f", "-o", str(report)])
         export = _run_ncu(["--import", f"{report}.ncu-rep", "--page", "source", "--csv",
                            "--print-source", "sass"], timeout_s)
-    return loop_segments(parse_source_csv(export))
+    return parse_source_csv(export)
 
 
 def _profile_launch(name: str, problem: AttentionProblem, args: list[str], timeout_s: int) -> str:
@@ -208,6 +290,15 @@ def run_target(name: str, problem: AttentionProblem) -> None:
     torch.cuda.synchronize()
 
 
+def print_class_samples(classes: dict[str, dict[str, float]]) -> None:
+    total = sum(split[HOT] + split[COLD] for split in classes.values()) or 1.0
+    print(f"{'class':22} {HOT:>10} {COLD:>10} {'share':>7}")
+    for name, split in classes.items():
+        share = (split[HOT] + split[COLD]) / total
+        print(f"{name:22} {split[HOT] / 1000:9.1f}k {split[COLD] / 1000:9.1f}k {share:7.1%}")
+    print(f"{'total':22} {total / 1000:20.1f}k")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.ncu", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", nargs="?", help="kernel name (python -m tools.compare --help lists them)")
@@ -215,11 +306,25 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
     parser.add_argument("--segments", action="store_true",
                         help="warp stall samples per step of the ping-pong loop (SourceCounters)")
+    parser.add_argument("--exec", metavar="COMMAND",
+                        help="profile a kernel this command runs instead (with --kernel-name): warp stall "
+                             "samples by instruction class")
+    parser.add_argument("--kernel-name", metavar="REGEX",
+                        help="with --exec: the kernel's name (a regex, as ncu's)")
+    parser.add_argument("--launch-skip", type=int, default=0, metavar="N",
+                        help="with --exec: matching launches to skip first (default 0)")
     parser.add_argument("--target", metavar="NAME", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--problem", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.target:
         run_target(args.target, AttentionProblem.from_dict(json.loads(args.problem)))
+        return 0
+    if args.exec is not None:
+        if args.kernel is not None or args.kernel_name is None or args.launch_skip < 0:
+            parser.error("--exec takes --kernel-name REGEX (and --launch-skip >= 0), not a kernel name")
+        if ncu_binary() is None:
+            parser.error("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin")
+        print_class_samples(command_class_samples(shlex.split(args.exec), args.kernel_name, args.launch_skip))
         return 0
     if not args.kernel:
         parser.error("name a kernel")
