@@ -62,7 +62,22 @@ def test_recorded_view_at_a_recorded_shape_has_no_missing_rows(results):
 def test_recorded_view_without_results(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS", tmp_path / "nothing")
     rec = compare.recorded_rows(["k2"], compare.fa3_paper_shapes(128, False, (1024,)))
-    assert rec["rows"] == [] and "records none of k2" in rec["error"]
+    assert rec["rows"] == [] and "records no dense-attention rows of k2" in rec["error"]
+
+
+def test_paged_and_decode_rows_are_named_or_shown_in_their_unit(capsys):
+    """Paged rows (problem fields past AttentionProblem's) are not dense shapes: the kernel is
+    named with the file that holds them instead of crashing on them; decode rows, which record
+    GB/s and no TFLOP/s, come in a GB/s table."""
+    rec = compare.recorded_rows(["cuda-paged-decode"], compare.fa3_paper_shapes(128, False, (4096,)))
+    assert rec["rows"] == [] and rec["elsewhere"] == {"cuda-paged-decode": ["attention.json"]}
+    assert "cuda-paged-decode has rows on paged or ragged KV in attention.json" in rec["error"]
+    assert compare.main(["cuda-paged-decode", "k2", "--cpu", "--seqlen", "4096", "--causal", "no"]) == 0
+    assert "cuda-paged-decode: its rows on paged or ragged KV are in attention.json" in capsys.readouterr().out
+    assert compare.main(["cuda-decode-split", "--cpu", "--seqlen", "1", "--causal", "no"]) == 0
+    text = capsys.readouterr().out
+    assert "Recorded on the H200: GB/s of K and V" in text and "b16 s1/4096 h32/8 d128" in text
+    assert "Recorded on the H200: TFLOP/s" not in text
 
 
 def test_readme_example_prints_what_is_recorded(capsys):

@@ -97,23 +97,31 @@ def recorded_rows(names: list[str], problems: list[AttentionProblem]) -> dict:
 
     wanted = [p.label() for p in problems]
     suites = sorted(report.available(), key=lambda s: (s != "ladder", s))
-    sources, rows, errors, taken = {}, [], [], set()
+    sources, rows, errors, taken, elsewhere = {}, [], [], set(), {}
     for suite in suites:
         try:
             doc = report.load(suite)
         except report.ResultsError as exc:
             errors.append(str(exc))
             continue
-        mine = [r for r in report.select(doc, [n for n in names if n not in taken])
-                if report.problem_kind(r["problem"]) == "attention"]
+        found = report.select(doc, [n for n in names if n not in taken])
+        mine = [r for r in found if report.is_dense_attention(r["problem"])]
+        # paged or ragged KV, accuracy draws: problems this tool does not pose
+        for r in found:
+            if r not in mine:
+                elsewhere.setdefault(r["kernel"], set()).add(f"{suite}.json")
         if mine:
             sources[suite] = doc["meta"]
             rows += [{**r, "suite": suite} for r in mine]
             taken |= {r["kernel"] for r in mine}
+    other = {name: sorted(files) for name, files in elsewhere.items() if name not in taken}
     if not rows:
-        error = "; ".join(errors) or f"results/ records none of {', '.join(names)} (python -m tools.bench writes it)"
+        error = "; ".join(errors) or (
+            f"results/ records no dense-attention rows of {', '.join(names)}"
+            + ("".join(f"; {name} has rows on paged or ragged KV in {', '.join(files)} (docs/production.md shows them)"
+                       for name, files in other.items()) or " (python -m tools.bench writes it)"))
         return {"error": error, "sources": {}, "rows": [], "missing": {n: wanted for n in names},
-                "shapes": {}, "nearest": []}
+                "shapes": {}, "nearest": [], "elsewhere": other}
     matching = [r for r in rows if report.attention_label(r["problem"]) in wanted]
     missing = {}
     for name in names:
@@ -121,7 +129,7 @@ def recorded_rows(names: list[str], problems: list[AttentionProblem]) -> dict:
         if len(have) < len(wanted):
             missing[name] = [label for label in wanted if label not in have]
     return {"sources": sources, "rows": matching, "missing": missing, "shapes": recorded_shapes(rows),
-            "nearest": nearest_rows(rows, problems) if missing else []}
+            "nearest": nearest_rows(rows, problems) if missing else [], "elsewhere": other}
 
 
 def recorded_shapes(rows: list[dict]) -> dict[str, list[str]]:
@@ -223,8 +231,7 @@ def print_cpu(result: dict, names: list[str], console) -> None:
         console.print(f"[yellow]No recorded H200 numbers: {rec['error']}[/yellow]")
         return
     if rec["rows"]:
-        headers, rows = report.pivot({"rows": rec["rows"]}, kernels=names)
-        console.print(report.rich_table(headers, rows, title="Recorded on the H200: TFLOP/s"))
+        print_recorded(rec["rows"], names, console)
     missing = rec["missing"]
     if missing:
         shown = list(dict.fromkeys(label for labels in missing.values() for label in labels))
@@ -234,11 +241,25 @@ def print_cpu(result: dict, names: list[str], console) -> None:
             console.print(f"  {name}: " + (" | ".join(rec["shapes"][name]) if name in rec["shapes"] else "nothing"))
         if rec["nearest"]:
             console.print("Nearest recorded rows: the same sequence lengths and mask, at any head dimension.")
-            headers, rows = report.pivot({"rows": rec["nearest"]}, kernels=names)
-            console.print(report.rich_table(headers, rows, title="Recorded on the H200: TFLOP/s"))
+            print_recorded(rec["nearest"], names, console)
+    for name, files in rec.get("elsewhere", {}).items():
+        console.print(f"{name}: its rows on paged or ragged KV are in {', '.join(files)} (docs/production.md).")
     for suite, meta in rec.get("sources", {}).items():
         console.print(f"results/h200/{suite}.json, measured by python -m tools.bench --suite {suite}: "
                       + report.provenance(meta))
+
+
+def print_recorded(rows: list[dict], names: list[str], console) -> None:
+    """Pivot tables of recorded rows: TFLOP/s, and GB/s for the rows that record only a
+    bandwidth (decode)."""
+    from tools import report
+
+    bandwidth = [r for r in rows if r.get("tflops") is None and r.get("gbps") is not None]
+    compute = [r for r in rows if r not in bandwidth]
+    for part, value, unit in ((compute, "tflops", "TFLOP/s"), (bandwidth, "gbps", "GB/s of K and V")):
+        if part:
+            headers, body = report.pivot({"rows": part}, kernels=names, value=value)
+            console.print(report.rich_table(headers, body, title=f"Recorded on the H200: {unit}"))
 
 
 def refuse_unrunnable(unrunnable: dict[str, str], problems: list[AttentionProblem]) -> int:

@@ -360,6 +360,13 @@ def problem_kind(problem: dict) -> str:
     return "other"
 
 
+def is_dense_attention(problem: dict) -> bool:
+    """An attention problem that ``AttentionProblem.from_dict`` takes as it is: dense KV, no
+    field past the dataclass's (paged rows add ``page_size`` / ``paged``, the accuracy suite
+    ``inputs``)."""
+    return problem_kind(problem) == "attention" and set(problem) <= set(AttentionProblem.__dataclass_fields__)
+
+
 HEADERS = {"gemm": "M x N x K", "quantize": "shape", "model": "phase, batch, tokens"}
 
 
