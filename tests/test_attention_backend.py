@@ -151,6 +151,11 @@ def test_bad_arguments_are_named_before_anything_runs():
         attention(q, k, v, scale=True)
     with pytest.raises(ValueError, match="float32's range"):
         attention(q, k, v, scale=1e300)
+    with pytest.raises(ValueError, match=r"a one-element tensor, got a tensor of shape \(2,\)"):
+        attention(q, k, v, scale=torch.tensor([0.1, 0.2]))
+    for flag in ("no", 1, torch.tensor(True)):  # taken for its truth, it would run a mask nobody meant
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            attention(q, k, v, causal=flag)
     with pytest.raises(ValueError, match="head_dim must be at least 1"):
         attention(q[..., :0], k[..., :0], v[..., :0], lse=torch.empty(2, 4, 3))
     with pytest.raises(ValueError, match="needs a paged cache"):  # it would be ignored
@@ -232,6 +237,32 @@ def test_a_paged_mask_must_cover_the_longest_sequence():
     with pytest.raises(ValueError, match="needs seqlen_q = 3"):
         attention(qp, k_cache, v_cache, page_table=table, seqlens_k=lens, cu_seqlens_q=cu,
                   mask=torch.ones(2, 2, 10, dtype=torch.bool))
+
+
+def test_numpy_scales_are_numbers():
+    np = pytest.importorskip("numpy")
+    q, k, v = qkv(1, 2, 8, 4, 2, 16)
+    expected = attention(q, k, v, scale=0.25)
+    for scale in (np.float32(0.25), np.float64(0.25), torch.tensor(0.25)):
+        torch.testing.assert_close(attention(q, k, v, scale=scale), expected)
+
+
+def test_select_backend_takes_the_arguments_of_the_call_it_describes():
+    """The same keywords as attention() (the lengths are not read), so a caller can ask about the
+    very call it is about to make; a bad scale or causal is refused as attention() refuses it."""
+    q, k, v = qkv(2, 1, 8, 4, 2, 16)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 4)
+    lens = torch.tensor([8, 5], dtype=torch.int32)
+    kwargs = dict(causal=True, scale=0.3, page_table=table, seqlens_k=lens, out=torch.empty_like(q),
+                  lse=None, check_seqlens=False)
+    plain = select_backend(q, k_cache, v_cache, page_table=table)
+    assert select_backend(q, k_cache, v_cache, **kwargs) == plain
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=lens, scale=-1.0)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        select_backend(q, k_cache, v_cache, page_table=table, causal="yes")
+    with pytest.raises(TypeError, match="seqlens_k must be int32"):
+        select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=lens.long())
 
 
 def test_select_backend_refuses_what_attention_refuses_and_calls_without_keys_take_torch():

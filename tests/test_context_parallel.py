@@ -111,6 +111,10 @@ def test_ring_attention_checks_before_communicating():
         allgather_kv_attention(q, k[:, :4], k[:, :4])
     with pytest.raises(ValueError, match="multiple of heads_kv"):
         ring_attention(q, torch.randn(1, 6, 3, 64), torch.randn(1, 6, 3, 64))
+    with pytest.raises(TypeError, match="ring_attention: causal must be a bool, got 'yes'"):
+        ring_attention(q, k, k, causal="yes")
+    with pytest.raises(TypeError, match="zigzag must be a bool"):
+        allgather_kv_attention(q, k, k, zigzag=None)
     with pytest.raises(RuntimeError, match="forward-only"):
         ring_attention(q.requires_grad_(), k, k)
     with pytest.raises(RuntimeError, match="init_process_group"):

@@ -48,6 +48,7 @@ import contextlib
 import contextvars
 import functools
 import math
+import numbers
 import os
 import weakref
 from dataclasses import dataclass
@@ -142,10 +143,15 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
         raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("q, k, v must have a contiguous last dim")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float, torch.Tensor))):
-        raise TypeError(f"scale must be a number, got {scale!r}")
-    if scale is not None and not (math.isfinite(scale) and 0 < scale <= _FP32_MAX):
-        raise ValueError(f"scale must be a positive number within float32's range, got {scale}")
+    if scale is not None:
+        if isinstance(scale, torch.Tensor):
+            if scale.numel() != 1:
+                raise ValueError(f"scale must be a number or a one-element tensor, got a tensor of shape "
+                                 f"{tuple(scale.shape)}")
+        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a number, got {scale!r}")
+        if not (math.isfinite(scale) and 0 < scale <= _FP32_MAX):
+            raise ValueError(f"scale must be a positive number within float32's range, got {scale}")
     batch = (cu_seqlens_q.shape[0] - 1) if packed else q.shape[0]
     if not paged and k.shape[0] != batch:
         raise ValueError(f"k batch {k.shape[0]} != q batch {batch}")
@@ -390,15 +396,17 @@ def choose_backend(call: Call) -> tuple[str, list[str]]:
     raise RuntimeError("no attention backend can run this call: " + "; ".join(reasons))
 
 
-def select_backend(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> str:
+def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
+                   cu_seqlens_q=None, out=None, lse=None, check_seqlens=True) -> str:
     """The backend attention() would use for these inputs (routing, overrides, autograd and
-    strict selection included); raises as attention() does for inputs it refuses (the lengths
-    are not read)."""
-    seqlens_k = None  # stands in for the lengths, which choosing never reads
-    if isinstance(page_table, torch.Tensor) and page_table.dim() > 0:
-        seqlens_k = torch.zeros(page_table.shape[0], dtype=torch.int32)
-    validate_inputs(q, k, v, mask=mask, page_table=page_table, seqlens_k=seqlens_k, cu_seqlens_q=cu_seqlens_q,
-                    check_seqlens=False)
+    strict selection included); takes attention()'s arguments and raises as it does for inputs
+    it refuses, but reads no lengths (the routing does not depend on them: check_seqlens, out
+    and lse are taken and ignored)."""
+    _check_causal(causal)
+    if seqlens_k is None and isinstance(page_table, torch.Tensor) and page_table.dim() > 0:
+        seqlens_k = torch.zeros(page_table.shape[0], dtype=torch.int32)  # stands in for the lengths
+    validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
+                    cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     return choose_backend(call)[0]
 
@@ -532,8 +540,17 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
+    if causal is not False and causal is not True:  # two identity tests: this runs on every call
+        _check_causal(causal)
     run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[1]
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+
+
+def _check_causal(causal) -> None:
+    """causal must be a bool: any other value (a string "no", a tensor) would be taken for its
+    truth and run a mask the caller did not mean."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
 
 
 # ---- runners: one per backend and kind of call, all with one signature --------------------------

@@ -353,6 +353,9 @@ def _enter(name, q, k, v, scale, causal, zigzag, group, check_shapes) -> tuple[i
 def _validate(q, k, v, scale, causal, zigzag, name) -> None:
     """Local checks, before any communication (every rank raises alike on the same shapes)."""
     validate_inputs(q, k, v, scale=scale)
+    for flag, value in (("causal", causal), ("zigzag", zigzag)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
     if k.shape[1] != q.shape[1]:
         raise ValueError(f"{name}: q and k/v shards must hold the same tokens: local seqlen of q is "
                          f"{q.shape[1]}, of k/v {k.shape[1]}")
