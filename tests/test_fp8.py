@@ -226,11 +226,14 @@ def test_quantize_bad_inputs_raise():
         torch.ops.kernels.fp8_quantize(x, torch.empty(2, device="meta"), E4M3, True, False)
 
 
-def test_cpu_tensors_have_no_kernel():
+def test_cpu_tensors_are_refused_in_words():
+    """A CPU call says the primitives need a CUDA device, not the dispatcher's backend list."""
     a = torch.zeros(4, 32, dtype=E4M3)
     s = torch.ones(())
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="fp8_gemm runs on CUDA devices .* got tensors on cpu"):
         torch.ops.kernels.fp8_gemm(a, a, s, s)
+    with pytest.raises(NotImplementedError, match="fp8_quantize runs on CUDA devices"):
+        torch.ops.kernels.fp8_quantize(torch.zeros(4, 32, dtype=torch.bfloat16), s, E4M3, True, False)
 
 
 def test_recipes_validate():

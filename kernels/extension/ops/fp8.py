@@ -38,7 +38,7 @@ module loads, which this module does on import where the module is built); their
   except `path=0, block_n=256`, which keeps the WGMMA accumulator only (faster, like
   torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
 
-CUDA only: on other devices the dispatcher raises NotImplementedError. Bad inputs raise
+CUDA only: on a CPU tensor they raise NotImplementedError saying so. Bad inputs raise
 TypeError / ValueError from the same checks in the real and the fake implementation.
 """
 
@@ -303,6 +303,20 @@ def _register_cuda_kernels() -> None:
 
 
 _register_cuda_kernels()
+
+
+def _refuse_off_cuda(op: str):
+    """A kernel for the dispatcher's CPU key: the FP8 primitives run on CUDA devices only, and a
+    CPU call says so (rather than the dispatcher's list of the backends it knows)."""
+    def refuse(*args, **kwargs):
+        devices = sorted({str(t.device) for t in args if isinstance(t, torch.Tensor)})
+        raise NotImplementedError(f"kernels::{op} runs on CUDA devices (sm_89 or newer: FP8 tensor cores), "
+                                  f"got tensors on {', '.join(devices)}")
+    return refuse
+
+
+for _op in ("fp8_quantize", "fp8_gemm"):
+    _LIBRARY.impl(_op, _refuse_off_cuda(_op), "CPU")
 
 
 @torch.library.register_fake("kernels::fp8_gemm", lib=_LIBRARY)
