@@ -86,7 +86,7 @@ GEMM_ROWS = [("UTMALDG.2D [UR8], [UR4]", 3, 10),
              ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R2", 5, 160),
              ("@!P0  BRA 0x300", 70, 160),
              ("WARPGROUP.ARRIVE", 1, 160),
-             ("HGMMA.64x176x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24, gsb0", 30, 160),
+             ("QGMMA.64x176x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24, gsb0", 30, 160),
              ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 90, 160),
              ("FFMA R100, R24, R5, R100", 25, 160),
              ("SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR6+0x40], RZ", 4, 80),
@@ -129,6 +129,9 @@ def test_opcode_drops_the_predicate():
     assert ncu.opcode("@!P0  BRA 0x300") == "BRA"
     assert ncu.opcode("WARPGROUP.DEPBAR.LE gsb0, 0x1") == "WARPGROUP.DEPBAR.LE"
     assert ncu.instruction_class("DEPBAR.LE SB0, 0x0") == "TMA and bulk waits"
+    for wgmma in ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ",  # bf16 / fp16
+                  "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24"):  # fp8
+        assert ncu.instruction_class(wgmma) == "WGMMA issue"
     assert ncu.instruction_class("STS.128 [R1], R4") == "shared stores"
     assert ncu.instruction_class("BARX R1") == ncu.OTHER, "whole dotted parts only"
 

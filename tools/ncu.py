@@ -169,7 +169,7 @@ def loop_segments(instructions: list[dict]) -> dict[str, float]:
 # with the instruction before the branch.
 INSTRUCTION_CLASSES = (
     ("WGMMA wait", ("WARPGROUP.DEPBAR",)),
-    ("WGMMA issue", ("HGMMA", "WARPGROUP.ARRIVE")),
+    ("WGMMA issue", ("HGMMA", "QGMMA", "IGMMA", "BGMMA", "WARPGROUP.ARRIVE")),  # f16/bf16, fp8, int8, b1
     ("mbarrier wait", ("SYNCS.PHASECHK",)),
     ("mbarrier arrive", ("SYNCS.ARRIVE",)),
     ("named barrier", ("BAR",)),

@@ -300,6 +300,7 @@ std::string plan_label(const fp8::gemm::GemmPlan& plan) {
            std::to_string(plan.tiles > 0 ? plan.grid / plan.tiles : 1);
   std::string s = "bn" + std::to_string(plan.block_n) + " " + fp8::gemm::accum_name(plan.accum);
   if (plan.accum == fp8::gemm::AccumMode::kPromote && plan.promote_every == 2) s += plan.stagger ? "2st" : "2";
+  if (plan.accum == fp8::gemm::AccumMode::kPromoteOverlap && plan.promote_every == 2) s += "2";
   if (plan.cluster != fp8::gemm::ClusterMode::kNone) s += std::string(" ") + fp8::gemm::cluster_name(plan.cluster);
   if (plan.split_k > 1) s += " s" + std::to_string(plan.split_k);
   s += plan.persistent ? " pers" : " tile";
@@ -465,6 +466,9 @@ std::vector<TimedVariant> timed_variants() {
       {0, 192, promote, 2, none, 1, 0, 4},        // the ring keeps the stage whole-block staging takes
       {0, 256, fast, 0, none, 1, 0, 4},
       {0, 176, promote, 2, none, 1, 0, 4, 0, 1},
+      {0, 176, overlap, 0, none, 1, 0, 3},        // the next tile's first k-block under the TMA stores
+      {0, 176, overlap, 0, none, 1, 0, 4},
+      {0, 192, overlap, 0, none, 1, 0, 4},
       {0, 192, promote, 2, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_m, 1, 0, 1},
       {0, 192, promote, 1, pair_n, 1, 0, 1},
@@ -1057,9 +1061,11 @@ int correctness_cases() {
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kNone)},
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairM)},
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
-        {128, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
-        {128, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kQuad)},
         {176, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
+        {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairM)},
+        {128, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
+        {128, int(AccumMode::kPromoteOverlap), 1, int(ClusterMode::kQuad)},  // overlap promoting every k-block
+        {176, int(AccumMode::kPromoteOverlap), 1, int(ClusterMode::kNone)},
         {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kNone)},
         {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairM)},
         {192, int(AccumMode::kPromoteOverlap), 0, int(ClusterMode::kPairN)},
@@ -1097,6 +1103,8 @@ int correctness_cases() {
         {192, int(AccumMode::kPromote), 2, int(ClusterMode::kPairM)},
         {176, int(AccumMode::kPromote), 2, int(ClusterMode::kNone)},
         {176, int(AccumMode::kPromote), 1, int(ClusterMode::kPairN)},
+        {176, int(AccumMode::kPromoteOverlap), 1, int(ClusterMode::kNone)},
+        {192, int(AccumMode::kPromoteOverlap), 2, int(ClusterMode::kPairM)},
         {256, int(AccumMode::kFast), 0, int(ClusterMode::kNone)},
         {256, int(AccumMode::kFast), 0, int(ClusterMode::kQuad)},
     };
@@ -1190,7 +1198,8 @@ int correctness_cases() {
 // `fp8_test --small`: one case per store path of the sm_90a GEMM, for compute-sanitizer
 // memcheck / racecheck: TMA stores at BN 128 fast, 176, 192 and 256 (64- and 16-column panels,
 // clipped tails, a wrapped persistent grid; staged whole and, but at 128, in 64-column chunks
-// through two buffers at 176 / 256 and one at 192), the 16-byte row stores, the checked stores with
+// through two buffers at 176 / 256 and one at 192; at 176 also with the next tile's first k-block
+// in flight under the stores), the 16-byte row stores, the checked stores with
 // scales and bias, and a split-K plan; the swap-AB TMA GEMV in 64- and 128-row blocks, split
 // in a cluster.
 int small_cases() {
@@ -1202,7 +1211,8 @@ int small_cases() {
   int failures = 0;
   for (const KernelChoice& v :
        {KernelChoice{128, int(AccumMode::kFast), 0, none}, KernelChoice{176, int(AccumMode::kPromote), 2, none},
-        KernelChoice{192, int(AccumMode::kPromote), 2, none}, KernelChoice{256, int(AccumMode::kFast), 0, none}}) {
+        KernelChoice{192, int(AccumMode::kPromote), 2, none}, KernelChoice{256, int(AccumMode::kFast), 0, none},
+        KernelChoice{176, int(AccumMode::kPromoteOverlap), 2, none}}) {
     for (const int store : {int(StoreMode::kTma), int(StoreMode::kTmaChunked)}) {
       if (store == int(StoreMode::kTma) || fp8::gemm::has_tma_chunked_kernel(v.block_n, AccumMode(v.accum)))
         failures += !test_gemm(with_kernel({300, 520, 1040, e4, e4, 0, v.block_n, false}, v, 1, 4, store));

@@ -8,7 +8,7 @@
 //   warpgroup 0  producer: drops to 40 registers (setmaxnreg), one thread issues TMA loads
 //   warpgroups 1-2 consumers: raise to 232 registers, 64 rows each, WGMMA m64nBNk32, epilogue;
 //   the accumulation mode (AccumMode, policy.cuh) promotes partial sums into fp32 registers
-//   (BN <= 192; per k-block, per 2 k-blocks, per k-block with the next tile's first k-block
+//   (BN <= 192; per k-block or per 2 k-blocks, either of them with the next tile's first k-block
 //   issued before the stores, or ping-ponged between two partials at BN <= 128) or keeps the
 //   WGMMA accumulator only (kFast, cuBLAS "fast accumulation"; the only mode at BN = 256).
 //   The plan's store (StoreMode) picks the epilogue: checked pairs, unchecked interior pairs or
@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
           int unit, kb_begin, kb_end, m_block, n_block;
           k_range(work, unit, kb_begin, kb_end);
           sched.tile_coord(unit, role.rank, m_block, n_block);
-          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role, epi.alpha);
+          Mainloop::finish_tile(storage, consumer, kb_end - kb_begin, first_stage, acc, partial, st, role,
+                                promote_every, epi.alpha);
           const bool in_range = sched.tile_in_range(m_block, n_block);
           const int done = work;
           work += unit_stride;
@@ -330,16 +331,28 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   if (plan.store == int(StoreMode::kTmaChunked)) {  // has_tma_chunked_kernel
     switch (plan.block_n) {
       case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true, true>(p, plan, ws, stream);
-      case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
-      case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
+      case 192:
+        return plan.accum == AccumMode::kPromoteOverlap
+                   ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB, true, true>(p, plan, ws, stream)
+                   : launch_sm90<192, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
+      case 176:
+        return plan.accum == AccumMode::kPromoteOverlap
+                   ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB, true, true>(p, plan, ws, stream)
+                   : launch_sm90<176, AccumMode::kPromote, FA, FB, true, true>(p, plan, ws, stream);
       default: break;
     }
   }
   if (plan.store == int(StoreMode::kTma)) {  // has_tma_store_kernel
     switch (plan.block_n) {
       case 256: return launch_sm90<256, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream);
-      case 192: return launch_sm90<192, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
-      case 176: return launch_sm90<176, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
+      case 192:
+        return plan.accum == AccumMode::kPromoteOverlap
+                   ? launch_sm90<192, AccumMode::kPromoteOverlap, FA, FB, true>(p, plan, ws, stream)
+                   : launch_sm90<192, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
+      case 176:
+        return plan.accum == AccumMode::kPromoteOverlap
+                   ? launch_sm90<176, AccumMode::kPromoteOverlap, FA, FB, true>(p, plan, ws, stream)
+                   : launch_sm90<176, AccumMode::kPromote, FA, FB, true>(p, plan, ws, stream);
       case 128:
         return plan.accum == AccumMode::kFast
                    ? launch_sm90<128, AccumMode::kFast, FA, FB, true>(p, plan, ws, stream)

@@ -264,17 +264,20 @@ struct Sm90Mainloop {
   }
 
   // kPromoteOverlap, second half: acc = scale * (A_tile @ B_tile^T) for a tile whose first
-  // k-block begin_tile() issued from first_stage; the rest as kPromote with interval 1.
-  // Returns with nothing in flight.
+  // k-block begin_tile() issued from first_stage; the rest as kPromote with its interval
+  // (promote_every 1 or 2; the first k-block is promoted alone either way). Returns with
+  // nothing in flight.
   __device__ __forceinline__ static void finish_tile(const Storage& s, int consumer, int k_blocks, int first_stage,
                                                      float (&acc)[kAccRegs], float (&partial)[kAccRegs],
-                                                     PipelineState& st, const ClusterRole& role, float scale) {
+                                                     PipelineState& st, const ClusterRole& role, int promote_every,
+                                                     float scale) {
     wgmma_wait<0>();
     release(s, first_stage, role);
     wgmma_fence_operand(partial);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = partial[i] * scale;
     int kb = 1;
+    if (promote_every >= 2) promote_intervals<2>(s, consumer, k_blocks, kb, acc, partial, st, role, scale);
     promote_intervals<1>(s, consumer, k_blocks, kb, acc, partial, st, role, scale);
   }
 

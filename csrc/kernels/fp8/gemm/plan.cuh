@@ -115,7 +115,7 @@ inline bool has_tma_store_kernel(int block_n, AccumMode accum) {
   switch (block_n) {
     case 128: return accum == AccumMode::kPromote || accum == AccumMode::kFast;
     case 176:
-    case 192: return accum == AccumMode::kPromote;
+    case 192: return accum == AccumMode::kPromote || accum == AccumMode::kPromoteOverlap;
     case 256: return accum == AccumMode::kFast;
     default: return false;
   }
@@ -330,7 +330,8 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", accum ", accum_name(plan.accum), ", promote_every ", plan.promote_every, ", cluster ", int(plan.cluster),
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
-        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote, 256 fast, "
+        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote / overlap, "
+        "256 fast, "
         "chunk-staged (store 4) at those but 128), "
         "promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
         kMaxSplitK, " (WGMMA path only); the GEMV path takes M <= ", GemvPolicy::kMaxRows,

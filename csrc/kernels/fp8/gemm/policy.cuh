@@ -23,10 +23,11 @@ constexpr int kSm90SmemLimit = 232448;
 //                     accuracy as kPromote with interval 1. 3 x 64 accumulator registers at BN 128.
 //   kFast             one hardware accumulator over all of K, one WGMMA group in flight
 //                     (cuBLASLt's use_fast_accum=True); the only mode for BN = 256.
-//   kPromoteOverlap   kPromote with interval 1, and the next tile's first k-block is issued
-//                     before this tile's epilogue: the tensor cores have this warpgroup's work
-//                     queued while it stores, instead of idling from its last promotion to its
-//                     next tile's first WGMMA. Same registers and results as kPromote.
+//   kPromoteOverlap   kPromote (its interval; a tile's first k-block promoted alone), and the
+//                     next tile's first k-block is issued before this tile's epilogue: the
+//                     tensor cores have this warpgroup's work queued while it stores, instead of
+//                     idling from its last promotion to its next tile's first WGMMA. Same
+//                     registers as kPromote; TMA-store kernels at BN 176 / 192.
 // Registers bound the tile: kPromote holds 2 x kBN / 2 accumulators per thread (BN 192: 192 of
 // 232, 202 in all; BN 224 with a 32 / 240 split spilled the tile counter), ping-pong
 // 3 x kBN / 2 (BN <= 128), and 2 x 128 for BN 256 would not fit at all.
