@@ -236,6 +236,43 @@ def test_cpu_tensors_are_refused_in_words():
         torch.ops.kernels.fp8_quantize(torch.zeros(4, 32, dtype=torch.bfloat16), s, E4M3, True, False)
 
 
+def _delayed_layer(history_len=4):
+    """An Fp8Linear with delayed-scaling state as FP8 steps leave it (set by hand: no GPU here)."""
+    layer = fp8_strategy.Fp8Linear(32, 16)
+    state = fp8_strategy.Fp8LinearState(fp8_strategy.DelayedScaling(amax_history_len=history_len), "cpu")
+    state.history.uniform_(1, 2)
+    state.scale.copy_(torch.tensor([3.0, 5.0, 7.0]))
+    layer._fp8_state = state
+    return layer
+
+
+def test_fp8_linear_checkpoints_its_delayed_scaling_state():
+    """The amax history and multipliers travel with state_dict, so a resumed run continues them
+    instead of starting from zeros and multipliers of 1."""
+    layer = _delayed_layer()
+    resumed = fp8_strategy.Fp8Linear(32, 16)
+    resumed.load_state_dict(layer.state_dict())
+    assert resumed._fp8_state.recipe == layer._fp8_state.recipe
+    assert torch.equal(resumed._fp8_state.history, layer._fp8_state.history)
+    assert torch.equal(resumed._fp8_state.scale, layer._fp8_state.scale)
+    assert resumed._fp8_state.history is not layer._fp8_state.history
+    with pytest.raises(ValueError, match="do not fit the recipe"):
+        extra = layer.get_extra_state()
+        resumed.set_extra_state({**extra, "history": extra["history"][:, :2]})
+
+
+def test_fp8_linear_state_dicts_stay_nn_linear_compatible():
+    """Without FP8 state the keys are nn.Linear's, and an nn.Linear checkpoint loads strictly
+    into an Fp8Linear (dropping any state it had): converting a model either way keeps working."""
+    plain = torch.nn.Linear(32, 16, dtype=torch.bfloat16)
+    fresh = fp8_strategy.Fp8Linear(32, 16)
+    assert fresh.state_dict().keys() == plain.state_dict().keys()
+    plain.load_state_dict(fresh.state_dict())
+    layer = _delayed_layer()
+    layer.load_state_dict(plain.state_dict())
+    assert layer._fp8_state is None and torch.equal(layer.weight, plain.weight)
+
+
 def test_recipes_validate():
     with pytest.raises(ValueError):
         fp8_strategy.DelayedScaling(fp8_format="e5m2")

@@ -26,6 +26,7 @@ Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere `fp8_autocast` r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -252,7 +253,12 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 class Fp8Linear(torch.nn.Linear):
-    """`nn.Linear` (bf16 parameters) whose forward runs in FP8 inside `fp8_autocast`."""
+    """`nn.Linear` (bf16 parameters) whose forward runs in FP8 inside `fp8_autocast`.
+
+    Under `DelayedScaling` the layer keeps an amax history and multipliers per tensor role; they
+    travel with `state_dict()` (its `_extra_state`: the recipe's fields and the two tensors), so a
+    checkpoint resumes them, and follow the weight's device. A checkpoint without them (a plain
+    `nn.Linear`'s, or one saved before the first FP8 step) loads too: the history starts afresh."""
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=torch.bfloat16):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
@@ -264,7 +270,49 @@ class Fp8Linear(torch.nn.Linear):
             return super().forward(x)
         state = None
         if isinstance(recipe, DelayedScaling):
-            if self._fp8_state is None or self._fp8_state.recipe != recipe:
-                self._fp8_state = Fp8LinearState(recipe, self.weight.device)
             state = self._fp8_state
+            if state is None or state.recipe != recipe:
+                state = self._fp8_state = Fp8LinearState(recipe, self.weight.device)
+            elif state.history.device != self.weight.device:  # the module moved since
+                device = self.weight.device
+                state.history, state.scale = state.history.to(device), state.scale.to(device)
         return fp8_linear(x, self.weight, self.bias, state)
+
+    def get_extra_state(self):
+        state = self._fp8_state
+        if state is None:
+            return None
+        return {"recipe": dataclasses.asdict(state.recipe), "history": state.history.clone(),
+                "scale": state.scale.clone()}
+
+    def set_extra_state(self, extra):
+        if extra is None:
+            self._fp8_state = None
+            return
+        state = Fp8LinearState(DelayedScaling(**extra["recipe"]), self.weight.device)
+        if extra["history"].shape != state.history.shape or extra["scale"].shape != state.scale.shape:
+            raise ValueError(f"Fp8Linear state: history {tuple(extra['history'].shape)} and scale "
+                             f"{tuple(extra['scale'].shape)} do not fit the recipe's "
+                             f"{tuple(state.history.shape)} and {tuple(state.scale.shape)}")
+        state.history.copy_(extra["history"])
+        state.scale.copy_(extra["scale"])
+        self._fp8_state = state
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self._fp8_state is None:  # then the keys are nn.Linear's, and either loads the other's
+            destination.pop(prefix + _EXTRA_STATE_KEY, None)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        key = prefix + _EXTRA_STATE_KEY
+        present = key in state_dict
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        if not present:  # a checkpoint without FP8 state: nothing to resume
+            if key in missing_keys:
+                missing_keys.remove(key)
+            self._fp8_state = None
+
+
+_EXTRA_STATE_KEY = "_extra_state"  # torch.nn.Module's key for get_extra_state() in a state_dict
