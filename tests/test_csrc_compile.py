@@ -487,6 +487,40 @@ def test_stale_reason(monkeypatch, tmp_path):
     assert build_ext.stale_reason(FakeTorch, "90a").startswith("older than csrc/")
 
 
+def test_build_info_keeps_a_record_per_module(monkeypatch, tmp_path):
+    """Building one module (--only) records that module only: after a torch upgrade the others
+    stay stale instead of passing for rebuilt."""
+    lib = tmp_path / "lib"
+    monkeypatch.setattr(build_ext, "LIB_DIR", lib)
+    names = build_ext.module_names()
+    fake_build(lib, names, None)
+    build_ext.record_build(names, {"arch": "90a", "torch": "2.12.0", "cuda": "13.0"})
+    build_ext.record_build(["rotary"], {"arch": "90a", "torch": "2.13.0", "cuda": "13.0"})
+    info = json.loads((lib / "build_info.json").read_text())
+    assert info["torch"] == "2.13.0" and info["modules"]["attention"]["torch"] == "2.12.0"
+    assert build_ext.stale_reason(FakeTorch, "90a").startswith("attention built for torch 2.12.0")
+    build_ext.record_build(["attention", "fp8"], {"arch": "90a", "torch": "2.13.0", "cuda": "13.0"})
+    newest = max(p.stat().st_mtime for p in CSRC.rglob("*") if p.is_file())
+    for so in lib.glob("*.so"):
+        os.utime(so, (newest + 10, newest + 10))
+    assert build_ext.stale_reason(FakeTorch, "90a") is None
+
+
+def test_build_ext_refuses_unknown_modules_and_cleans_only_cmake_dirs(monkeypatch, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        build_ext.main(["--only", "atention"])
+    assert "no such module" in capsys.readouterr().err
+    build = tmp_path / "build"
+    for name in ("csrc", "csrc-manual", "csrc-tests", "lab"):
+        (build / name).mkdir(parents=True)
+    monkeypatch.setattr(build_ext, "BUILD_DIR", build / "csrc")
+    monkeypatch.setattr(build_ext, "LIB_DIR", tmp_path / "lib")
+    failed = subprocess.CompletedProcess([], 1, "", "")
+    monkeypatch.setattr(build_ext, "cmake_configure", lambda *args, **kwargs: failed)
+    assert build_ext.build(FakeTorch, "90a", "nvcc", None, 1, clean=True) == 1
+    assert sorted(p.name for p in build.iterdir()) == ["csrc-tests", "lab"]
+
+
 def test_if_stale_skips_without_a_cuda_device(capsys):
     import torch
 

@@ -57,11 +57,12 @@ def stale_reason(torch, arch: str) -> str | None:
     missing = [name for name in names if not (LIB_DIR / f"{name}.so").exists()]
     if missing:
         return f"not built: {', '.join(missing)}"
-    info_path = LIB_DIR / "build_info.json"
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    if info.get("torch") != torch.__version__ or info.get("arch") != arch:
-        return (f"built for torch {info.get('torch')} / sm_{info.get('arch')}, "
-                f"this is torch {torch.__version__} / sm_{arch}")
+    records = module_records()
+    for name in names:
+        record = records.get(name, {})
+        if record.get("torch") != torch.__version__ or record.get("arch") != arch:
+            return (f"{name} built for torch {record.get('torch')} / sm_{record.get('arch')}, "
+                    f"this is torch {torch.__version__} / sm_{arch}")
     built = min((LIB_DIR / f"{name}.so").stat().st_mtime for name in names)
     newer = sorted(str(p.relative_to(ROOT)) for p in CSRC.rglob("*")
                    if p.suffix in SOURCE_SUFFIXES and "tests" not in p.relative_to(CSRC).parts
@@ -69,6 +70,27 @@ def stale_reason(torch, arch: str) -> str | None:
     if newer:
         return f"older than {', '.join(newer[:3])}{' ...' if len(newer) > 3 else ''}"
     return None
+
+
+def module_records() -> dict[str, dict]:
+    """``{module: {"arch", "torch", "cuda"}}`` of build_info.json: what each module was last built
+    for (a file from before per-module records: its one record stands for every module)."""
+    path = LIB_DIR / "build_info.json"
+    try:
+        info = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        return {}
+    if "modules" in info:
+        return dict(info["modules"])
+    return {name: info for name in module_names()} if info else {}
+
+
+def record_build(names: list[str], record: dict) -> None:
+    """build_info.json after building ``names``: their records replaced, the others' kept; the
+    top level holds the latest build's (what kernels.extension.loader.build_info reads)."""
+    records = module_records()
+    records.update({name: record for name in names})
+    (LIB_DIR / "build_info.json").write_text(json.dumps({**record, "modules": records}, indent=1) + "\n")
 
 
 def skip(reason: str) -> int:
@@ -102,8 +124,9 @@ def cmake_configure(build_dir: Path, arch: str, nvcc: str, torch, manual: bool) 
 
 def build(torch, arch: str, nvcc: str, only: list[str] | None, jobs: int, clean: bool) -> int:
     start = time.time()
-    if clean and BUILD_DIR.parent.exists():
-        shutil.rmtree(BUILD_DIR.parent)
+    if clean:  # the CMake build directories only: build/ also holds tools.nvcc's test binaries
+        for directory in (BUILD_DIR, BUILD_DIR.with_name("csrc-manual")):
+            shutil.rmtree(directory, ignore_errors=True)
     LIB_DIR.mkdir(parents=True, exist_ok=True)
     build_dir = BUILD_DIR
     configured = cmake_configure(build_dir, arch, nvcc, torch, manual=False)
@@ -128,9 +151,7 @@ def build(torch, arch: str, nvcc: str, only: list[str] | None, jobs: int, clean:
     if built.returncode != 0:
         print("build_ext: build failed", file=sys.stderr)
         return built.returncode
-    (LIB_DIR / "build_info.json").write_text(
-        json.dumps({"arch": arch, "torch": torch.__version__, "cuda": torch.version.cuda}, indent=1) + "\n"
-    )
+    record_build(only or module_names(), {"arch": arch, "torch": torch.__version__, "cuda": torch.version.cuda})
     modules = sorted(p.name for p in LIB_DIR.glob("*.so"))
     print(f"build_ext: done in {time.time() - start:.0f}s: {', '.join(modules)} in {LIB_DIR}")
     return 0
@@ -141,11 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=None, help="module name (repeatable)")
     parser.add_argument("--arch", default=os.environ.get("KERNELS_CUDA_ARCH"), help="e.g. 90a")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
-    parser.add_argument("--clean", action="store_true", help="remove the CMake build directory first")
+    parser.add_argument("--clean", action="store_true",
+                        help="remove the CMake build directories (build/csrc, build/csrc-manual) first")
     parser.add_argument("--if-stale", action="store_true",
                         help="only with a CUDA device, and only when the modules are missing or out of date; "
                              "fail when they are but cannot be built")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.only or []) - set(module_names()))
+    if unknown:
+        parser.error(f"--only {', '.join(unknown)}: no such module (modules: {', '.join(module_names())})")
     if args.arch == "90":
         # Plain sm_90 code has no warpgroup MMA or TMA; the Hopper paths (FP8 GEMM, tensor-core
         # prefill) are chosen by compute capability and would trap in such a build.
