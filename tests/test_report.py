@@ -206,3 +206,43 @@ def test_a_filtered_run_says_what_it_covers():
     assert said == "head_dim 64 256; seqlen 16384"
     assert bench.filters_said(argparse.Namespace(kernels=None, head_dim=None, seqlen=None)) == "all"
     assert {p.head_dim for p in ladder.problems(head_dims=[128])} == {128}
+
+
+def test_each_suite_declares_the_filters_it_reads_and_bench_refuses_the_rest(capsys):
+    """A suite's FILTERS are exactly the Context filters its source reads, so a filter it would
+    ignore (re-measuring everything while --add says the part covers less) is refused first."""
+    import importlib
+    import inspect
+
+    from tools import bench
+
+    attribute = {"kernels": "ctx.kernels", "seqlen": "ctx.seqlens", "head_dim": "ctx.head_dims"}
+    for name in bench.suite_names():
+        suite = importlib.import_module(f"tools.suites.{name}")
+        source = inspect.getsource(suite)
+        read = {f for f, attr in attribute.items() if attr in source}
+        assert set(getattr(suite, "FILTERS", ())) == read, name
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", "attention", "--seqlen", "4096", "--add"])
+    assert "attention suite takes no --seqlen filter (it takes none)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", "fp8_accuracy", "--head-dim", "64"])
+    assert "takes no --head-dim filter (it takes --kernels, --seqlen)" in capsys.readouterr().err
+
+
+def test_show_picks_each_tables_value_and_results_folder(capsys, monkeypatch):
+    """`show model` / `show rotary` print their own measure (tokens/s, GB/s) rather than a table
+    of dashes; every value a row can record may be asked for; --gpu names another folder."""
+    assert report.natural_value([{"tflops": None, "gbps": 3800.0}]) == "gbps"
+    assert report.natural_value([{"tflops": 650.0, "gbps": 1.0}]) == "tflops"
+    for suite, unit in (("model", "tokens/s"), ("rotary", "GB/s")):
+        if suite in report.available():
+            assert report.main(["show", suite]) == 0
+            assert f"({unit})" in capsys.readouterr().out
+    if "model" in report.available():
+        assert report.main(["show", "model", "--value", "tokens_per_s", "--columns", "2"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("(tokens/s)") >= 2, "four implementations, two per table"
+    with pytest.raises(SystemExit):
+        report.main(["show", "ladder", "--gpu", "h100-nowhere"])
+    assert "in results/h100-nowhere" in capsys.readouterr().err

@@ -126,6 +126,25 @@ def add_part(doc: dict, meta: dict, rows: list[dict], covers: str) -> dict:
     return {"meta": {**old, "parts": [*parts, part_of(meta, covers)]}, "rows": merged}
 
 
+def unsupported_filters(suite, args) -> list[str]:
+    """The filters a run sets that ``suite`` (its module) does not apply: its ``FILTERS`` names
+    the ones it reads from the Context (none if it has no such list)."""
+    supported = getattr(suite, "FILTERS", ())
+    return [_flag(name) for name in ("kernels", "seqlen", "head_dim")
+            if getattr(args, name) and name not in supported]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def suites_taking(name: str) -> str:
+    """The suites whose FILTERS include ``name``, for the help text."""
+    taking = [suite for suite in suite_names()
+              if name in getattr(importlib.import_module(f"tools.suites.{suite}"), "FILTERS", ())]
+    return ", ".join(taking) or "none"
+
+
 def filters_said(args) -> str:
     """The part of a suite a run's filters select, in words ("head_dim 128; seqlen 16384")."""
     said = [f"{name} {' '.join(map(str, values))}" for name, values in
@@ -136,15 +155,25 @@ def filters_said(args) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", required=True, choices=suite_names())
-    parser.add_argument("--kernels", nargs="+", help="only these kernels (default: the suite's list)")
-    parser.add_argument("--seqlen", type=int, nargs="+", help="only these seqlens (attention suites)")
+    parser.add_argument("--kernels", nargs="+",
+                        help=f"only these kernels (suites: {suites_taking('kernels')})")
+    parser.add_argument("--seqlen", type=int, nargs="+",
+                        help=f"only these seqlens (suites: {suites_taking('seqlen')})")
     parser.add_argument("--gpus", type=int, help="GPUs of a multi-GPU suite (default: the most visible)")
-    parser.add_argument("--head-dim", type=int, nargs="+", help="only these head dims (ladder suite)")
+    parser.add_argument("--head-dim", type=int, nargs="+",
+                        help=f"only these head dims (suites: {suites_taking('head_dim')})")
     parser.add_argument("--add", action="store_true",
                         help="put this run's rows into the suite's file of the same commit (one part of it)")
     args = parser.parse_args(argv)
     if args.add and filters_said(args) == "all":
         parser.error("--add records a part: select it with --kernels, --head-dim or --seqlen")
+    suite = importlib.import_module(f"tools.suites.{args.suite}")
+    ignored = unsupported_filters(suite, args)
+    if ignored:
+        # a filter the suite does not read would measure everything, and --add would say otherwise
+        takes = ", ".join(_flag(f) for f in getattr(suite, "FILTERS", ())) or "none"
+        parser.error(f"the {args.suite} suite takes no {', '.join(ignored)} filter (it takes {takes}); "
+                     "results/ is left unchanged")
 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -153,7 +182,6 @@ def main(argv=None) -> int:
         print("tools.bench measures on a GPU and none is visible; results/ is left unchanged.",
               file=sys.stderr)
         return 2
-    suite = importlib.import_module(f"tools.suites.{args.suite}")
     multi_gpu = hasattr(suite, "GPU_COUNTS")
     try:
         gpus = gpus_for(suite, args.gpus, torch.cuda.device_count())

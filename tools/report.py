@@ -7,6 +7,7 @@ only through this module, so a table means the same thing wherever it appears.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem
@@ -253,10 +254,21 @@ def summary(doc: dict, kernels, where: dict, baseline: str = "fa4",
     return headers, body
 
 
+# The row values a table can show, and their column labels.
+VALUE_LABELS = {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s",
+                "us": "µs per call (median)", "rel_err_source": "rel. error against fp64 on the bf16 source"}
+# What a table of rows shows when nobody says: the first of these that some row records.
+NATURAL_VALUES = ("tflops", "gbps", "tokens_per_s", "us", "rel_err")
+
+
 def value_label(value: str) -> str:
-    labels = {"tflops": "TFLOP/s", "gbps": "GB/s", "rel_err": "rel. error", "tokens_per_s": "tokens/s",
-              "us": "µs per call (median)", "rel_err_source": "rel. error against fp64 on the bf16 source"}
-    return labels.get(value, value)
+    return VALUE_LABELS.get(value, value)
+
+
+def natural_value(rows: list[dict]) -> str:
+    """The value a table of ``rows`` shows by default: TFLOP/s where they record it, else GB/s
+    (decode, rotary, quantize), tokens/s (the model), µs or the error."""
+    return next((v for v in NATURAL_VALUES if any(r.get(v) is not None for r in rows)), "tflops")
 
 
 def series(doc: dict, kernels, where=None, x: str = "seqlen_q",
@@ -509,27 +521,52 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a recorded suite as tables")
     show.add_argument("suite", nargs="?", default="ladder", help="a recorded suite (default ladder)")
-    show.add_argument("--value", default="tflops", choices=("tflops", "gbps", "us", "rel_err"))
+    show.add_argument("--value", choices=tuple(VALUE_LABELS),
+                      help="the value shown (default: each table's own, TFLOP/s where recorded, else "
+                           "GB/s, tokens/s, µs, the error)")
+    show.add_argument("--gpu", default=os.environ.get("DOCS_GPU", "h200"),
+                      help="the results folder, e.g. h100 (default: $DOCS_GPU, else h200)")
+    show.add_argument("--columns", type=int, default=8, help="kernels per table at most (default 8)")
     sub.add_parser("readme", help="rewrite the ladder table between the README's markers")
     args = parser.parse_args(argv)
     if args.command == "readme":
         print("README.md updated" if update_readme() else "README.md already current")
         return 0
-    if args.suite not in available():
-        parser.error(f"no recorded suite {args.suite!r}; recorded: {', '.join(available())}")
+    if args.columns < 1:
+        parser.error("--columns must be at least 1")
+    if args.suite not in available(args.gpu):
+        recorded = ", ".join(available(args.gpu)) or "none"
+        parser.error(f"no recorded suite {args.suite!r} in results/{args.gpu}; recorded: {recorded}")
     try:
-        doc = load(args.suite)
+        doc = load(args.suite, args.gpu)
     except ResultsError as exc:
         parser.error(str(exc))
     out = console()
-    groups = {(r["problem"].get("head_dim"), r["problem"].get("causal")) for r in doc["rows"]}
-    for head_dim, causal in sorted(groups, key=str):
-        headers, rows = pivot(doc, where={"head_dim": head_dim, "causal": causal}, value=args.value)
-        if rows:
-            title = args.suite + (f": head_dim {head_dim}" if head_dim else "") + (", causal" if causal else "")
-            out.print(rich_table(headers, rows, title=f"{title} ({args.value})"))
+    for title, rows in show_groups(doc["rows"], args.suite):
+        value = args.value or natural_value(rows)
+        kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+        for first in range(0, len(kernels), args.columns):
+            headers, body = pivot({"rows": rows}, kernels=kernels[first:first + args.columns], value=value)
+            if body:
+                out.print(rich_table(headers, body, title=f"{title} ({value_label(value)})"))
     out.print(provenance(doc["meta"]))
     return 0
+
+
+def show_groups(rows: list[dict], suite: str) -> list[tuple[str, list[dict]]]:
+    """``show``'s tables: rows of one kind of problem (attention, GEMM, rotary, ...), and for
+    attention one head dimension and mask, each with its title."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        p = r["problem"]
+        kind = problem_kind(p)
+        key = (kind, p.get("head_dim"), p.get("causal")) if "attention" in kind else (kind, None, None)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (kind, head_dim, causal), members in sorted(groups.items(), key=lambda item: str(item[0])):
+        title = f"{suite}: {kind}" + (f", head_dim {head_dim}" if head_dim else "") + (", causal" if causal else "")
+        out.append((title, members))
+    return out
 
 
 if __name__ == "__main__":

@@ -260,6 +260,10 @@ def measure(setup: Setup, kernels=None, progress=None) -> list[dict]:
     return add_scaling_efficiency(rows)
 
 
+# The tools.bench filters this suite applies (bench refuses any other before measuring).
+FILTERS = ("kernels", "seqlen")
+
+
 def run(ctx) -> list[dict]:
     if torch.cuda.device_count() < ctx.gpus:
         raise RuntimeError(f"the context_parallel suite runs on {ctx.gpus} GPUs; "

@@ -57,6 +57,10 @@ def runs(name: str, problem) -> bool:
     return True
 
 
+# The tools.bench filters this suite applies (bench refuses any other before measuring).
+FILTERS = ("kernels", "seqlen", "head_dim")
+
+
 def run(ctx) -> list[dict]:
     from tools.measure import Case, measure_all
 

@@ -226,5 +226,9 @@ def measure(setup: Setup, kernels=None, progress=None) -> list[dict]:
     return rows
 
 
+# The tools.bench filters this suite applies (bench refuses any other before measuring).
+FILTERS = ("kernels",)
+
+
 def run(ctx) -> list[dict]:
     return measure(Setup(), ctx.kernels, ctx.progress)

@@ -25,6 +25,10 @@ def kernels() -> list[str]:
     return [n for n in names("rung") if n not in SKIPPED] + list(OTHERS)
 
 
+# The tools.bench filters this suite applies (bench refuses any other before measuring).
+FILTERS = ("kernels",)
+
+
 def run(ctx) -> list[dict]:
     from tools.measure import Case, measure
     from tools.ncu import default_problem, profile
