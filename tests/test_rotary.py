@@ -262,3 +262,22 @@ def test_dispatch_uses_torch_under_autograd():
     assert q_out.grad_fn is not None
     q_out.float().sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_tables_and_aliasing_that_would_run_silently_wrong_are_refused():
+    """Integer tables (cast, the angles lost), tables of no columns (nothing rotated) and an
+    in-place call with k the very memory of q (rotated twice) raise instead; the separate q and
+    k heads of one packed qkv buffer still rotate in place."""
+    q = torch.randn(2, 4, 2, 64)
+    cos, sin = rotary_tables(16, 32)
+    with pytest.raises(TypeError, match="cos must be a floating tensor"):
+        apply_rotary_emb(q, None, cos.to(torch.int32), sin)
+    with pytest.raises(ValueError, match="at least 2"):
+        apply_rotary_emb(q, None, cos[:, :0], sin[:, :0])
+    with pytest.raises(ValueError, match="rotate it twice"):
+        apply_rotary_emb(q, q, cos, sin, inplace=True)
+    qkv = torch.randn(2, 4, 6, 64)
+    expected = apply_rotary_torch(qkv[:, :, :2].clone(), qkv[:, :, 2:4].clone(), cos, sin)
+    out_q, out_k = apply_rotary_emb(qkv[:, :, :2], qkv[:, :, 2:4], cos, sin, inplace=True)
+    torch.testing.assert_close(qkv[:, :, :2], expected[0])
+    torch.testing.assert_close(qkv[:, :, 2:4], expected[1])

@@ -122,6 +122,11 @@ def _check_common(q, k, cos, sin, positions=None):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if cos.dim() == 0:
         raise ValueError("cos/sin must be 2-D or 3-D, got 0 dims")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor (the angles' cos / sin), got {t.dtype}")
+    if cos.shape[-1] == 0:
+        raise ValueError("cos/sin have no columns: rotary_dim = 2 * cos.shape[-1] must be at least 2")
     if not q.is_floating_point():
         raise TypeError(f"q must be a floating tensor, got {q.dtype}")
     if k is not None and k.dtype != q.dtype:
@@ -160,6 +165,9 @@ def apply_rotary_emb(q, k, cos, sin, positions=None, *, interleaved: bool = Fals
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     _check_common(q, k, cos, sin, positions)
+    if inplace and k is not None and k.numel() and k.data_ptr() == q.data_ptr():
+        raise ValueError("inplace with k the same memory as q would rotate it twice; pass k=None to "
+                         "rotate one tensor in place")
     why_not = _kernel_eligible(q, k, cos, positions, interleaved) if backend != "torch" else "forced"
     if why_not is None:
         device = q.device
