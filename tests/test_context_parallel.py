@@ -47,6 +47,15 @@ def test_zigzag_shard_and_unshard_round_trip(world):
     assert torch.equal(zigzag_unshard([zigzag_shard(lse, r, world, dim=2) for r in range(world)], dim=2), lse)
 
 
+def test_zigzag_shards_position_ids():
+    """The docs' recipe: position ids sharded like the tokens, [B, S] as they are, 1-D with dim=0."""
+    ids = torch.arange(16)
+    assert zigzag_shard(ids, 1, 2, dim=0).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert torch.equal(zigzag_shard(ids.expand(3, 16), 1, 2), zigzag_shard(ids, 1, 2, dim=0).expand(3, 8))
+    with pytest.raises(ValueError, match="dim 1 is not a dimension of a 1-D tensor"):
+        zigzag_shard(ids, 0, 2)
+
+
 def test_zigzag_bad_inputs():
     x = torch.randn(1, 10, 2, 4)
     with pytest.raises(ValueError, match="multiple of 2 x world_size = 4"):

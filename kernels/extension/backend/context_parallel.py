@@ -80,9 +80,13 @@ def zigzag_shard(x: torch.Tensor, rank: int, world_size: int, dim: int = 1) -> t
         concatenated (a new tensor with `S / W` tokens along `dim`).
 
     Raises:
-        ValueError: The sequence length is not a multiple of 2W, or rank is out of range.
+        ValueError: The sequence length is not a multiple of 2W, rank is out of range, or
+            `dim` is not a dimension of `x`.
     """
     _check_rank(rank, world_size)
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"zigzag_shard: dim {dim} is not a dimension of a {x.dim()}-D tensor of shape "
+                         f"{tuple(x.shape)} (1-D position ids: dim=0)")
     length = x.shape[dim]
     chunks = 2 * world_size
     if length % chunks:
