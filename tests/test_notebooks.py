@@ -157,3 +157,14 @@ def test_recorded_tables_refresh_only_the_cells_that_read_results(tmp_path):
     assert reads[-1] and sum(reads) >= 2, "the template's profile and ladder cells"
     assert all((c.outputs[0].get("text") == "kept\n") != read for c, read in zip(code, reads))
     assert "TFLOP/s" in json.dumps(code[-1].outputs) and nb.metadata == original.metadata
+
+
+def test_recorded_tables_of_a_non_rung_notebook_is_refused(capsys):
+    """--recorded-tables only knows the rung notebooks: naming another one is an error, not a
+    run that does nothing and exits 0."""
+    pytest.importorskip("nbclient", reason="nbclient not installed: pip install -e '.[test]'")
+    from tools import execute_notebooks
+
+    with pytest.raises(SystemExit) as exc:
+        execute_notebooks.main(["--recorded-tables", "model"])
+    assert exc.value.code == 2 and "rung notebooks only, not model" in capsys.readouterr().err

@@ -191,3 +191,23 @@ def test_power_samples_parse_and_average_over_a_window():
     assert power.window_means(samples, start + 2, start + 3) is None
     assert power.main(["k11", "--seconds", "0"]) == 2  # no GPU here: a clear refusal
     assert power.main(["k12", "--dtype", "e4m3", "--seconds", "0"]) == 2  # the FP8 rungs' inputs
+
+
+def test_inspect_lists_rungs_that_cannot_compile_under_the_table(capsys, monkeypatch):
+    """All rungs at head_dim 256: a rung refused there is a line under the table, not a column of
+    its reason squeezing the others."""
+    import kernels.registry
+
+    refusal = "unsupported: k1: head_dim 256 unsupported"
+
+    def fake(name, problem, **kwargs):
+        if name == "k1":
+            return {"kernel": "k1", "problem": problem.to_dict(), "status": refusal}
+        return {"kernel": name, "problem": problem.to_dict(), "status": "ok", "registers": 168,
+                "sass_mix": {"STL": 0, "LDL": 0}, "sass_total": 100, "compile_s": 1.0}
+
+    monkeypatch.setattr(inspect, "inspect", fake)
+    monkeypatch.setattr(kernels.registry, "rung_names", lambda: ["k1", "k4"])
+    assert inspect.main(["--head-dim", "256"]) == 0
+    table, line, _ = capsys.readouterr().out.partition(f"k1: not compiled: {refusal}")
+    assert line and "k4" in table and "registers / thread" in table and "unsupported" not in table

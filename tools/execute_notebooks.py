@@ -94,6 +94,9 @@ def main(argv=None) -> int:
         paths = [p for p in paths if p.stem in wanted]
     run = execute
     if args.recorded_tables:
+        others = [p.stem for p in paths if not p.name[:2].isdigit()]
+        if args.names and others:
+            parser.error(f"--recorded-tables refreshes the rung notebooks only, not {', '.join(others)}")
         paths = [p for p in paths if p.name[:2].isdigit()]  # the rung notebooks (NN_kN_*.ipynb)
         run = refresh_recorded_tables
 

@@ -393,9 +393,17 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(reports, indent=1))
     else:
-        headers, rows = resources_rows(reports)
-        title = f"sm_90a compile report, head_dim {problem.head_dim}{', causal' if problem.causal else ''}"
-        report_console().print(rich_table(headers, rows, title=title))
+        # rungs that cannot compile this problem are listed under the table: a column of their
+        # reasons would squeeze every other column to nothing
+        console = report_console()
+        compiled = [r for r in reports if r["status"] == "ok"]
+        if compiled:
+            headers, rows = resources_rows(compiled)
+            title = f"sm_90a compile report, head_dim {problem.head_dim}"
+            console.print(rich_table(headers, rows, title=title + (", causal" if problem.causal else "")))
+        for r in reports:
+            if r["status"] != "ok":
+                console.print(f"{r['kernel']}: not compiled: {r['status']}")
     return 0
 
 
