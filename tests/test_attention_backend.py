@@ -247,16 +247,20 @@ def test_numpy_scales_are_numbers():
         torch.testing.assert_close(attention(q, k, v, scale=scale), expected)
 
 
-def test_select_backend_takes_the_arguments_of_the_call_it_describes():
+def test_select_backend_takes_the_arguments_of_the_call_it_describes(cuda_on_cpu):
     """The same keywords as attention() (the lengths are not read), so a caller can ask about the
-    very call it is about to make; a bad scale or causal is refused as attention() refuses it."""
-    q, k, v = qkv(2, 1, 8, 4, 2, 16)
+    very call it is about to make, and the answer is the backend that call then runs on (bf16 here
+    routes to the recording cuda backend, fp32 to torch); a bad scale or causal is refused as
+    attention() refuses it."""
+    q, k, v = (t.bfloat16() for t in qkv(2, 1, 8, 4, 2, 16))
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
     lens = torch.tensor([8, 5], dtype=torch.int32)
     kwargs = dict(causal=True, scale=0.3, page_table=table, seqlens_k=lens, out=torch.empty_like(q),
                   lse=None, check_seqlens=False)
-    plain = select_backend(q, k_cache, v_cache, page_table=table)
-    assert select_backend(q, k_cache, v_cache, **kwargs) == plain
+    assert select_backend(q, k_cache, v_cache, **kwargs) == "cuda"
+    attention(q, k_cache, v_cache, **kwargs)
+    assert [name for name, _ in cuda_on_cpu["calls"]] == ["paged_decode"], "the call ran where it said"
+    assert select_backend(q.float(), k_cache.float(), v_cache.float(), **{**kwargs, "out": None}) == "torch"
     with pytest.raises(ValueError, match="scale must be a positive number"):
         select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=lens, scale=-1.0)
     with pytest.raises(TypeError, match="causal must be a bool"):

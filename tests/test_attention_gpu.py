@@ -521,7 +521,8 @@ def backend_module():
 
 def test_backend_follows_the_measured_routing():
     """On the H200 with the committed results, each kind of call goes to the backend the table
-    puts first among those that can run it; every one matches the reference."""
+    puts first among those that can run it (that the table puts the fastest first is checked on
+    the CPU: test_committed_h200_table_puts_the_fastest_first); every one matches the reference."""
     backend = backend_module()
     if backend._cuda_device(torch.cuda.current_device())[1] != "h200":
         pytest.skip("the committed results are the H200's")
@@ -541,8 +542,6 @@ def test_backend_follows_the_measured_routing():
     assert backend.select_backend(qd, k_cache, v_cache, page_table=table) == first_runnable("paged-decode")
     out = backend.attention(qd, k_cache, v_cache, page_table=table, seqlens_k=lens)
     check(out, reference_attention(qd, k, v, key_lens=lens)[0], "routed paged decode")
-    for route in backend.routing_table():
-        assert route.order[0] in backend.BACKENDS
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

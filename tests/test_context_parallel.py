@@ -182,7 +182,8 @@ def cases_on_every_rank(rank, world):
                 assert out.dtype == dtype and out.shape == shard(q).shape
                 errors[f"{name} {method.__name__}"] = _errors(out, lse, shard(ref), shard(ref_lse, 2))
                 full = gather_sequence(out, zigzag=zigzag)
-                errors[f"{name} {method.__name__} gathered"] = _errors(full, ref_lse, ref, ref_lse)
+                full_lse = gather_sequence(lse, zigzag=zigzag, dim=2)
+                errors[f"{name} {method.__name__} gathered"] = _errors(full, full_lse, ref, ref_lse)
 
         # A sub-group (ranks 1 and 3 of 4): peers are named by global rank.
         if world == 4:

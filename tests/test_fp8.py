@@ -39,8 +39,16 @@ def test_fake_quantize_shapes():
 
 
 def test_opcheck_fake_tensor_mode():
+    """torch.library.opcheck on meta tensors: the schemas, the autograd registration and the fake
+    kernels agree with how the operators are called; and under FakeTensorMode (torch.compile's
+    tracing) the GEMM gives its shape."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    a, b, s = meta_operands(17, 9, 48)
+    torch.library.opcheck(torch.ops.kernels.fp8_gemm.default, (a, b, s, s), test_utils=utils)
+    x = torch.empty(6, 64, dtype=torch.bfloat16, device="meta")
+    torch.library.opcheck(torch.ops.kernels.fp8_quantize.default, (x, s, E4M3, True, True), test_utils=utils)
     with FakeTensorMode():
         a = torch.empty(17, 48, dtype=E4M3)
         b = torch.empty(9, 48, dtype=E5M2)
