@@ -151,6 +151,8 @@ def test_bad_arguments_are_named_before_anything_runs():
         attention(q, k, v, scale=True)
     with pytest.raises(ValueError, match="float32's range"):
         attention(q, k, v, scale=1e300)
+    with pytest.raises(ValueError, match=r"scale \* log2\(e\) within float32's range"):
+        attention(q, k, v, scale=3e38)  # finite in float32, but scale * log2(e) is not
     with pytest.raises(ValueError, match=r"a one-element tensor, got a tensor of shape \(2,\)"):
         attention(q, k, v, scale=torch.tensor([0.1, 0.2]))
     for flag in ("no", 1, torch.tensor(True)):  # taken for its truth, it would run a mask nobody meant

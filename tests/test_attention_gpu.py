@@ -234,9 +234,9 @@ def test_prefill_scale_and_strided_q(guards):
 @pytest.mark.parametrize("page_size", [1, 5, 12, 16, 24, 48, 64, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal, guards):
-    b, sk, hq, hkv, d = 4, 700, 32, 8, 128
+    b, sk, hq, hkv, d = 5, 700, 32, 8, 128
     q, k, v = qkv(b, 1, sk, hq, hkv, d, seed=11)
-    lens = torch.tensor([700, 1, 333, 64], dtype=torch.int32, device=DEV)
+    lens = torch.tensor([700, 1, 333, 64, 0], dtype=torch.int32, device=DEV)  # 0: zeros, LSE -inf
     g = torch.Generator().manual_seed(page_size)
     k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=g)
     q, k_cache, v_cache, table, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache, page_table=table,
@@ -251,6 +251,27 @@ def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal, 
     check(out[:1], contiguous.float(), "paged vs contiguous")
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("sq", [2, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_decode_several_queries(impl, sq, causal, guards):
+    """What attention() sends to paged_decode beyond one query (Sq x group <= 16 rows): a step's
+    few queries, causal with fewer keys than queries (rows that see no key: zeros, LSE -inf),
+    and a sequence without keys."""
+    b, sk, hq, hkv, d = 4, 300, 16, 4, 128
+    q, k, v = qkv(b, sq, sk, hq, hkv, d, seed=13)
+    lens = torch.tensor([300, 1, 0, 77], dtype=torch.int32, device=DEV)
+    k_cache, v_cache, table = paged_kv_cache(k, v, 16, generator=torch.Generator().manual_seed(sq))
+    q, k_cache, v_cache, table, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache, page_table=table,
+                                                     seqlens_k=lens)
+    out = guards.empty(q.shape, q.dtype, name="out")
+    lse = guards.empty((b, hq, sq), torch.float32, name="lse")
+    ops.paged_decode(q, k_cache, v_cache, table, lens, causal=causal, impl=impl, out=out, lse=lse)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, key_lens=lens)
+    check(out, ref, f"paged decode {impl} Sq {sq}", lse, ref_lse)
+    guards.check()
+
+
 # "tc" runs the warp-specialized kernel where the pages tile its key tiles (16 and 64 at D = 64
 # and 128, 16 and 80 at D = 256, 128 and 256 hold whole tiles), the cp.async one elsewhere.
 @pytest.mark.parametrize("impl", ("tc", "tc-cpasync", "scalar"))
@@ -258,7 +279,9 @@ def test_paged_decode_matches_reference_and_contiguous(impl, page_size, causal, 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
-    q_lens, k_lens = [70, 10, 130], [90, 10, 400]
+    # the last two: more queries than keys (causal: the first 30 rows see no key) and no keys at
+    # all (zeros, LSE -inf)
+    q_lens, k_lens = [70, 10, 130, 50, 5], [90, 10, 400, 20, 0]
     hq, hkv = 16, 2
     g = torch.Generator().manual_seed(page_size + d)
     sk = max(k_lens)
@@ -266,7 +289,7 @@ def test_paged_prefill_ragged(impl, page_size, causal, d, guards):
     lens = torch.tensor(k_lens, dtype=torch.int32, device=DEV)
     k_cache, v_cache, table = paged_kv_cache(k, v, page_size, generator=g)
     q = rand(sum(q_lens), hq, d, seed=23)
-    cu = torch.tensor([0, 70, 80, 210], dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=DEV)
     q, k_cache, v_cache, table, cu, lens = guards.copies(q=q, k_cache=k_cache, v_cache=v_cache,
                                                          page_table=table, cu_seqlens_q=cu, seqlens_k=lens)
     out = guards.empty(q.shape, q.dtype, name="out")

@@ -463,6 +463,23 @@ def test_gemm_paths_match_reference(variant, shape, guards):
     a, b, sa, sb, _, _, _, ref = _gemm_case(*shape, E4M3, E4M3, guards, seed=sum(shape))
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, **variant)
     _assert_gemm_close(out, ref, f"{shape} {variant}", u=_u_for(variant))
+    # the same plan into a NaN-poisoned output in guard regions: a tile it never writes shows
+    # (the operator's own output is fresh memory that an earlier variant may have filled)
+    poisoned = _gemm_into_poison(a, b, sa, sb, guards, **variant)
+    _assert_gemm_close(poisoned, ref, f"{shape} {variant}, poisoned output", u=_u_for(variant))
+    guards.check()
+
+
+def _gemm_into_poison(a, b, sa, sb, guards, bias=None, row_scale=None, col_scale=None, path=-1, block_n=0,
+                      persistent=-1, split_k=0):
+    """The binding's GEMM writing a NaN-poisoned output inside guard regions (the operator
+    allocates its own, so it cannot be poisoned from outside)."""
+    from kernels.extension import loader
+
+    out = guards.empty((a.shape[0], b.shape[0]), torch.bfloat16, name="out")
+    loader.load("fp8").gemm(a, b, sa, sb, bias, row_scale, col_scale, out, path, block_n, persistent,
+                            split_k=split_k)
+    return out
 
 
 @pytest.mark.gpu
@@ -472,6 +489,8 @@ def test_gemm_small_m(m, guards):
     a, b, sa, sb, bias, rs, cs, ref = _gemm_case(m, 96, 272, E4M3, E4M3, guards, seed=m, extras=True)
     out = torch.ops.kernels.fp8_gemm(a, b, sa, sb, bias, rs, cs)
     _assert_gemm_close(out, ref, f"M={m}", u=_u_for({}))
+    poisoned = _gemm_into_poison(a, b, sa, sb, guards, bias, rs, cs)
+    _assert_gemm_close(poisoned, ref, f"M={m}, poisoned output", u=_u_for({}))
 
 
 @pytest.mark.gpu

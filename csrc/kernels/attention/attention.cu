@@ -88,7 +88,9 @@ void check_head_dim(int64_t d) {
 
 float resolve_scale(std::optional<double> scale, int64_t head_dim) {
   const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-  TORCH_CHECK_VALUE(std::isfinite(s) && s > 0.0, "scale must be a positive finite number, got ", s);
+  // finite in float, and so is the kernels' scale * log2(e) (past ~2.4e38 it is inf: NaN rows)
+  TORCH_CHECK_VALUE(std::isfinite(s) && s > 0.0 && std::isfinite(static_cast<float>(s * 1.4426950408889634)),
+                    "scale must be a positive number with scale * log2(e) within float32's range, got ", s);
   return static_cast<float>(s);
 }
 

@@ -74,13 +74,13 @@ void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const
   if (k) {
     p.k = view_of(*k);
     p.k_out = view_of(*k_out);
-    p.heads_k = int(k->size(2));
+    p.heads_k = binding::int_extent(k->size(2), "k heads");
   }
-  p.batch = int(q.size(0));
-  p.seqlen = int(q.size(1));
-  p.heads_q = int(q.size(2));
-  p.head_dim = int(head_dim);
-  p.rotary_dim = int(rotary_dim);
+  p.batch = binding::int_extent(q.size(0), "batch");
+  p.seqlen = binding::int_extent(q.size(1), "seqlen");
+  p.heads_q = binding::int_extent(q.size(2), "q heads");
+  p.head_dim = binding::int_extent(head_dim, "head_dim");
+  p.rotary_dim = binding::int_extent(rotary_dim, "rotary_dim");
   p.cos = cos.data_ptr<float>();
   p.sin = sin.data_ptr<float>();
   p.table_rows = cos.size(0);

@@ -150,8 +150,10 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
                                  f"{tuple(scale.shape)}")
         elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
             raise TypeError(f"scale must be a number, got {scale!r}")
-        if not (math.isfinite(scale) and 0 < scale <= _FP32_MAX):
-            raise ValueError(f"scale must be a positive number within float32's range, got {scale}")
+        if not (math.isfinite(scale) and 0 < scale * math.log2(math.e) <= _FP32_MAX):
+            # the kernels scale by scale * log2(e) in float32: inf past this, and NaN rows
+            raise ValueError(f"scale must be a positive number with scale * log2(e) within float32's range, "
+                             f"got {scale}")
     batch = (cu_seqlens_q.shape[0] - 1) if packed else q.shape[0]
     if not paged and k.shape[0] != batch:
         raise ValueError(f"k batch {k.shape[0]} != q batch {batch}")
