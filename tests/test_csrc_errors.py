@@ -42,6 +42,34 @@ def test_attention_binding_errors():
         attention.decode(long_q, q[:, :, :1], q[:, :, :1])
 
 
+def test_outputs_sharing_memory_with_inputs_are_refused():
+    """An output the kernels write while other CTAs still read an input may not share its
+    memory (garbage rows otherwise); the very same view as its own input is in place, allowed."""
+    attention, rotary = module("attention"), module("rotary")
+    q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16, device="cuda")
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    with pytest.raises(ValueError, match="out shares memory with k; pass separate memory"):
+        attention.prefill(q, k, v, out=k)
+    with pytest.raises(ValueError, match="out shares memory with v"):
+        attention.decode(q[:, :1].contiguous(), k, v, out=v[:, :1])
+    buffer = torch.randn(1, 9, 2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="out shares memory with q .only the very same view"):
+        attention.prefill(buffer[:, :8], k, v, out=buffer[:, 1:])  # shifted by a token: partial overlap
+    lse = torch.empty(1, 2, 1, device="cuda")
+    workspace = torch.empty(attention.decode_workspace_size(4, 1, 2, 1, 64), device="cuda")
+    with pytest.raises(ValueError, match="lse shares memory with workspace"):
+        attention.decode(q[:, :1].contiguous(), k, v, lse=workspace[:2].view(1, 2, 1), num_splits=4,
+                         workspace=workspace)
+    same = q.clone()
+    attention.prefill(same, k, v, out=same)  # in place
+    assert torch.isfinite(same).all()
+    attention.decode(q[:, :1].contiguous(), k, v, lse=lse, num_splits=4, workspace=workspace)
+    cos = torch.ones(8, 32, device="cuda")
+    with pytest.raises(ValueError, match="q_out shares memory with k"):
+        rotary.apply(q, k, k, torch.empty_like(k), cos, cos, None)
+    rotary.apply(q, k, q, k, cos, cos, None)  # in place, both
+
+
 def test_rotary_binding_errors():
     rotary = module("rotary")
     q = torch.zeros(1, 3, 2, 64, dtype=torch.bfloat16, device="cuda")

@@ -257,7 +257,8 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
   }
 }
 
-void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num_splits, int64_t max_seqlen_k,
+void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, const Tensor& out,
+                               const std::optional<Tensor>& lse, int64_t num_splits, int64_t max_seqlen_k,
                                const std::optional<Tensor>& workspace, attn::AttnImpl impl) {
   const int sms = binding::sm_count();
   if (num_splits <= 0) {
@@ -278,6 +279,9 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
       TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0,
                         "workspace must be 16-byte aligned (the combine kernel reads float4)");
       binding::check_device(ws, "workspace", q, "q");
+      // the combine kernel reads the partial rows while it writes out and lse
+      binding::check_no_overlap(out, "out", ws, "workspace");
+      if (lse.has_value()) binding::check_no_overlap(*lse, "lse", ws, "workspace");
     } else {
       ws = at::empty({floats}, q.options().dtype(at::kFloat));
     }
@@ -288,6 +292,24 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, int64_t num
 }
 
 // ---- entry points ------------------------------------------------------------------------
+
+// out and lse, where the caller passed them, against what the kernels read while they write them:
+// q (out may be q itself), K, V. An out allocated here overlaps nothing (no check: the decode
+// host path counts its microseconds).
+void check_outputs_apart(const std::optional<Tensor>& out, const std::optional<Tensor>& lse, const Tensor& q,
+                         const Tensor& k, const Tensor& v) {
+  if (out.has_value()) {
+    binding::check_no_overlap(*out, "out", q, "q", /*allow_same=*/true);
+    binding::check_no_overlap(*out, "out", k, "k");
+    binding::check_no_overlap(*out, "out", v, "v");
+  }
+  if (lse.has_value()) {
+    binding::check_no_overlap(*lse, "lse", q, "q");
+    binding::check_no_overlap(*lse, "lse", k, "k");
+    binding::check_no_overlap(*lse, "lse", v, "v");
+    if (out.has_value()) binding::check_no_overlap(*lse, "lse", *out, "out");
+  }
+}
 
 // Hkv of k or k_cache (4-D), read after its rank is checked, so that the error names it.
 int64_t heads_kv_of(const Tensor& k, const char* name) {
@@ -316,10 +338,11 @@ Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, st
   Tensor o = fill_dense_q(p, q, heads_kv_of(k, "k"), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
   fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
+  check_outputs_apart(out, lse, q, k, v);
   // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
   // current for the split heuristic, the workspace and the stream.
   const c10::cuda::CUDAGuard guard(q.device());
-  run_decode_with_workspace(p, q, num_splits, k.size(1), workspace, parse_impl(impl));
+  run_decode_with_workspace(p, q, o, lse, num_splits, k.size(1), workspace, parse_impl(impl));
   return o;
 }
 
@@ -331,9 +354,11 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
   attn::AttnParams p;
   Tensor o = fill_dense_q(p, q, heads_kv_of(k_cache, "k_cache"), causal, scale, out, lse);
   fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
+  check_outputs_apart(out, lse, q, k_cache, v_cache);
   const c10::cuda::CUDAGuard guard(q.device());
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
-  run_decode_with_workspace(p, q, num_splits, page_table.size(1) * k_cache.size(1), workspace, parse_impl(impl));
+  run_decode_with_workspace(p, q, o, lse, num_splits, page_table.size(1) * k_cache.size(1), workspace,
+                            parse_impl(impl));
   return o;
 }
 
@@ -401,6 +426,7 @@ Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, s
   Tensor o = fill_dense_q(p, q, heads_kv_of(k, "k"), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
   fill_mask(p, mask, q, q.size(0), q.size(1), k.size(1));
+  check_outputs_apart(out, lse, q, k, v);
   const PrefillImpl choice = parse_prefill_impl(impl);
   const c10::cuda::CUDAGuard guard(q.device());
   attn::run_prefill(p, choice.impl, c10::cuda::getCurrentCUDAStream().stream(), choice.kernel);
@@ -453,6 +479,7 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   Tensor o = make_or_check_out(out, q);
   fill_q_out(p, q, o, true);
   fill_lse(p, lse, q, true);
+  check_outputs_apart(out, lse, q, k_cache, v_cache);
   const auto refuse_capture = [] {
     TORCH_CHECK_VALUE(!capturing(),
                       "paged_prefill on the cp.async kernel (a mask, pages that do not fit the warp-specialized "

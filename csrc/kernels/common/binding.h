@@ -68,6 +68,17 @@ inline void check_no_self_overlap(const at::Tensor& t, const char* name) {
                     t.strides(), " for shape ", t.sizes());
 }
 
+// An output the kernel writes while it reads `in`: they may not share memory, or a CTA would read
+// what another has already overwritten. allow_same admits `in` itself (the very same view,
+// in-place: each element is read by the CTA that writes it, before it writes it).
+inline void check_no_overlap(const at::Tensor& out, const char* out_name, const at::Tensor& in, const char* in_name,
+                             bool allow_same = false) {
+  const at::MemOverlapStatus status = at::get_overlap_status(out, in);
+  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Partial && (allow_same || status != at::MemOverlapStatus::Full),
+                    out_name, " shares memory with ", in_name,
+                    allow_same ? " (only the very same view is allowed: in place)" : "", "; pass separate memory");
+}
+
 // An extent the kernels hold in an int (lengths, heads): at most INT_MAX. Tensors that large fit
 // in no memory, but a stride-0 (expanded) tensor can claim any size.
 inline int int_extent(int64_t value, const char* what) {

@@ -52,6 +52,15 @@ void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const
   TORCH_CHECK_VALUE(k.has_value() == k_out.has_value(), "k and k_out must be given together, got ",
                     k.has_value() ? "k only" : "k_out only");
   if (k) check_qk(*k, "k", *k_out, "k_out", q);
+  // each output against what the kernel reads: its own input may be itself (in place), the
+  // other input and the other output may not be touched
+  binding::check_no_overlap(q_out, "q_out", q, "q", /*allow_same=*/true);
+  if (k) {
+    binding::check_no_overlap(*k_out, "k_out", *k, "k", /*allow_same=*/true);
+    binding::check_no_overlap(q_out, "q_out", *k, "k");
+    binding::check_no_overlap(*k_out, "k_out", q, "q");
+    binding::check_no_overlap(*k_out, "k_out", q_out, "q_out");
+  }
   binding::check_device(cos, "cos", q, "q");
   binding::check_device(sin, "sin", q, "q");
   binding::check_dtype(cos, "cos", at::kFloat);
