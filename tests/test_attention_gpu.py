@@ -463,6 +463,17 @@ def test_bad_inputs_raise_clear_errors():
     ok_lens = torch.tensor([64], dtype=torch.int32, device=DEV)
     with pytest.raises(IndexError, match="page ids"):
         ops.paged_decode(q[:, :1], k_cache, v_cache, bad_table, ok_lens, debug=True)
+    # the default check_seqlens reads the page ids the lengths use with the lengths
+    with pytest.raises(IndexError, match=r"page ids outside \[0, num_pages"):
+        ops.paged_decode(q[:, :1], k_cache, v_cache, bad_table, ok_lens)
+    negative = table.clone()
+    negative[0, 1] = -1
+    with pytest.raises(IndexError, match="page ids"):
+        ops.paged_prefill(q[0], k_cache, v_cache, negative, torch.tensor([0, q.shape[1]], dtype=torch.int32,
+                                                                          device=DEV), ok_lens)
+    # entries past the pages 64 keys use (4 of 6) may hold anything
+    past_the_length = torch.cat([table, torch.full((1, 2), -1, dtype=torch.int32, device=DEV)], dim=1)
+    ops.paged_decode(q[:, :1], k_cache, v_cache, past_the_length, ok_lens)
     with pytest.raises(TypeError, match="int32"):
         ops.paged_decode(q[:, :1], k_cache, v_cache, table.long(), ok_lens)
 

@@ -237,23 +237,24 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
 
   if (batch == 0 || capturing()) return;
   if (check_seqlens || debug) {
-    const Tensor range = at::stack({seqlens_k.min(), seqlens_k.max()}).cpu();
-    const int lo = range[0].item<int>(), hi = range[1].item<int>();
-    TORCH_CHECK_VALUE(lo >= 0 && hi <= capacity, "seqlens_k must be in [0, max_pages * page_size = ", capacity,
-                      "], got values in [", lo, ", ", hi, "]");
-    if (p.mask != nullptr) {
-      TORCH_CHECK_VALUE(p.mask_len >= hi, "mask last dim (", p.mask_len, ") is shorter than the longest seqlens_k (",
-                        hi, ")");
-    }
-  }
-  if (debug) {
+    // One device->host copy: the lengths' range, and whether any page a length uses (page
+    // i < ceil(length / page_size) of its row) lies outside the cache: the kernels would read
+    // another allocation from it (TMA zero-fills: wrong rows without a fault).
     const int64_t num_pages = k_cache.size(0);
     const Tensor needed = (seqlens_k.to(at::kLong) + p.page_size - 1).div(p.page_size, "floor");
     const Tensor used =
         at::arange(page_table.size(1), page_table.options().dtype(at::kLong)).unsqueeze(0) < needed.unsqueeze(1);
-    const Tensor bad = used & ((page_table < 0) | (page_table >= num_pages));
-    TORCH_CHECK_INDEX(!bad.any().item<bool>(), "page_table has page ids outside [0, ", num_pages,
-                      ") among the pages seqlens_k uses (debug check)");
+    const Tensor bad_pages = (used & ((page_table < 0) | (page_table >= num_pages))).any().to(at::kInt);
+    const Tensor facts = at::stack({seqlens_k.min(), seqlens_k.max(), bad_pages}).cpu();
+    const int lo = facts[0].item<int>(), hi = facts[1].item<int>();
+    TORCH_CHECK_VALUE(lo >= 0 && hi <= capacity, "seqlens_k must be in [0, max_pages * page_size = ", capacity,
+                      "], got values in [", lo, ", ", hi, "]");
+    TORCH_CHECK_INDEX(facts[2].item<int>() == 0, "page_table has page ids outside [0, num_pages = ", num_pages,
+                      ") among the pages seqlens_k uses");
+    if (p.mask != nullptr) {
+      TORCH_CHECK_VALUE(p.mask_len >= hi, "mask last dim (", p.mask_len, ") is shorter than the longest seqlens_k (",
+                        hi, ")");
+    }
   }
 }
 

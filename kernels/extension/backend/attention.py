@@ -22,7 +22,9 @@ How a call finds its backend:
   the warp-specialized prefill reads on the device unchecked): they run on a call that asks
   for them unless the same tensors, unmodified (their version counters), passed last (the
   layers of a step after the first skip them).
-- Page ids. Our kernels take them as the caller's contract (checked with KERNELS_DEBUG=1); the
+- Page ids. attention() hands our kernels the lengths it checked and the page ids as the
+  caller's contract (checked with KERNELS_DEBUG=1; `ops.paged_decode` / `paged_prefill` called
+  directly check them with their lengths by default); the
   torch backend reads pages by indexing, so it checks the ids of every sequence's keys on each
   call (one device->host copy; entries past a sequence's length may hold anything).
 - `out` and `lse` must have the dtype, shape and device the call writes (q's; float32

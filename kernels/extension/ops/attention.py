@@ -22,10 +22,10 @@ wrappers pass the binding its arguments by position, in the order of its ``py::a
 (pybind11 would match keywords by name on every call: about 4 us of host time for the paged
 decode's ten, a fifth of an eager call at batch 1).
 
-Page ids are the caller's contract: out-of-range ids are only checked with `debug=True`
-(IndexError naming the entry).
-`check_seqlens` (one device->host copy) is skipped under CUDA-graph capture, where a
-length beyond the page table makes that batch's output NaN instead.
+`check_seqlens` (one device->host copy, also with `debug=True`) checks the lengths against the
+page table and the page ids those lengths use against the cache (IndexError); it is skipped
+under CUDA-graph capture, where a length beyond the page table makes that batch's output NaN
+instead, and an out-of-range page id is then the caller's contract.
 """
 
 from __future__ import annotations
@@ -82,11 +82,13 @@ def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, c
                   mask=None, out=None, lse=None, impl="tc", check_seqlens=True, debug=False):
     """Ragged prefill: packed q [total_q, Hq, D] with cu_seqlens_q [B + 1] int32, on a paged cache.
 
-    check_seqlens: seqlens_k within the page table and cu_seqlens_q from 0 to total_q, never
-    decreasing (one device->host copy). Without it, on Hopper's warp-specialized kernel, the
-    call never waits for the GPU and can be CUDA-graph captured (the kernel finds its tiles from
-    cu_seqlens_q on the device); the cp.async kernel (a mask, pages that do not fit the tiles)
-    builds its schedule from a host copy of cu_seqlens_q and cannot be captured."""
+    check_seqlens: seqlens_k within the page table, the page ids they use within the cache, and
+    cu_seqlens_q from 0 to total_q, never decreasing (one device->host copy). Without it, on
+    Hopper's warp-specialized kernel, the call never waits for the GPU and can be CUDA-graph
+    captured (the kernel finds its tiles from cu_seqlens_q on the device; offsets that do not
+    cover q leave the rows no sequence covers unwritten); the cp.async kernel (a mask, pages
+    that do not fit the tiles) builds its schedule from a host copy of cu_seqlens_q and cannot
+    be captured."""
     return _module().paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, causal, scale,
                                    mask, out, lse, impl, check_seqlens, debug)
 
