@@ -70,7 +70,8 @@ def check(out, ref, what, lse=None, ref_lse=None):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("d", ops.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("sq,sk,hq,hkv", [(1, 1000, 32, 8), (3, 257, 8, 1), (1, 37, 4, 4), (5, 4096, 8, 8)])
+@pytest.mark.parametrize("sq,sk,hq,hkv", [(1, 1000, 32, 8), (3, 257, 8, 1), (1, 37, 4, 4), (5, 4096, 8, 8),
+                                         (5, 3, 8, 8)])  # causal: the first two rows see no key
 def test_decode(impl, d, causal, sq, sk, hq, hkv):
     problem = AttentionProblem(2, sq, sk, hq, hkv, d, causal=causal)
 
@@ -90,6 +91,20 @@ def test_decode_split_counts(num_splits):
 
     result = verify_attention(run, problem, seed=3, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
     assert result, f"decode num_splits={num_splits}: {result.reason}"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("num_splits", [2, 7])
+def test_decode_split_rows_that_see_no_key(impl, num_splits):
+    """Causal with fewer keys than queries in forced splits: every split of the first rows sees
+    no key, and the combine must give zeros with LSE -inf rather than 0 / 0."""
+    problem = AttentionProblem(2, 4, 2, 16, 4, 128, causal=True)
+
+    def run(q, k, v, out, lse):
+        ops.decode(q, k, v, causal=True, impl=impl, num_splits=num_splits, out=out, lse=lse)
+
+    result = verify_attention(run, problem, seed=9, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode {impl} num_splits={num_splits} {problem.label()}: {result.reason}"
 
 
 @pytest.mark.parametrize("impl", PREFILL_IMPLS)

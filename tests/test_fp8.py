@@ -392,6 +392,34 @@ def test_quantize_strided_rows_and_amax_only(guards):
     assert float(amax_only) == float(amax) == float(x.float().abs().amax())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_quantize_writes_every_element_of_poisoned_outputs(rowwise, guards):
+    """The binding with outputs poisoned in guard regions (the op allocates its own): the
+    transpose alone (rowwise=False: what a backward pass asks for when N % 16 != 0) and both,
+    on a shape whose rows and columns are no multiple of a tile."""
+    _need_module()
+    from kernels.extension import loader
+
+    x = guards.copy((torch.randn(33, 200, device="cuda") * 5).to(torch.bfloat16), name="x")
+    scale = guards.copy(torch.tensor(448.0, device="cuda") / x.float().abs().amax(), name="scale")
+    poison = 0x7F  # an E4M3 NaN: a byte no quantized value takes
+    def poisoned(shape, name):
+        return guards.copy(torch.full(shape, poison, dtype=torch.uint8, device="cuda"), name=name).view(E4M3)
+
+    out, out_t = poisoned((33, 200), "out"), poisoned((200, 33), "out_t")
+    amax = torch.zeros(1, device="cuda")
+    loader.load("fp8").quantize(x, scale, out if rowwise else None, out_t, amax)
+    ref = (x.float() * scale).clamp(-448, 448).to(E4M3)
+    assert torch.equal(out_t.view(torch.uint8), ref.t().contiguous().view(torch.uint8))
+    if rowwise:
+        assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
+    else:
+        assert (out.view(torch.uint8) == poison).all(), "rowwise=False wrote the rows"
+    assert float(amax) == float(x.float().abs().amax())
+    guards.check()
+
+
 def _gemm_case(m, n, k, da, db, guards, seed=0, extras=False):
     """Operands inside NaN guard regions (a read past any of them makes the output NaN) and
     the fp64 reference with its magnitude sum_k |a_k b_k|."""

@@ -281,3 +281,46 @@ def test_tables_and_aliasing_that_would_run_silently_wrong_are_refused():
     out_q, out_k = apply_rotary_emb(qkv[:, :, :2], qkv[:, :, 2:4], cos, sin, inplace=True)
     torch.testing.assert_close(qkv[:, :, :2], expected[0])
     torch.testing.assert_close(qkv[:, :, 2:4], expected[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [(2, 9, 8, 2, 72, 64, False), (2, 9, 8, 2, 128, 32, True),
+                                 (1, 33, 32, 8, 128, 128, False)])
+def test_kernel_writes_every_output_element(cfg, guards):
+    """Out of place into NaN-poisoned outputs in guard regions, so that the columns past
+    rotary_dim must be copied rather than left as they were (the op allocates its own outputs:
+    the binding is called here, with the tables as the op normalizes them)."""
+    _need_kernel()
+    from kernels.extension import loader
+    from kernels.extension.ops import rotary as rotary_ops
+
+    batch, seqlen, hq, hk, d, r, interleaved = cfg
+    q, k, cos, sin, pos = make_case(batch, seqlen, hq, hk, d, r, torch.bfloat16, "cuda")
+    q_in, k_in, cos_in, sin_in, pos_in = guards.copies(q=q, k=k, cos=cos.float(), sin=sin.float(),
+                                                       positions=pos.int())
+    q_out, k_out = guards.empty(q.shape, q.dtype, name="q_out"), guards.empty(k.shape, k.dtype, name="k_out")
+    cos2, sin2, pos2, stride_b = rotary_ops.normalize_tables(cos_in, sin_in, pos_in, batch, seqlen)
+    loader.load("rotary").apply(q_in, k_in, q_out, k_out, cos2, sin2, pos2, stride_b, interleaved, False)
+    cos_rows, sin_rows = cos[pos], sin[pos]
+    assert_within_bound(q_out, reference(q, cos_rows, sin_rows, interleaved), q, "q")
+    assert_within_bound(k_out, reference(k, cos_rows, sin_rows, interleaved), k, "k")
+    guards.check()
+
+
+@pytest.mark.gpu
+def test_kernel_rotates_token_major_inputs_in_place_as_the_model_calls_it():
+    """kernels/model's call: q [T, Hq, D] and k [T, Hk, D] with positions [T], in place, against
+    the fp64 reference."""
+    _need_kernel()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(37, 32, 128, device="cuda", generator=g).to(torch.bfloat16)
+    k = torch.randn(37, 8, 128, device="cuda", generator=g).to(torch.bfloat16)
+    cos, sin = rotary_tables(4096, 128, device="cuda")
+    positions = torch.randint(0, 4096, (37,), device="cuda", generator=g)
+    expected = [reference(x.unsqueeze(0), cos[positions].unsqueeze(0), sin[positions].unsqueeze(0), False)[0]
+                for x in (q, k)]
+    q_before, k_before = q.clone(), k.clone()
+    q_out, k_out = apply_rotary_emb(q, k, cos, sin, positions, inplace=True, backend="kernel")
+    assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
+    assert_within_bound(q, expected[0], q_before, "q")
+    assert_within_bound(k, expected[1], k_before, "k")
