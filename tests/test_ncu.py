@@ -58,12 +58,19 @@ SOURCE_ROWS = [("LDC R1, c[0x0][0x28]", 5, 10),
                ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 9, 100),
                ("FMUL R88, R88, R3", 11, 100),
                ("@!P0  BRA 0x7f0bef7addd0", 13, 10)]
-SOURCE = "".join([
-    '"Kernel Name","kernel_cutlass_kernel"\n',
-    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
-    '"Instructions Executed"\n',
-    *[f'"0x{i:x}","      {sass}","{samples}","0","{executed}"\n' for i, (sass, samples, executed)
-      in enumerate(SOURCE_ROWS)]])
+
+
+def source_csv(rows, kernel="gemm_sm90_kernel"):
+    """An ncu source page (--page source --csv --print-source sass) of rows (SASS, samples, executed)."""
+    return "".join([
+        f'"Kernel Name","{kernel}"\n',
+        '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+        '"Instructions Executed"\n',
+        *[f'"0x{i:x}","      {sass}","{samples}","0","{executed}"\n' for i, (sass, samples, executed)
+          in enumerate(rows)]])
+
+
+SOURCE = source_csv(SOURCE_ROWS, "kernel_cutlass_kernel")
 
 
 def test_loop_segments_split_the_ping_pong_loop_at_the_turn_and_the_wgmma_waits():
@@ -96,15 +103,6 @@ GEMM_ROWS = [("UTMALDG.2D [UR8], [UR4]", 3, 10),
              ("UTMASTG.2D [UR4], [UR10]", 2, 1),
              ("DEPBAR.LE SB0, 0x0", 9, 1),
              ("EXIT", 1, 1)]
-
-
-def source_csv(rows):
-    return "".join([
-        '"Kernel Name","gemm_sm90_kernel"\n',
-        '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
-        '"Instructions Executed"\n',
-        *[f'"0x{i:x}","      {sass}","{samples}","0","{executed}"\n' for i, (sass, samples, executed)
-          in enumerate(rows)]])
 
 
 def test_class_samples_split_a_gemm_by_instruction_class_and_hot_loop():
