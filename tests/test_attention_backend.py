@@ -245,8 +245,9 @@ def test_numpy_scales_are_numbers():
     np = pytest.importorskip("numpy")
     q, k, v = qkv(1, 2, 8, 4, 2, 16)
     expected = attention(q, k, v, scale=0.25)
-    for scale in (np.float32(0.25), np.float64(0.25), torch.tensor(0.25)):
-        torch.testing.assert_close(attention(q, k, v, scale=scale), expected)
+    for scale in (np.float32(0.25), np.float64(0.25), torch.tensor(0.25), torch.tensor([0.25]), 1):
+        want = expected if scale != 1 else attention(q, k, v, scale=1.0)
+        torch.testing.assert_close(attention(q, k, v, scale=scale), want)
 
 
 def test_select_backend_takes_the_arguments_of_the_call_it_describes(cuda_on_cpu):

@@ -235,6 +235,11 @@ def test_show_picks_each_tables_value_and_results_folder(capsys, monkeypatch):
     of dashes; every value a row can record may be asked for; --gpu names another folder."""
     assert report.natural_value([{"tflops": None, "gbps": 3800.0}]) == "gbps"
     assert report.natural_value([{"tflops": 650.0, "gbps": 1.0}]) == "tflops"
+    if "attention" in report.available():  # decode rows (GB/s) apart from prefill's (TFLOP/s)
+        groups = report.show_groups(report.load("attention")["rows"], "attention")
+        decode = [rows for _, rows in groups if any(r["kernel"] == "cuda-paged-decode" for r in rows)]
+        assert decode and all(report.natural_value(rows) == "gbps" for rows in decode)
+        assert all(r.get("gbps") is not None for rows in decode for r in rows if r["status"] == "ok")
     for suite, unit in (("model", "tokens/s"), ("rotary", "GB/s")):
         if suite in report.available():
             assert report.main(["show", suite]) == 0

@@ -554,16 +554,17 @@ def main(argv=None) -> int:
 
 
 def show_groups(rows: list[dict], suite: str) -> list[tuple[str, list[dict]]]:
-    """``show``'s tables: rows of one kind of problem (attention, GEMM, rotary, ...), and for
-    attention one head dimension and mask, each with its title."""
+    """``show``'s tables: rows of one kind of problem (attention, GEMM, rotary, ...) and one
+    measure (natural_value), and for attention one head dimension and mask, each with its title."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         p = r["problem"]
         kind = problem_kind(p)
         key = (kind, p.get("head_dim"), p.get("causal")) if "attention" in kind else (kind, None, None)
-        groups.setdefault(key, []).append(r)
+        # rows that record another measure (decode: GB/s beside prefill's TFLOP/s) get their own table
+        groups.setdefault((*key, natural_value([r])), []).append(r)
     out = []
-    for (kind, head_dim, causal), members in sorted(groups.items(), key=lambda item: str(item[0])):
+    for (kind, head_dim, causal, _), members in sorted(groups.items(), key=lambda item: str(item[0])):
         title = f"{suite}: {kind}" + (f", head_dim {head_dim}" if head_dim else "") + (", causal" if causal else "")
         out.append((title, members))
     return out

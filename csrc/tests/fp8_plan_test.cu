@@ -364,6 +364,15 @@ int main() {
       const std::string what = "no chunk-staged kernel at BN " + std::to_string(bn);
       expect(!plan_supported(plan_gemm(4096, 4096, 4096, kSms, 9, 0, req)), what.c_str(), 4096, 4096, 4096);
     }
+    PlanRequest overlap;
+    overlap.force_block_n = 176;
+    overlap.accum = int(AccumMode::kPromoteOverlap);
+    const GemmPlan overlap_plan = plan_gemm(4096, 4096, 4096, kSms, 9, 0, overlap);
+    expect(overlap_plan.store == int(StoreMode::kRows16) && plan_supported(overlap_plan),
+           "overlap takes its TMA-store kernels only when asked (unmeasured)", 4096, 4096, 4096);
+    overlap.store = int(StoreMode::kTmaChunked);
+    expect(plan_supported(plan_gemm(4096, 4096, 4096, kSms, 9, 0, overlap)), "overlap's chunk-staged kernel", 4096,
+           4096, 4096);
     GemmPlan beyond = plan_of(4096, 4096, 4096);
     beyond.store = int(StoreMode::kTmaChunked) + 1;
     expect(!plan_supported(beyond), "store modes end at kTmaChunked", 4096, 4096, 4096);

@@ -209,7 +209,8 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
 
 // Paged cache [num_pages, page_size, Hkv, D]. Lengths beyond the page table raise here
 // (one device->host copy; skipped under CUDA-graph capture, where the kernel writes NaN for
-// such a batch instead). Page ids are the caller's contract, checked only with debug=True.
+// such a batch instead). The page ids those lengths use are checked in the same copy; without
+// check_seqlens (and debug) they are the caller's contract.
 void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                    const Tensor& page_table, const Tensor& seqlens_k, int64_t batch, int64_t head_dim,
                    bool check_seqlens, bool debug) {
@@ -390,7 +391,8 @@ void debug_check_prefill(const attn::AttnParams& p, const PrefillImpl& choice, b
                                                               : "the cp.async kernel";
   const cudaError_t err = cudaStreamSynchronize(stream);
   TORCH_CHECK(err == cudaSuccess, "prefill (debug): ", name, " failed: ", cudaGetErrorString(err));
-  if (!ran_ws) return;
+  // in place (out is q) the kernel has overwritten the queries the cross-check would run on
+  if (!ran_ws || o.data_ptr() == q.data_ptr()) return;
   attn::AttnParams pr = p;
   const Tensor ref = at::empty_like(q, q.options().memory_format(at::MemoryFormat::Contiguous));
   fill_q_out(pr, q, ref, false);

@@ -34,7 +34,7 @@ struct ContiguousKV {
 
 // Paged cache [num_pages, page_size, Hkv, D]: key `pos` of batch b lives in page
 // page_table[b][pos / page_size] at slot pos % page_size. Page ids are the caller's contract
-// (checked by the bindings in debug mode); lengths are checked on the host, and a length
+// (the bindings check them with check_seqlens or debug); lengths are checked on the host, and a length
 // beyond the page table that slips through (CUDA-graph capture) poisons the output with NaN.
 struct PagedKV {
   static constexpr bool kPaged = true;

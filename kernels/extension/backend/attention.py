@@ -305,7 +305,8 @@ def _cuda_unsupported(call: Call) -> str | None:
         return f"head_dim {call.head_dim} (supported: {ops.HEAD_DIMS})"
     if call.needs_grad:
         return "autograd is recording the call and our kernels have no backward"
-    arch = loader.build_info().get("arch", "90a")
+    info = loader.build_info()  # the attention module's record (a later --only build may be another's)
+    arch = info.get("modules", {}).get("attention", info).get("arch", "90a")
     major, minor = call.capability
     if arch.endswith("a"):
         if f"{major}{minor}" != arch[:-1]:
@@ -546,8 +547,23 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
     backend with a backward, fa4 or torch)."""
     if causal is not False and causal is not True:  # two identity tests: this runs on every call
         _check_causal(causal)
+    if scale is not None and type(scale) is not float:
+        scale = _scale_number(scale)
     run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[1]
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+
+
+def _scale_number(scale) -> float:
+    """A scale given as another kind of number or a one-element tensor, as the float every backend
+    takes (SDPA refuses a tensor of shape [1], FA4 wants a Python number); the errors name it."""
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"scale must be a number or a one-element tensor, got a tensor of shape "
+                             f"{tuple(scale.shape)}")
+        return float(scale)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a number, got {scale!r}")
+    return float(scale)
 
 
 def _check_causal(causal) -> None:

@@ -242,8 +242,11 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     }
     // BN 64, 176 and 192 have only the kPromote kernel
     if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
-    // a default of TMA stores where the tile has no such kernel: 16-byte row stores
-    if (req.store < 0 && !has_store_kernel(plan.store, plan.block_n, plan.accum)) plan.store = int(StoreMode::kRows16);
+    // a default of TMA stores where the tile has no such kernel: 16-byte row stores; the overlap
+    // accumulation's TMA-store kernels (514a816) are taken only when asked for, until measured
+    if (req.store < 0 &&
+        (!has_store_kernel(plan.store, plan.block_n, plan.accum) || plan.accum == AccumMode::kPromoteOverlap))
+      plan.store = int(StoreMode::kRows16);
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
     } else {
