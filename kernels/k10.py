@@ -98,7 +98,7 @@ class K10FMHA:
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
         # Under the S GEMM, inside the turn: pays at D >= 128, not at D = 64 (see the Delta).
         self.rescale_before_pv = head_dim >= 128 if rescale_before_pv is None else rescale_before_pv
-        self.ctas = ctas or launch.sm_count()
+        self.ctas = launch.persistent_ctas(ctas)
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
         self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o

@@ -170,7 +170,7 @@ class K11FMHA:
         # fit in L2 (FA4's LPT scheduler): 0 = as many as fit (a power of two), n = n. On by
         # default only with one CTA per tile (launch_shape_knobs): the persistent walk measured
         # no better with it (the page).
-        self.l2_heads = l2_heads
+        self.l2_heads = launch.l2_sections_knob(l2_heads)
         self.causal = causal
         self.dtype = dtype
         default = TILE_CONFIGS[head_dim]
@@ -189,7 +189,7 @@ class K11FMHA:
         # units; 0: off). With the rescale after the wait for P V, a warp whose rows all kept
         # their max skips O's multiplies (a warp vote); before the P V they always run.
         self.rescale_threshold = rescale_threshold
-        self.ctas = ctas or launch.sm_count()
+        self.ctas = launch.persistent_ctas(ctas)
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
         self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o

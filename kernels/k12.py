@@ -197,7 +197,7 @@ class K12FMHA:
         # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
         # dim; K11's default keeps the turn to the GEMM issues (see the Delta).
         self.rescale_before_pv = False if rescale_before_pv is None else rescale_before_pv
-        self.ctas = ctas or launch.sm_count()
+        self.ctas = launch.persistent_ctas(ctas)
         # O (bf16) cannot be staged in the e4m3 Q tile: it always has a buffer of its own.
         if not self.plan.fits_separate_o(dtype_bytes, out_bytes):
             raise ValueError(f"{self.plan}: no room for the bf16 O buffer beside the e4m3 stages")

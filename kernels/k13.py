@@ -142,7 +142,7 @@ class K13FMHA:
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
         # Under the causal mask, the tiles go in sections of (head, batch) pairs whose K and V
         # fit in L2 (0: as many as fit, a power of two; n: n; None: one section).
-        self.l2_heads = l2_heads
+        self.l2_heads = launch.l2_sections_knob(l2_heads)
         self.causal = causal
         self.dtype = dtype
         default = TILE_CONFIGS[head_dim]
@@ -152,7 +152,7 @@ class K13FMHA:
         if rescale_before_pv is None:
             rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
         self.rescale_before_pv = rescale_before_pv
-        self.ctas = ctas or launch.sm_count()
+        self.ctas = launch.persistent_ctas(ctas)
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
         self.separate_o = self.plan.fits_separate_o() if separate_o is None else separate_o

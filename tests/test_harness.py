@@ -377,3 +377,36 @@ def test_streaming_read_reads_every_byte():
     replay, calls, check = streaming_read(nbytes, copies=3)
     assert calls == 3 and check() < 1e-5
     assert time_cuda(replay)["median"] > 0
+
+
+def test_problems_and_inputs_that_would_run_silently_wrong_are_refused():
+    """The harness's own checks (what a rung runs before anything launches): a causal flag that
+    is no bool, a scale that is no number or overflows float32 as scale * log2(e), an output
+    sharing memory with an input, heads that do not divide, rung knobs out of range."""
+    from kernels.cute import launch
+    from kernels.harness import AttentionProblem, reference_attention
+    from kernels.harness.validate import validate_attention_inputs
+    from kernels.registry import rung_module
+
+    for bad in (dict(causal="no"), dict(scale=True), dict(scale=1e300), dict(scale=1e-300)):
+        with pytest.raises(ValueError, match="causal must be a bool|scale must be"):
+            AttentionProblem(**bad)
+    AttentionProblem(causal=np.bool_(True), scale=np.float32(0.1))
+    q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    with pytest.raises(ValueError, match="out shares memory with k"):
+        validate_attention_inputs(q, k, v, out=k, require_cuda=False)
+    buffer = torch.randn(2, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="out shares memory with v"):  # one token further on
+        validate_attention_inputs(q, k, buffer[:1], out=buffer.view(-1)[128:128 + q.numel()].view_as(q),
+                                  require_cuda=False)
+    validate_attention_inputs(q, k, v, out=torch.empty_like(q), require_cuda=False)
+    with pytest.raises(ValueError, match="Hq a multiple of Hkv"):
+        reference_attention(torch.randn(1, 4, 3, 64), torch.randn(1, 4, 2, 64), torch.randn(1, 4, 2, 64))
+    for ctas in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="ctas must be a positive int"):
+            launch.persistent_ctas(ctas)
+    with pytest.raises(ValueError, match="l2_heads must be None or an int >= 0"):
+        launch.l2_sections_knob(-1)
+    with pytest.raises(ValueError, match="pingpong must be True or False"):
+        rung_module("k11").compile_kernel(AttentionProblem(), pingpong="no")

@@ -103,7 +103,7 @@ def check_run_inputs(name: str, head_dim: int, q, k, v, out, lse, require_cuda: 
     validate_attention_inputs(q.data, k.data, v.data, out, lse, name=name, head_dims=(head_dim,),
                               dtypes=(torch.float8_e4m3fn,), out_dtype=torch.bfloat16,
                               require_cuda=require_cuda)
-    launch.check_vector_alignment(name, q=q.data, k=k.data, out=out)
+    launch.check_vector_alignment(name, q=q.data, k=k.data, v=v.data, out=out)
     launch.check_grid_limits(name, q.data)
 
 

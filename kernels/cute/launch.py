@@ -60,6 +60,22 @@ INSPECT_OPTIONS = f"--gpu-arch {INSPECT_ARCH} --keep-ptx --keep-cubin --dump-dir
 
 
 # ---- input validation --------------------------------------------------------------------
+def persistent_ctas(ctas) -> int:
+    """A persistent rung's CTA count: the ``ctas`` knob (an int >= 1), else the GPU's SM count."""
+    if ctas is None:
+        return sm_count()
+    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1:
+        raise ValueError(f"ctas must be a positive int (CTAs of the persistent grid), got {ctas!r}")
+    return ctas
+
+
+def l2_sections_knob(l2_heads):
+    """The ``l2_heads`` knob as given (None: no sections, 0: as many as fit in L2, n: n), checked."""
+    if l2_heads is not None and (isinstance(l2_heads, bool) or not isinstance(l2_heads, int) or l2_heads < 0):
+        raise ValueError(f"l2_heads must be None or an int >= 0 (0: as many as fit in L2), got {l2_heads!r}")
+    return l2_heads
+
+
 def sm_count() -> int:
     """SMs of the current GPU, for persistent grids (132, an H200's or H100 SXM's, when no GPU
     is visible, as when compiling for inspection)."""
@@ -299,6 +315,9 @@ class RungAPI:
         """Compile (or fetch from the cache) for ``problem``'s head_dim, causal flag and dtype;
         ``knobs`` are tuning keywords of the rung's constructor (e.g. ``plan=TilePlan(...)``)."""
         self._require_supported(problem)
+        error = self.knob_error(problem, **knobs) if knobs else None
+        if error:  # a knob the constructor would take wrongly (pingpong="no" counted as True)
+            raise ValueError(error)
         return CompiledFMHA(self.rung, self.kernel_cls, problem, tuple(sorted(knobs.items())))
 
     @staticmethod

@@ -44,9 +44,20 @@ class AttentionProblem:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
-            # The kernels take the row max over unscaled scores (see kernels/cute/softmax.py).
-            raise ValueError(f"scale must be a positive finite number, got {self.scale!r}")
+        if not isinstance(self.causal, (bool, np.bool_)):
+            # any other value would be taken for its truth: a mask nobody asked for
+            raise ValueError(f"causal must be a bool, got {self.causal!r}")
+        if self.scale is not None and (isinstance(self.scale, (bool, np.bool_))
+                                       or not isinstance(self.scale, (int, float, np.floating, np.integer))):
+            raise ValueError(f"scale must be a number, got {self.scale!r}")
+        # The kernels take the row max over unscaled scores (see kernels/cute/softmax.py) and
+        # scale in float32 by scale * log2(e): finite and nonzero there.
+        f32 = np.finfo(np.float32)
+        log2_scale = None if self.scale is None else self.scale * math.log2(math.e)
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0 and
+                                           float(f32.smallest_subnormal) <= log2_scale <= float(f32.max)):
+            raise ValueError(f"scale must be a positive number whose scale * log2(e) is a nonzero finite "
+                             f"float32, got {self.scale!r}")
 
     # ---- derived quantities -------------------------------------------------------------
     @property

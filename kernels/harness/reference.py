@@ -68,6 +68,11 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     FP8 inputs (``Fp8Tensor``) are dequantized first: the reference sees the kernel's numbers.
     """
     q, k, v = (dequantize(t) for t in (q, k, v))
+    shapes_ok = (q.dim() == k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0]
+                 and k.shape[3] == q.shape[3] and k.shape[2] > 0 and q.shape[2] % k.shape[2] == 0)
+    if not shapes_ok:
+        raise ValueError(f"reference_attention: q [B, Sq, Hq, D] and k, v [B, Sk, Hkv, D] with Hq a "
+                         f"multiple of Hkv, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     group = heads_q // heads_kv

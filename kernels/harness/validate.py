@@ -11,6 +11,19 @@ from .problem import AttentionProblem
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "e4m3"}
 
 
+
+def _byte_ranges_meet(a, b) -> bool:
+    """Whether two tensors' spans of bytes (first to last element) intersect."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+
+    def span(t):
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) * t.element_size()
+        return t.data_ptr(), t.data_ptr() + last + t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
 def validate_attention_inputs(q, k, v, out=None, lse=None, *, name: str = "attention",
                               head_dims: Iterable[int] = (64, 128),
                               dtypes: Iterable[torch.dtype] = (torch.bfloat16,),
@@ -70,6 +83,11 @@ def validate_attention_inputs(q, k, v, out=None, lse=None, *, name: str = "atten
                              f"{tuple(out.shape)} {out.dtype} on {out.device}")
         if not out.is_contiguous():
             raise ValueError(f"{name}: out must be contiguous")
+    for label, written in (("out", out), ("lse", lse)):
+        for source, read in tensors.items():
+            if written is not None and _byte_ranges_meet(written, read):
+                raise ValueError(f"{name}: {label} shares memory with {source}: the kernel would overwrite "
+                                 f"what other blocks still read; pass separate memory")
     if lse is not None:
         expected_lse = (batch, heads_q, seqlen_q)
         if lse.shape != expected_lse or lse.dtype != torch.float32 or lse.device != q.device:
