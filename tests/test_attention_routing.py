@@ -95,7 +95,7 @@ def results(tmp_path, monkeypatch):
 def hopper(monkeypatch):
     """Every backend installed and built for sm_90a, as on the H200 (the calls are synthetic)."""
     monkeypatch.setattr(ops, "available", lambda: True)
-    monkeypatch.setattr(loader, "build_info", lambda: {"arch": "90a"})
+    monkeypatch.setattr(loader, "build_info", lambda module=None: {"arch": "90a"})
     monkeypatch.setattr(backend, "_fa4", lambda: object())
 
 

@@ -87,7 +87,7 @@ def module_records() -> dict[str, dict]:
 
 def record_build(names: list[str], record: dict) -> None:
     """build_info.json after building ``names``: their records replaced, the others' kept; the
-    top level holds the latest build's (what kernels.extension.loader.build_info reads)."""
+    top level holds the latest build's (kernels.extension.loader.build_info reads both)."""
     records = module_records()
     records.update({name: record for name in names})
     (LIB_DIR / "build_info.json").write_text(json.dumps({**record, "modules": records}, indent=1) + "\n")

@@ -45,9 +45,14 @@ def built_modules() -> list[str]:
     return sorted(p.stem for p in LIB_DIR.glob("*.so"))
 
 
-def build_info() -> dict:
-    """{"arch": "90a", "torch": ..., "cuda": ...} written by tools.build_ext, or {}."""
-    return _read_build_info(LIB_DIR)
+def build_info(module: str | None = None) -> dict:
+    """{"arch": "90a", "torch": ..., "cuda": ...} written by tools.build_ext, or {}: the latest
+    build's, or with ``module`` that module's (a later ``--only`` build may have been another's;
+    a file from before per-module records has one record for all)."""
+    info = _read_build_info(LIB_DIR)
+    if module is None:
+        return info
+    return info.get("modules", {}).get(module, info)
 
 
 @functools.cache  # read once per process, as the modules it describes are loaded once (load)

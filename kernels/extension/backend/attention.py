@@ -146,12 +146,7 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("q, k, v must have a contiguous last dim")
     if scale is not None:
-        if isinstance(scale, torch.Tensor):
-            if scale.numel() != 1:
-                raise ValueError(f"scale must be a number or a one-element tensor, got a tensor of shape "
-                                 f"{tuple(scale.shape)}")
-        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise TypeError(f"scale must be a number, got {scale!r}")
+        scale = _scale_number(scale)  # the type checks
         if not (math.isfinite(scale) and 0 < scale * math.log2(math.e) <= _FP32_MAX):
             # the kernels scale by scale * log2(e) in float32: inf past this, and NaN rows
             raise ValueError(f"scale must be a positive number with scale * log2(e) within float32's range, "
@@ -305,8 +300,7 @@ def _cuda_unsupported(call: Call) -> str | None:
         return f"head_dim {call.head_dim} (supported: {ops.HEAD_DIMS})"
     if call.needs_grad:
         return "autograd is recording the call and our kernels have no backward"
-    info = loader.build_info()  # the attention module's record (a later --only build may be another's)
-    arch = info.get("modules", {}).get("attention", info).get("arch", "90a")
+    arch = loader.build_info("attention").get("arch", "90a")
     major, minor = call.capability
     if arch.endswith("a"):
         if f"{major}{minor}" != arch[:-1]:

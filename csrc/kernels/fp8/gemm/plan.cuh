@@ -41,6 +41,9 @@ struct PlannerDefaults {
   // 1210 / 1287 / 1251 / 1224 -> 1175 / 1299 / 1277 / 1239. The planner's default where the
   // tile has a TMA-store kernel (has_tma_store_kernel), else kRows16.
   static constexpr int kStore = int(StoreMode::kTma);
+  // The overlap accumulation's TMA-store kernels (514a816) are not measured yet: a plan that asks
+  // for that accumulation and leaves the store open takes the row stores until this flips.
+  static constexpr bool kOverlapTakesTmaStore = false;
   // Split-K when the tiles leave SMs idle (tiles < SM count; never otherwise, so every plan
   // that fills the GPU is unchanged). Among split counts S with at least kSplitMinKBlocks
   // k-blocks per split and at most kSplitMaxWaves waves of (tile, split) units, the planner
@@ -242,10 +245,10 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     }
     // BN 64, 176 and 192 have only the kPromote kernel
     if (req.accum < 0 && !has_kernel(plan.block_n, plan.accum)) plan.accum = AccumMode::kPromote;
-    // a default of TMA stores where the tile has no such kernel: 16-byte row stores; the overlap
-    // accumulation's TMA-store kernels (514a816) are taken only when asked for, until measured
-    if (req.store < 0 &&
-        (!has_store_kernel(plan.store, plan.block_n, plan.accum) || plan.accum == AccumMode::kPromoteOverlap))
+    // a default of TMA stores where the tile has no such kernel (or, for the overlap accumulation,
+    // until PlannerDefaults takes its TMA-store kernels): 16-byte row stores
+    const bool overlap_waits = plan.accum == AccumMode::kPromoteOverlap && !PlannerDefaults::kOverlapTakesTmaStore;
+    if (req.store < 0 && (!has_store_kernel(plan.store, plan.block_n, plan.accum) || overlap_waits))
       plan.store = int(StoreMode::kRows16);
     if (req.cluster >= 0) {
       plan.cluster = ClusterMode(req.cluster);  // kept even with one tile in a cluster dimension
