@@ -1,5 +1,5 @@
 """K13 — K11 + a dynamic persistent scheduler: one CTA per SM, each taking its next query tile
-from a counter in global memory, the producer passing the tile to the consumers with its Q.
+from a counter in global memory, the producer passing the tile to the consumers in shared memory.
 
 What it computes
     out[b, i, h, :] = softmax(scale * q[b, i, h, :] @ k[b, :, h_kv, :]^T) @ v[b, :, h_kv, :]
@@ -17,10 +17,10 @@ Delta from K11
     finishes last. K13 keeps one CTA per SM and lets the tiles go to whichever CTA asks first:
     its producer takes a ticket from a counter in global memory (``atomicAdd``) when it has
     issued a tile's last load, and the next tile is ``ctas + ticket``. The tile index reaches
-    the consumer warpgroups through the Q stage: the producer writes it to shared memory
-    between the wait for the empty stage and its arrival on the full one, so the consumers'
-    wait for Q is also their wait for the index (``fmha.publish_tile``). An index past the
-    last tile, on a stage with no Q, ends the walk. Tiles go in the order in which K11's grid
+    the consumer warpgroups through a one-entry slot in shared memory between two named
+    barriers (``fmha.publish_tile``): the producer writes it once every consumer thread has
+    read the previous one, and the consumers read it once it is written. An index past the
+    last tile ends the walk. Tiles go in the order in which K11's grid
     hands them out with one CTA per tile: query tiles fastest without a mask; under it the
     longest first, in sections of (head, batch) pairs whose K and V fit in L2.
     The counter resets itself: each CTA's producer counts itself out on a second counter when
@@ -31,17 +31,18 @@ Delta from K11
     walk has nothing to balance, and it measured slower there, at the GPU's power limit.
 
 How it works (consumer warpgroups first, then the producer warpgroup)
-    0. As K11, and before the first tile: wait for the Q stage and read its tile index.
-    1-3. While the index is a tile: K11's prologue, mainloop and epilogue (with ``sO``: Q's
-       stage released after the mainloop), then wait for the Q stage again and read the next
-       index.
-    Producer: the first tile is the CTA's block index. Per tile: K_0, then Q with the tile's
-    index, then K_{n+1} before V_n as K7; after the last V, a ticket for the next tile. When
-    the ticket is past the last tile: the end index on the Q stage, then count itself out.
+    0. As K11, and before the first tile: read the tile index from the slot.
+    1-3. While the index is a tile: wait for the Q stage, K11's prologue, mainloop and
+       epilogue (with ``sO``: Q's stage released after the mainloop), then read the next index.
+    Producer: the first tile is the CTA's block index. Per tile: its index into the slot, K_0,
+    then Q, then K_{n+1} before V_n as K7; after the last V, a ticket for the next tile. When
+    the ticket is past the last tile: the end index into the slot, then count itself out.
 
 Cost
     Per tile an atomic on one global counter (132 CTAs, a few thousand tiles: nothing against
-    a tile's microseconds), one 4-byte shared-memory store and load. Eight bytes of global
+    a tile's microseconds), one 4-byte shared-memory store and load, and a named-barrier
+    arrive and sync on each side (the producer publishes the next index while the consumers
+    still compute the tile before it: neither side waits). Eight bytes of global
     memory per device and stream, kept between launches.
 
 Constraints
@@ -204,10 +205,11 @@ class K13FMHA:
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.plan.num_stages)
         while tile < num_tiles:
             coords = self.tile_coords(gmem, tile)
+            fmha.publish_tile(self.plan, ctx, tile)
             # K_0 first: its stage is free before the consumers' epilogue frees Q's.
             q_state, kv_state = fmha.load_tiles(self.plan, gmem, ctx, coords, self.causal,
                                                 v_after_next_k=True, q_state=q_state,
-                                                kv_state=kv_state, q_after_first_k=True, tile_index=tile)
+                                                kv_state=kv_state, q_after_first_k=True)
             if const_expr(self.ctas == ONE_TILE_PER_CTA):
                 tile = num_tiles  # K11's launch shape: a CTA's one tile, no counter
             else:
@@ -215,7 +217,7 @@ class K13FMHA:
                 # a free stage anyway, and a later ticket deals the last tiles to the CTAs that
                 # finish first.
                 tile = ctas + self.take_ticket(mTileCounter, TICKETS)
-        fmha.publish_tile(ctx, q_state, tile, with_q=False)  # past the last tile: the end
+        fmha.publish_tile(self.plan, ctx, tile)  # past the last tile: the end
         if const_expr(self.ctas != ONE_TILE_PER_CTA):
             # Count this CTA out; the last one resets the counter for the next launch (every
             # ticket of every CTA was taken before its count: the acquire-release orders them).
@@ -270,15 +272,15 @@ class K13FMHA:
         # one of a tile hands the turn back to warpgroup 0.
         if wg_idx == 0:
             self.pass_turn(self.plan.consumer_warpgroups - 1)  # warpgroup 0 opens its first turn
-        # The Q stage brings the tile's index with its Q (fmha.publish_tile).
-        ctx.pipeline_q.consumer_wait(q_state)
-        tile = ctx.tile_index[0]
+        # The producer hands over each tile's index in a shared-memory slot (fmha.publish_tile).
+        fmha.open_tile_slot(self.plan)
+        tile = fmha.next_published_tile(self.plan, ctx, num_tiles)
         while tile < num_tiles:
             coords = self.tile_coords(gmem, tile)
+            ctx.pipeline_q.consumer_wait(q_state)
             q_state, kv_state = self.compute_tile(gmem, mmas, ctx, ops, coords, wg_idx, tOrP, q_state,
                                                   kv_state, scale_log2)
-            ctx.pipeline_q.consumer_wait(q_state)
-            tile = ctx.tile_index[0]
+            tile = fmha.next_published_tile(self.plan, ctx, num_tiles)
         if const_expr(self.separate_o):  # the last O store reads sO: not past the CTA's end
             epilogue.wait_o_store_read(ctx.tidx, int(NamedBarrier.EPILOGUE), self.plan.num_consumer_threads)
 

@@ -211,3 +211,24 @@ def test_inspect_lists_rungs_that_cannot_compile_under_the_table(capsys, monkeyp
     assert inspect.main(["--head-dim", "256"]) == 0
     table, line, _ = capsys.readouterr().out.partition(f"k1: not compiled: {refusal}")
     assert line and "k4" in table and "registers / thread" in table and "unsupported" not in table
+
+
+def test_sanitize_reads_each_tools_summary(monkeypatch):
+    from tools import sanitize
+
+    def fake_run(text, code=0):
+        return lambda *a, **k: subprocess.CompletedProcess(a, code, stdout=text, stderr="")
+
+    done = "launch k13 d128 causal=False: ok (rel_err 2.0e-03)\nlaunches done: 0 wrong\n"
+    monkeypatch.setattr(sanitize, "sanitizer", lambda: "compute-sanitizer")
+    cases = [
+        (done + "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n", 0, True),
+        (done + "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n", 0, False),
+        (done + "========= ERROR SUMMARY: 0 errors\n", 0, True),
+        (done + "========= ERROR SUMMARY: 3 errors\n", 0, False),
+        ("launches done: 1 wrong\n========= ERROR SUMMARY: 0 errors\n", 1, False),  # a wrong output
+        ("Traceback (most recent call last):\n", 1, False),                         # no summary at all
+    ]
+    for text, code, clean in cases:
+        monkeypatch.setattr(sanitize.subprocess, "run", fake_run(text, code))
+        assert sanitize.run_tool("racecheck", "k13", 128)[0] is clean, text

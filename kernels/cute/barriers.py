@@ -19,3 +19,8 @@ class NamedBarrier(enum.IntEnum):
     MMA_TURN_WG0 = 3
     MMA_TURN_WG1 = 4
     MMA_TURN_WG2 = 5
+    # K13: the tile index the producer hands the consumers in shared memory (fmha.publish_tile):
+    # the producer writes it after a sync on TILE_SLOT_EMPTY and opens TILE_SLOT_FULL; the
+    # consumers read it after a sync on TILE_SLOT_FULL and open TILE_SLOT_EMPTY.
+    TILE_SLOT_FULL = 6
+    TILE_SLOT_EMPTY = 7

@@ -31,6 +31,7 @@ from cutlass import Float32, Int32
 
 from kernels.cute import tma
 from kernels.cute import wgmma as wg
+from kernels.cute.barriers import NamedBarrier
 from kernels.cute.mask import kv_block_count
 from kernels.cute.tensors import bhds_tensor, bshd_tensor
 
@@ -210,7 +211,7 @@ def host_setup(plan: TilePlan, dtype, mQ: cute.Tensor, mK: cute.Tensor, mV: cute
         mbar_Q: cute.struct.MemRange[cutlass.Int64, 2]  # full, empty
         mbar_K: cute.struct.MemRange[cutlass.Int64, 2 * plan.num_stages]
         mbar_V: cute.struct.MemRange[cutlass.Int64, 2 * plan.num_stages]
-        # The tile whose Q the Q stage holds, where the producer picks the tiles (K13's scheduler)
+        # The next tile, where the producer picks the tiles (K13's scheduler): publish_tile
         tile_index: cute.struct.MemRange[Int32, 1]
         # 1024-byte alignment: the swizzle pattern repeats every 8 rows of 128 bytes.
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
@@ -272,7 +273,7 @@ class CtaContext(NamedTuple):
     pipeline_q: pipeline.PipelineTmaAsync
     pipeline_k: pipeline.PipelineTmaAsync
     pipeline_v: pipeline.PipelineTmaAsync
-    tile_index: cute.Tensor  # (1,) Int32: the tile of the Q in sQ (load_tiles' tile_index)
+    tile_index: cute.Tensor  # (1,) Int32: the tile slot (publish_tile)
 
 
 @cute.jit
@@ -339,7 +340,7 @@ def kv_tile_count(plan: cutlass.Constexpr, gmem: GmemArgs, coords: TileCoords,
 def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords: TileCoords,
                causal: cutlass.Constexpr[bool], v_after_next_k: cutlass.Constexpr[bool] = False,
                q_state=None, kv_state=None, q_after_first_k: cutlass.Constexpr[bool] = False,
-               v_transposed: cutlass.Constexpr[bool] = False, tile_index: Int32 | None = None):
+               v_transposed: cutlass.Constexpr[bool] = False):
     """The producer (one warp; one elected lane issues): Q once, then for every visible KV tile
     ``n`` its K into ``sK[stage]`` and its V into ``sV[stage]``, each copy on the stage's *full*
     mbarrier, each stage first acquired on its *empty* mbarrier (released by the consumers).
@@ -350,9 +351,7 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
     ``kv_state``; fresh ones when None) and gets them back past this tile's loads; with
     ``q_after_first_k`` the first K tile is requested before Q, whose stage the consumers free
     only at the end of their previous tile. ``v_transposed``: V arrives as V^T (``host_setup``),
-    tile ``n`` is the ``(D, Bc)`` box at key ``n * Bc``. ``tile_index``: written to
-    ``ctx.tile_index`` with Q (:func:`load_q`), for consumers that learn their tile from the
-    producer (K13)."""
+    tile ``n`` is the ``(D, Bc)`` box at key ``n * Bc``."""
     # gQ: (Br, D, Sq/Br) this head's query tiles; gK, gV: (Bc, D, Sk/Bc) its KV tiles
     gQ = cute.local_tile(gmem.mQ[None, None, coords.head_idx, coords.batch_idx],
                          (plan.block_m, plan.head_dim), (None, 0))
@@ -375,7 +374,7 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.num_stages)
 
     if cutlass.const_expr(not q_after_first_k):
-        load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
+        load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
         q_state.advance()
     if cutlass.const_expr(not v_after_next_k):
         for n_block in cutlass.range(n_block_max, unroll=1):
@@ -387,7 +386,7 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
         if n_block_max > 0:
             load_stage(ctx.pipeline_k, gmem.tma_atom_K, tKgK, tKsK, 0, kv_state)
             if cutlass.const_expr(q_after_first_k):
-                load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
+                load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
                 q_state.advance()
             for n_block in cutlass.range(1, n_block_max, unroll=1):
                 prev_state = kv_state.clone()
@@ -397,41 +396,59 @@ def load_tiles(plan: cutlass.Constexpr, gmem: GmemArgs, ctx: CtaContext, coords:
             load_stage(ctx.pipeline_v, gmem.tma_atom_V, tVgV, tVsV, n_block_max - 1, kv_state)
             kv_state.advance()
         elif cutlass.const_expr(q_after_first_k):
-            load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state, tile_index)
+            load_q(gmem, ctx, tQgQ, tQsQ, coords.m_block, q_state)
             q_state.advance()
     return q_state, kv_state
 
 
 @cute.jit
-def load_q(gmem: GmemArgs, ctx: CtaContext, tQgQ: cute.Tensor, tQsQ: cute.Tensor, m_block: Int32, q_state,
-           tile_index: Int32 | None = None):
+def load_q(gmem: GmemArgs, ctx: CtaContext, tQgQ: cute.Tensor, tQsQ: cute.Tensor, m_block: Int32, q_state):
     """Acquire the Q stage and copy query tile ``m_block`` into it (the caller advances
-    ``q_state``: the DSL tracks a state mutated in the branch that uses it, not in a helper).
-    ``tile_index``: also written to ``ctx.tile_index`` (:func:`publish_tile`)."""
-    if cutlass.const_expr(tile_index is None):
-        ctx.pipeline_q.producer_acquire(q_state)
-    else:
-        publish_tile(ctx, q_state, tile_index)
+    ``q_state``: the DSL tracks a state mutated in the branch that uses it, not in a helper)."""
+    ctx.pipeline_q.producer_acquire(q_state)
     cute.copy(gmem.tma_atom_Q, tQgQ[None, m_block], tQsQ[None, 0],
               tma_bar_ptr=ctx.pipeline_q.producer_get_barrier(q_state))
 
 
+# ---- the tile slot: the producer tells the consumers which tile comes next (K13) --------------
+# A one-entry queue in shared memory (``ctx.tile_index``) between the producer warp and the
+# consumer threads, ordered by two named barriers: the producer writes only after every consumer
+# thread has read the previous index (TILE_SLOT_EMPTY), the consumers read only after the write
+# (TILE_SLOT_FULL). ``bar.arrive`` -> ``bar.sync`` orders the plain shared-memory accesses of
+# every participating thread, in the PTX memory model and for compute-sanitizer's racecheck
+# alike (an mbarrier arrival by one lane per warp orders only that lane's reads).
+def tile_slot_threads(plan: TilePlan) -> int:
+    return plan.num_consumer_threads + WARP_THREADS
+
+
 @cute.jit
-def publish_tile(ctx: CtaContext, q_state, tile_index: Int32, with_q: cutlass.Constexpr[bool] = True):
-    """The producer's half of the Q stage's second message: which tile its Q belongs to.
-    The index is written between the wait for the empty stage and the arrival on the full one;
-    that arrival releases the write (``mbarrier.arrive`` has release semantics), and a
-    consumer's wait for the full stage acquires it. ``with_q``: a TMA copy of Q follows on
-    the stage (its bytes are expected); without, the stage completes on the arrival alone and
-    carries only the index (the end of the walk: an index past the last tile)."""
-    ctx.pipeline_q.sync_object_empty.wait(q_state.index, q_state.phase)
+def open_tile_slot(plan: cutlass.Constexpr):
+    """Consumers, once before their first :func:`next_published_tile`: the slot starts empty."""
+    cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.TILE_SLOT_EMPTY),
+                             number_of_threads=tile_slot_threads(plan))
+
+
+@cute.jit
+def publish_tile(plan: cutlass.Constexpr, ctx: CtaContext, tile_index: Int32):
+    """The producer warp (all 32 lanes): ``tile_index`` into the slot once the consumers have
+    read the previous one. An index past the last tile ends the consumers' walk."""
+    threads = tile_slot_threads(plan)
+    cute.arch.barrier(barrier_id=int(NamedBarrier.TILE_SLOT_EMPTY), number_of_threads=threads)
     with cute.arch.elect_one():
         ctx.tile_index[0] = tile_index
-    if cutlass.const_expr(with_q):  # the stage is empty already: a true token skips the wait
-        ctx.pipeline_q.producer_acquire(q_state, try_acquire_token=cutlass.Boolean(True))
-    else:
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive(ctx.pipeline_q.producer_get_barrier(q_state))
+    cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.TILE_SLOT_FULL), number_of_threads=threads)
+
+
+@cute.jit
+def next_published_tile(plan: cutlass.Constexpr, ctx: CtaContext, num_tiles: Int32) -> Int32:
+    """Consumers (every thread): the index the producer published next; the slot is handed back
+    unless the index ends the walk (the producer publishes nothing after it)."""
+    threads = tile_slot_threads(plan)
+    cute.arch.barrier(barrier_id=int(NamedBarrier.TILE_SLOT_FULL), number_of_threads=threads)
+    tile = ctx.tile_index[0]
+    if tile < num_tiles:
+        cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.TILE_SLOT_EMPTY), number_of_threads=threads)
+    return tile
 
 
 class ConsumerOperands:
