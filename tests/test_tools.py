@@ -60,13 +60,25 @@ def test_tools_refuse_bad_arguments_with_exit_status_2(tool, argv, capsys):
                               text=True).stdout
 
 
-@pytest.mark.parametrize("variant,why", [("k11:block_n=7", "block_n must be a multiple of 16"),
-                                         ("k11:block_n='abc'", "block_n must be an integer"),
-                                         ("k12:block_n=160", "dtype bf16 unsupported"),
-                                         ("k11:pingpong='yes'", "pingpong must be True or False")])
-def test_compare_checks_a_variants_knobs_without_compiling(variant, why, capsys):
-    assert compare.main([variant, "--cpu", "--causal", "no", "--seqlen", "1024"]) == 2
+@pytest.mark.parametrize("variant,why,extra", [
+    ("k11:block_n=7", "block_n must be a multiple of 16", []),
+    ("k11:block_n='abc'", "block_n must be an integer", []),
+    ("k12:block_n=160", "dtype bf16 unsupported", ["--dtype", "bf16"]),
+    ("k11:pingpong='yes'", "pingpong must be True or False", [])])
+def test_compare_checks_a_variants_knobs_without_compiling(variant, why, extra, capsys):
+    assert compare.main([variant, "--cpu", "--causal", "no", "--seqlen", "1024", *extra]) == 2
     assert why in capsys.readouterr().err
+
+
+def test_compare_takes_each_rungs_own_dtype_and_the_docs_spelling(capsys):
+    """No --dtype: an FP8-only rung runs e4m3 (not a refusal of bf16); K4 is k4."""
+    assert compare.native_dtypes(["k12"]) == ["e4m3"]
+    assert compare.native_dtypes(["k12", "k11", "fa4"]) == ["bf16", "e4m3"]
+    assert compare.canonical_name("K4") == "k4"
+    assert compare.canonical_name("K11:block_n=160") == "k11:block_n=160"
+    assert compare.main(["K12", "--cpu", "--causal", "no", "--seqlen", "1024", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["problem"]["dtype"] for r in report["inspect"]] == ["e4m3"]
 
 
 def test_rungs_refuse_grids_past_the_launch_limits():

@@ -270,6 +270,27 @@ def refuse_unrunnable(unrunnable: dict[str, str], problems: list[AttentionProble
     return EXIT_USAGE if unrunnable else 0
 
 
+def canonical_name(name: str) -> str:
+    """``K4`` (as the docs write rungs) -> ``k4``; knobs after a colon are kept as given."""
+    rung, colon, knobs = name.partition(":")
+    return (rung.lower() if rung[:1] in "Kk" and rung[1:].isdigit() else rung) + colon + knobs
+
+
+def native_dtypes(names: list[str]) -> list[str]:
+    """The dtypes to run when none is asked for: bf16 for every kernel that takes it, and an
+    FP8-only rung's own (``compare k12`` runs e4m3, ``compare k11 k12`` both)."""
+    from kernels.registry import get, rung_module
+
+    wanted = []
+    for name in names:
+        rung = name.partition(":")[0]
+        dtypes = rung_module(rung).DTYPES if get(name).kind == "rung" else ("bf16",)
+        first = "bf16" if "bf16" in dtypes else dtypes[0]
+        if first not in wanted:
+            wanted.append(first)
+    return sorted(wanted, key=["bf16", "fp16", "e4m3"].index)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kernels.registry import all_runners
 
@@ -287,9 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: 16k tokens / seqlen)")
     parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
     parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads, fewer for GQA (default: = --heads)")
-    parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["bf16"],
+    parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=None,
                         help="input dtypes, each kernel runs those it takes: e.g. --dtype bf16 e4m3 "
-                             "for an FP8 rung beside bf16 ones at the same shapes (default: bf16)")
+                             "for an FP8 rung beside bf16 ones at the same shapes (default: each "
+                             "kernel's own, bf16 where it takes bf16: compare k12 runs e4m3)")
     parser.add_argument("--cpu", action="store_true", help="compile report even where a GPU is present")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
@@ -302,11 +324,13 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.heads = args.heads or 2048 // args.head_dim
+    args.kernels = [canonical_name(n) for n in args.kernels]
     for name in args.kernels:
         try:
             get(name)
         except KeyError as exc:
             parser.error(exc.args[0])
+    args.dtype = args.dtype or native_dtypes(args.kernels)
     try:
         problems = problems_from_args(args)
     except ValueError as exc:
