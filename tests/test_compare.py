@@ -72,7 +72,8 @@ def test_paged_and_decode_rows_are_named_or_shown_in_their_unit(capsys):
     rec = compare.recorded_rows(["cuda-paged-decode"], compare.fa3_paper_shapes(128, False, (4096,)))
     assert rec["rows"] == [] and rec["elsewhere"] == {"cuda-paged-decode": ["attention.json"]}
     assert "cuda-paged-decode has rows on paged or ragged KV in attention.json" in rec["error"]
-    assert compare.main(["cuda-paged-decode", "k2", "--cpu", "--seqlen", "4096", "--causal", "no"]) == 0
+    # A decode kernel runs none of these dense shapes (exit 2, as on the GPU), and says where its rows are.
+    assert compare.main(["cuda-paged-decode", "k2", "--cpu", "--seqlen", "4096", "--causal", "no"]) == 2
     assert "cuda-paged-decode: its rows on paged or ragged KV are in attention.json" in capsys.readouterr().out
     assert compare.main(["cuda-decode-split", "--cpu", "--seqlen", "1", "--causal", "no"]) == 0
     text = capsys.readouterr().out
@@ -114,11 +115,11 @@ def test_dtype_option_asks_for_each_shape_in_each_dtype(capsys):
     theirs; an FP8 rung alone on bf16 shapes runs none of them."""
     args = compare.build_parser().parse_args(["k10", "k12", "--seqlen", "1024", "--causal", "no",
                                               "--dtype", "bf16", "e4m3"])
-    args.heads = 2048 // args.head_dim
+    args.heads = compare.default_heads(args.head_dim)
     problems = compare.problems_from_args(args)
     assert [p.dtype for p in problems] == ["bf16", "e4m3"] and problems[0] == problems[1].with_(dtype="bf16")
-    assert compare.unrunnable_rungs(["k10", "k12"], problems) == {}
-    assert "k12" in compare.unrunnable_rungs(["k10", "k12"], problems[:1])
+    assert compare.unrunnable(["k10", "k12"], problems) == {}
+    assert "k12" in compare.unrunnable(["k10", "k12"], problems[:1])
 
 
 def test_on_a_gpu_a_kernel_with_no_measured_row_exits_non_zero(monkeypatch, capsys):
@@ -195,3 +196,19 @@ def test_compare_takes_a_rung_variant_and_refuses_a_bad_knob(capsys):
     with pytest.raises(SystemExit):
         compare.main(["k11:nope=1", "--cpu"])
     assert "knob among" in capsys.readouterr().err
+
+
+def test_head_dim_that_does_not_divide_2048_gets_a_power_of_two_of_heads():
+    assert [compare.default_heads(d) for d in (64, 128, 256, 96, 192, 80)] == [32, 16, 8, 16, 8, 32]
+    args = compare.build_parser().parse_args(["k2", "--head-dim", "96", "--seqlen", "1024", "--causal", "no"])
+    args.heads, args.dtype = compare.default_heads(args.head_dim), ["bf16"]
+    assert [p.label() for p in compare.problems_from_args(args)] == ["b16 s1024 h16 d96"]
+
+
+def test_without_a_gpu_a_kernel_that_runs_none_of_the_shapes_exits_as_on_the_gpu(capsys):
+    """The production decode kernels and the peers have shape and dtype limits that hold on any
+    machine: a CPU-only run refuses them with the reason, as the GPU run would (exit 2)."""
+    assert compare.main(["cuda-paged-decode", "--cpu", "--causal", "no", "--seqlen", "1024"]) == 2
+    assert "cuda-paged-decode can run none of the requested shapes" in capsys.readouterr().err
+    assert compare.main(["fa4", "--cpu", "--dtype", "e4m3", "--causal", "no", "--seqlen", "1024"]) == 2
+    assert "dtype e4m3 unsupported" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from kernels.harness.problem import DTYPES, AttentionProblem, fa3_paper_shapes
@@ -32,11 +33,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def default_heads(head_dim: int) -> int:
+    """Query heads at a hidden size of 2048 (the FlashAttention papers' benchmark); where
+    head_dim does not divide 2048, the power of two nearest 2048 / head_dim (d96: 16 heads)."""
+    if 2048 % head_dim == 0:
+        return 2048 // head_dim
+    return 2 ** max(0, round(math.log2(2048 / head_dim)))
+
+
 def problems_from_args(args) -> list[AttentionProblem]:
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     out = []
     for causal in causals:
-        if args.batch is None and args.heads_kv is None and args.heads == 2048 // args.head_dim:
+        if args.batch is None and args.heads_kv is None and args.heads * args.head_dim == 2048:
             shapes = fa3_paper_shapes(args.head_dim, causal, args.seqlen)
         else:
             shapes = [AttentionProblem(batch=args.batch or max(1, 16384 // s), seqlen_q=s, seqlen_k=s,
@@ -171,22 +180,19 @@ def run_cpu(names: list[str], problems: list[AttentionProblem]) -> dict:
     reports = [inspect.inspect(n, inspect.native_problem(n, base)) for n in names if n in rungs]
     return {"mode": "cpu", "inspect": reports,
             "not_compiled": {n: not_compiled_reason(n) for n in names if n not in rungs},
-            "unrunnable": unrunnable_rungs(names, problems),
+            "unrunnable": unrunnable(names, problems),
             "recorded": recorded_rows(names, problems)}
 
 
-def unrunnable_rungs(names: list[str], problems: list[AttentionProblem]) -> dict[str, str]:
-    """``{rung: reason}`` for the rungs and rung variants among ``names`` that implement none of
-    ``problems`` (can_implement is a shape check, and a variant's knobs are checked as its
-    constructor checks them, so this is known without a GPU and without compiling)."""
+def unrunnable(names: list[str], problems: list[AttentionProblem]) -> dict[str, str]:
+    """``{kernel: reason}`` for the kernels among ``names`` whose limits (dtype, head_dim, shape;
+    a variant's knobs as its constructor checks them) exclude every one of ``problems``: known
+    without a GPU and without compiling, so a CPU-only run refuses what the GPU host would."""
     from kernels.registry import get
 
     out = {}
     for name in names:
-        runner = get(name)
-        if runner.kind != "rung":
-            continue
-        reasons = [runner.unsupported(p) for p in problems]
+        reasons = [get(name).limits(p) for p in problems]
         if all(reasons):
             out[name] = "; ".join(dict.fromkeys(reasons))
     return out
@@ -306,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                         help="causal mask, bottom-right aligned: yes, no or both (default: %(default)s)")
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: 16k tokens / seqlen)")
-    parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim)")
+    parser.add_argument("--heads", type=positive_int, default=None, help="query heads (default 2048 / head_dim, or the power of two nearest it)")
     parser.add_argument("--heads-kv", type=positive_int, default=None, help="kv heads, fewer for GQA (default: = --heads)")
     parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=None,
                         help="input dtypes, each kernel runs those it takes: e.g. --dtype bf16 e4m3 "
@@ -323,7 +329,7 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.heads = args.heads or 2048 // args.head_dim
+    args.heads = args.heads or default_heads(args.head_dim)
     args.kernels = [canonical_name(n) for n in args.kernels]
     for name in args.kernels:
         try:

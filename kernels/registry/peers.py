@@ -8,6 +8,7 @@ bf16 version of each problem (``tools/suites/ladder.py``).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 from kernels.harness.problem import AttentionProblem
@@ -54,7 +55,8 @@ def sdpa_runner(name: str, backend_name: str, description: str) -> Runner:
 
         return launch
 
-    return Runner(name, "peer", description, unsupported, prepare)
+    return Runner(name, "peer", description, unsupported, prepare,
+                  limits=functools.partial(dtype_reason, name))
 
 
 def fa4_runner() -> Runner:
@@ -79,7 +81,8 @@ def fa4_runner() -> Runner:
 
         return launch
 
-    return Runner("fa4", "peer", "FlashAttention-4 (CuTe DSL), flash_attn.cute", unsupported, prepare)
+    return Runner("fa4", "peer", "FlashAttention-4 (CuTe DSL), flash_attn.cute", unsupported, prepare,
+                  limits=functools.partial(dtype_reason, "fa4"))
 
 
 def peer_runners() -> list[Runner]:

@@ -16,13 +16,17 @@ from .runner import Runner
 PAGE_SIZE = 64
 
 
-def _common_reason(name, problem) -> str | None:
+def _environment_reason(name) -> str | None:
     if not ops.available():
         return f"{name}: extension not built (python -m tools.build_ext)"
     import torch
 
     if not torch.cuda.is_available():
         return f"{name}: no CUDA device"
+    return None
+
+
+def _format_reason(name, problem) -> str | None:
     if problem.torch_dtype not in ops.DTYPES:
         return f"{name}: dtype {problem.dtype} (supported: {', '.join(str(d) for d in ops.DTYPES)})"
     if problem.head_dim not in ops.HEAD_DIMS:
@@ -56,12 +60,15 @@ def _as_cache(t):
 
 
 def _make(name, description, reasons, build):
-    def unsupported(problem):
-        for check in reasons:
+    def limits(problem):
+        for check in (_format_reason, *reasons):
             reason = check(name, problem)
             if reason is not None:
                 return reason
         return None
+
+    def unsupported(problem):
+        return limits(problem) or _environment_reason(name)
 
     def prepare(problem):
         reason = unsupported(problem)
@@ -70,7 +77,7 @@ def _make(name, description, reasons, build):
         return build(problem)
 
     return Runner(name=name, kind="production", description=description, unsupported=unsupported,
-                  prepare=prepare)
+                  prepare=prepare, limits=limits)
 
 
 def _decode(impl):
@@ -115,19 +122,19 @@ def _paged_prefill(problem):
 def production_runners() -> list[Runner]:
     return [
         _make("cuda-decode-split", "split-KV decode, mma.sync m16n8k16 + cp.async ring, GQA rows packed",
-              [_common_reason, _decode_reason], _decode("tc")),
+              [_decode_reason], _decode("tc")),
         _make("cuda-decode-split-scalar", "split-KV decode, FP32 FMA on the same fragments",
-              [_common_reason, _decode_reason], _decode("scalar")),
+              [_decode_reason], _decode("scalar")),
         _make("cuda-prefill-tc", "prefill, the default tensor-core kernel: on sm_90a warp-specialized (TMA "
               "producer warpgroup, WGMMA consumers taking turns, softmax under P V), else the cp.async one",
-              [_common_reason], _prefill("tc")),
+              [], _prefill("tc")),
         _make("cuda-prefill-tc-cpasync", "split-Q prefill, every warp loading K/V by cp.async: WGMMA "
               "with the softmax under P V on sm_90a, FA2-style mma.sync elsewhere (the default before "
               "cuda-prefill-tc's warp-specialized kernel)",
-              [_common_reason], _prefill("tc-cpasync")),
-        _make("cuda-prefill-scalar", "split-Q prefill, FP32 FMA", [_common_reason], _prefill("scalar")),
+              [], _prefill("tc-cpasync")),
+        _make("cuda-prefill-scalar", "split-Q prefill, FP32 FMA", [], _prefill("scalar")),
         _make("cuda-paged-decode", f"split-KV decode on a paged cache (page {PAGE_SIZE})",
-              [_common_reason, _decode_reason, _paged_reason], _paged_decode),
+              [_decode_reason, _paged_reason], _paged_decode),
         _make("cuda-paged-prefill", f"ragged prefill on a paged cache (page {PAGE_SIZE}, packed Q schedule)",
-              [_common_reason, _paged_reason], _paged_prefill),
+              [_paged_reason], _paged_prefill),
     ]

@@ -79,7 +79,8 @@ def rung_runner(name: str, **knobs) -> Runner:
 
     idea = getattr(rung_module(name), "IDEA", "")
     label = ",".join(f"{knob}={value!r}" for knob, value in knobs.items())
-    return Runner(f"{name}:{label}" if knobs else name, "rung", idea, unsupported, prepare)
+    return Runner(f"{name}:{label}" if knobs else name, "rung", idea, unsupported, prepare,
+                  limits=unsupported)
 
 
 def variant_runner(spec: str) -> Runner:
