@@ -395,28 +395,29 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "model.ipynb"
 
 def test_model_notebook_runs_top_to_bottom():
     """On a CPU: the tiny model in fp32, every token as transformers'; the GPU cells say why they
-    skip. On a GPU: the benchmark-shape model in bf16 on our kernels, and the suite's timings."""
+    skip. On a GPU: the benchmark-shape model in bf16 on our kernels, and the suite's timings.
+    Either way the teacher-forced logits are as close to the fp32 model as transformers' own
+    model in the same dtype (tests/test_model_gpu.py holds the bound)."""
     pytest.importorskip("nbclient", reason="nbclient not installed: pip install -e '.[test]'")
     from tools.execute_notebooks import execute
 
     nb = execute(NOTEBOOK, timeout_s=600, kernel="python3")
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o["output_type"] == "error"]
-    table = next(o["data"]["text/markdown"] for o in outputs if "tokens identical" in str(o.get("data", "")))
+    table = next(o["data"]["text/markdown"] for o in outputs if "ours vs fp32" in str(o.get("data", "")))
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     lengths = [int(row[0]) for row in rows]
-    agreed = [int(row[1].removesuffix(" / 16")) for row in rows]
-    assert all(row[1].endswith(" / 16") and 0 <= a <= 16 for row, a in zip(rows, agreed)), table
-    assert all(math.isfinite(float(row[2])) for row in rows), table  # logits compared, none NaN
+    ours, theirs = [float(row[1]) for row in rows], [float(row[2]) for row in rows]
+    assert all(math.isfinite(e) for e in ours + theirs), table  # logits compared, none NaN
     timing = next(c for c in nb.cells if c.cell_type == "code" and "suite.measure(" in c.source)
     shown = " ".join(str(o.get("data", "")) + "".join(o.get("text", "")) for o in timing.outputs)
     if torch.cuda.is_available():
-        # bf16 against transformers' bf16: greedy tokens may part at a near-tie (bounded in
-        # tests/test_model_gpu.py), so no count of identical tokens here.
         assert lengths == [1, 17, 63, 64, 65, 200], table
+        assert all(o <= max(5e-2, 1.25 * t) for o, t in zip(ours, theirs)), table
         assert "**prefill**, tokens/s" in shown and "**decode**, tokens/s" in shown, shown
     else:
-        assert lengths == [1, 3, 4, 5, 9, 17] and table.count("16 / 16") == 6 and agreed == [16] * 6, table
-        # fp32 against transformers' fp32: the logits as close as the model tests hold them
-        assert all(float(row[2]) <= ATOL for row in rows), table
+        # fp32 against transformers' fp32: the same tokens, the logits as close as the model
+        # tests hold them
+        assert lengths == [1, 3, 4, 5, 9, 17] and [row[3] for row in rows] == ["never"] * 6, table
+        assert all(e <= ATOL for e in ours) and theirs == [0.0] * 6, table
         assert "no GPU: nothing timed here" in shown, shown

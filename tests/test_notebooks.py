@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -115,6 +116,39 @@ def test_committed_notebook_has_no_errors_and_is_small(path):
             assert "Traceback (most recent call last)" not in "".join(out.get("text", "")), f"cell {i} printed a traceback"
             assert not {"image/png", "image/jpeg"} & set(out.get("data", {})), f"cell {i}: embedded raster image"
     assert path.stat().st_size <= MAX_NOTEBOOK_BYTES, f"{path.name}: {path.stat().st_size} bytes"
+
+
+# What an output of the executing machine looks like: an absolute path into its file system, an
+# installed package's location, a Python warning.
+HOST_TRACES = re.compile(r"(?<![\w.~])/(?:opt|tmp|home|root|usr|var|work|check|mnt|scratch|private)/"
+                         r"|site-packages|\w+Warning: ")
+
+
+def host_traces(nb: dict) -> list[str]:
+    """``cell i: ...text...`` for each output of ``nb`` that holds a trace of the executing machine."""
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            texts = [out.get("text", ""), *out.get("data", {}).values()]
+            text = "".join("".join(t) if isinstance(t, list) else str(t) for t in texts)
+            match = HOST_TRACES.search(text)
+            if match:
+                found.append(f"cell {i}: ...{text[max(0, match.start() - 40):match.end() + 40]}...")
+    return found
+
+
+@pytest.mark.parametrize("path", [*NOTEBOOKS, MODEL_NOTEBOOK], ids=lambda p: p.stem)
+def test_committed_outputs_hold_no_trace_of_the_executing_machine(path):
+    assert not host_traces(json.loads(path.read_text())), \
+        f"{path.name}: re-run python -m tools.execute_notebooks (warnings off): {host_traces(json.loads(path.read_text()))}"
+
+
+def test_the_host_trace_check_finds_a_warning_and_a_path():
+    stderr = {"output_type": "stream", "name": "stderr",
+              "text": "/opt/torch/.venv/lib/python3.12/site-packages/tqdm/auto.py:21: TqdmWarning: IProgress"}
+    table = {"output_type": "display_data", "data": {"text/markdown": "| k13 | 660 |"}}
+    assert host_traces({"cells": [{"outputs": [table]}, {"outputs": [stderr]}]})[0].startswith("cell 1:")
+    assert not host_traces({"cells": [{"outputs": [table]}]})
 
 
 def test_the_gpu_host_executes_every_notebook():

@@ -20,7 +20,9 @@ other cell's outputs from the GPU run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,9 +44,26 @@ def execute(path: Path, timeout_s: int, kernel: str):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout_s, kernel_name=kernel,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    with quiet_kernel():
+        NotebookClient(nb, timeout=timeout_s, kernel_name=kernel,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
     return nb
+
+
+@contextlib.contextmanager
+def quiet_kernel():
+    """Python warnings off in the notebook's kernel (it inherits the environment): a warning is
+    about the executing host (its paths, its packages), not the notebook's subject, and would
+    be committed with the outputs."""
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "ignore"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str, cwd: Path = NOTEBOOKS):
@@ -62,8 +81,9 @@ def refresh_recorded_tables(path: Path, timeout_s: int, kernel: str, cwd: Path =
     scratch = nbformat.v4.new_notebook(metadata=copy.deepcopy(nb.metadata))  # execution rewrites it
     sources = (code[0].source, kernels_line, *(c.source for c in recorded))
     scratch.cells = [nbformat.v4.new_code_cell(src) for src in sources]
-    NotebookClient(scratch, timeout=timeout_s, kernel_name=kernel,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
+    with quiet_kernel():
+        NotebookClient(scratch, timeout=timeout_s, kernel_name=kernel,
+                       resources={"metadata": {"path": str(cwd)}}).execute()
     for cell, done in zip(recorded, scratch.cells[2:]):
         cell.outputs = done.outputs
     return nb
