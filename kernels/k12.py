@@ -98,7 +98,7 @@ DTYPES = ("e4m3",)
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every",
-         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold")
+         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold", "qk_accumulators")
 
 # K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
@@ -155,8 +155,15 @@ class K12FMHA:
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False,
                  exp2_fma_every: int = 0, pv_wait_after_row_scale: bool = False,
-                 pv_wait_after_row_sum: bool = False, rescale_threshold: int | None = None):
+                 pv_wait_after_row_sum: bool = False, rescale_threshold: int | None = None,
+                 qk_accumulators: int = 1):
         self.head_dim = head_dim
+        # S = Q K^T in this many fp32 accumulators, k-blocks dealt round-robin, added up after
+        # the GEMM (wgmma.gemm_k_blocks_interleaved): FP8 WGMMA's short sums lose less of a
+        # large score in shorter chains.
+        if qk_accumulators not in (1, 2, 4) or isinstance(qk_accumulators, bool):
+            raise ValueError(f"qk_accumulators: 1, 2 or 4, got {qk_accumulators!r}")
+        self.qk_accumulators = qk_accumulators
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Lab, off: the wait for the warpgroup's own P V held behind the row factors or the row
         # sums (fmha.hold_pv_wait_behind), K's release left in place: K11's default at D = 128.
@@ -357,10 +364,9 @@ class K12FMHA:
                          tOrP: cute.Tensor, softmax: OnlineSoftmax, mask: FragmentMask):
         """Step 1, tile 0: S_0, masked softmax (the first tile: no rescale), P_0 -> ``tOrP`` (e4m3)."""
         ctx.pipeline_k.consumer_wait(kv_state)
-        acc_S = ops.scores_fragment()
-        wg.gemm_k_blocks(mmas.qk, acc_S, ops.q_blocks, ops.tSrK[None, None, None, kv_state.index],
-                         zero_init=True, wait=True)
+        acc_S, acc_S_more = self.issue_scores(mmas, ops, kv_state, wait=True)
         ctx.pipeline_k.consumer_release(kv_state)
+        self.add_scores(acc_S, acc_S_more)
         acc_S_mn = wg.acc_rows_view(acc_S)
         mask.apply(acc_S_mn, 0)
         softmax.update(acc_S_mn, is_first=True)
@@ -381,9 +387,7 @@ class K12FMHA:
         ctx.pipeline_k.consumer_wait(kv_state)
         self.wait_turn(wg_idx)
         # acc_S: ((2, 2, Bc/8), 1, 1) fp32, same row ownership as acc_O
-        acc_S = ops.scores_fragment()
-        wg.gemm_k_blocks(mmas.qk, acc_S, ops.q_blocks, ops.tSrK[None, None, None, kv_state.index],
-                         zero_init=True, wait=False)
+        acc_S, acc_S_more = self.issue_scores(mmas, ops, kv_state, wait=False)
         if const_expr(self.rescale_before_pv):  # O by tile n-1's factor, under the S GEMM
             rescale_rows(wg.acc_rows_view(acc_O), pending_scale)
         ctx.pipeline_v.consumer_wait(v_state)
@@ -394,6 +398,7 @@ class K12FMHA:
         warpgroup.wait_group(1)
         if const_expr(not self.pin_pv_wait):
             ctx.pipeline_k.consumer_release(kv_state)
+        self.add_scores(acc_S, acc_S_more)
 
         # ---- 2c. mask and online softmax of tile n, under P_{n-1} V_{n-1}
         acc_S_mn = wg.acc_rows_view(acc_S)  # (2 rows, Bc/4 columns)
@@ -419,6 +424,27 @@ class K12FMHA:
         else:
             rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         return kv_state
+
+    @cute.jit
+    def issue_scores(self, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, kv_state,
+                     wait: cutlass.Constexpr[bool]):
+        """``S = Q K^T`` of ``kv_state``'s K stage issued (one commit group): in ``acc_S``, or with
+        ``qk_accumulators`` n > 1 k-block ``i`` in accumulator ``i % n``: ``acc_S`` and the
+        list of the others returned beside it (empty for n = 1), for :meth:`add_scores`."""
+        acc_S = ops.scores_fragment()
+        tSrK = ops.tSrK[None, None, None, kv_state.index]
+        more = [ops.scores_fragment() for _ in range(min(self.qk_accumulators, len(ops.q_blocks)) - 1)]
+        if const_expr(len(more) == 0):
+            wg.gemm_k_blocks(mmas.qk, acc_S, ops.q_blocks, tSrK, zero_init=True, wait=wait)
+        else:
+            wg.gemm_k_blocks_interleaved(mmas.qk, [acc_S, *more], ops.q_blocks, tSrK, wait=wait)
+        return acc_S, more
+
+    @cute.jit
+    def add_scores(self, acc_S: cute.Tensor, more: cutlass.Constexpr):
+        """``acc_S`` += the other accumulators of :meth:`issue_scores`, in fp32."""
+        for acc in more:
+            acc_S.store(acc_S.load() + acc.load())
 
     @cute.jit
     def last_half_block(self, kv_state, mmas: fmha.Mmas, ops: fmha.ConsumerOperands, ctx: fmha.CtaContext,

@@ -380,16 +380,19 @@ def test_fp8_accuracy_suite_rows(monkeypatch):
             return {"median": 1.0, "p20": 1.0, "p80": 1.0}
 
     rows = suite.run(Context(), device="cpu")
-    assert {r["kernel"] for r in rows} == set(suite.kernels()) and len(rows) == 2 * len(suite.kernels())
+    assert {r["kernel"] for r in rows} == set(suite.kernels())
+    assert len(rows) == len(suite.INPUTS) * len(suite.kernels())
     meta = {"suite": "fp8_accuracy", "gpu": "test", "driver": "0", "cuda": "0", "torch": "0",
             "cutlass_dsl": "0", "commit": "0", "date": "2026-01-01", "ceilings": {"copy_tbps": 1.0}}
     report.validate({"meta": meta, "rows": rows})
     for r in rows:
         assert r["status"] == "ok" and r["problem"]["inputs"] in suite.INPUTS
         if r["problem"]["dtype"] == "e4m3":   # quantization of the inputs adds to the kernel's own error
-            assert 2e-3 < r["rel_err"] < E4M3_TOLERANCE and r["rel_err_source"] > r["rel_err"]
+            # P rounded to e4m3 shows (less where large logits make rows nearly one-hot)
+            assert 1e-3 < r["rel_err"] < E4M3_TOLERANCE and r["rel_err_source"] > r["rel_err"]
+            assert 0 < r["max_err"] < 1
         else:
-            assert r["rel_err"] == r["rel_err_source"] < 1e-2
+            assert r["rel_err"] == r["rel_err_source"] < 1e-2 and r["max_err"] < 1e-2
     merged = report.pivot({"rows": rows}, where={"inputs": "outliers"}, value="rel_err_source",
                           label=report.shape_label)
     assert len(merged[1]) == 1 and merged[0][1:] == suite.kernels()

@@ -246,3 +246,23 @@ def gemm_k_blocks(tiled_mma: cute.TiledMma, acc: cute.Tensor, a_blocks: cutlass.
     warpgroup.commit_group()
     if cutlass.const_expr(wait):
         warpgroup.wait_group(0)
+
+
+@cute.jit
+def gemm_k_blocks_interleaved(tiled_mma: cute.TiledMma, accs: cutlass.Constexpr, a_blocks: cutlass.Constexpr,
+                              tCrB: cute.Tensor, wait: cutlass.Constexpr[bool]):
+    """:func:`gemm_k_blocks` into ``len(accs)`` accumulators: k-block ``i`` into
+    ``accs[i % len(accs)]``, each accumulator zeroed by its first k-block; one commit group.
+    The caller adds them up in fp32. FP8 WGMMA keeps about 13 bits of a sum, aligned to its
+    largest addend, the accumulator included: a chain of k-blocks into one accumulator
+    truncates each later k-block's products to the size of the running sum; split in two,
+    each chain is half as long and starts from zero again."""
+    warpgroup.fence()
+    for k_block in cutlass.range_constexpr(len(a_blocks)):
+        acc = accs[k_block % len(accs)]
+        atom = cute.make_mma_atom(tiled_mma.op)  # a fresh atom per k-block, as in gemm
+        atom.set(warpgroup.Field.ACCUMULATE, k_block >= len(accs))
+        cute.gemm(atom, acc, a_blocks[k_block], tCrB[None, None, k_block], acc)
+    warpgroup.commit_group()
+    if cutlass.const_expr(wait):
+        warpgroup.wait_group(0)

@@ -5,6 +5,7 @@ from .checks import (
     E4M3_TOLERANCE,
     CheckResult,
     check_output,
+    max_error,
     poison,
     rel_err,
     tolerance,
@@ -22,6 +23,7 @@ __all__ = [
     "AttentionProblem", "BF16_TOLERANCE", "CheckResult", "E4M3_TOLERANCE", "Fp8Tensor", "GuardedAllocator",
     "SweepCase", "attention_sweep", "causal_keep_mask", "check_output", "dequantize", "empty_output",
     "fp8_attention_model",
-    "fa3_paper_shapes", "make_inputs", "paged_kv_cache", "poison", "quantize_e4m3", "reference_attention",
+    "fa3_paper_shapes", "make_inputs",
+    "max_error", "paged_kv_cache", "poison", "quantize_e4m3", "reference_attention",
     "reference_attention_numpy", "rel_err", "tolerance", "validate_attention_inputs", "verify_attention",
 ]

@@ -42,6 +42,15 @@ def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
     return (scale * q_norm * k_norm[..., None]).float()
 
 
+def max_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``max |out - ref| / max |ref|`` in fp64: the worst element, where ``rel_err`` averages
+    a few wrong rows away (NaN if out has NaN)."""
+    out64, ref64 = out.double(), ref.double()
+    worst = (out64 - ref64).abs().max().item()
+    scale = ref64.abs().max().item()
+    return worst / scale if scale > 0 else worst
+
+
 def poison(*tensors: torch.Tensor) -> None:
     """NaN-fill outputs before a run, so an element the kernel never writes cannot pass."""
     for t in tensors:
