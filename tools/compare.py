@@ -21,16 +21,10 @@ import math
 import sys
 
 from kernels.harness.problem import DTYPES, AttentionProblem, fa3_paper_shapes
+from tools.cli import positive_int
 
 DEFAULT_SEQLENS = (1024, 4096, 16384)
 EXIT_WRONG, EXIT_USAGE = 1, 2
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 def default_heads(head_dim: int) -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem
-from tools.compare import positive_int
+from tools.cli import positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD_PATH = ROOT / "results" / "inspect.json"

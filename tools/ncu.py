@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernels.harness.problem import AttentionProblem, fa3_paper_shapes
-from tools.compare import positive_int
+from tools.cli import positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 NVTX_RANGE = "profiled"

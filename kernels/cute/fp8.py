@@ -20,24 +20,11 @@ import functools
 
 import cutlass
 
-from kernels.cute import launch
-from kernels.cute.wgmma import FP8_KEY_PERIOD, fp8_key_slot
+from kernels.cute import launch, transpose
+from kernels.cute.wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
 from kernels.harness.validate import validate_attention_inputs
 
 OUT_DTYPE = cutlass.BFloat16  # what an FP8 rung writes
-
-
-def padded_keys(seqlen_k: int) -> int:
-    """Keys of the transposed V: ``seqlen_k`` rounded up to a whole group of 16."""
-    return -(-seqlen_k // FP8_KEY_PERIOD) * FP8_KEY_PERIOD
-
-
-def key_of_slot() -> list[int]:
-    """``key_of_slot()[s]``: which key of a group of 16 the fp8 P V MMA reads at k-slot ``s``."""
-    inverse = [0] * FP8_KEY_PERIOD
-    for key in range(FP8_KEY_PERIOD):
-        inverse[fp8_key_slot(key)] = key
-    return inverse
 
 
 @functools.cache
@@ -53,8 +40,6 @@ def transpose_v(v):
     ``vt[b, h, d, 16 g + fp8_key_slot(i)] = v[b, 16 g + i, h, d]`` and zeros for keys past ``Sk``:
     on a GPU one kernel (``kernels/cute/transpose.py``), elsewhere :func:`transpose_v_reference`."""
     if v.is_cuda:
-        from kernels.cute import transpose  # imports this module
-
         return transpose.transpose_v(v)
     return transpose_v_reference(v)
 

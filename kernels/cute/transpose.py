@@ -4,18 +4,14 @@ keys contiguous, each group of 16 keys in the k-slot order of the kernel's P fra
 
 Why a kernel: the torch gather that does the same (``kernels.cute.fp8.transpose_v_reference``)
 reads one byte per output byte from ``Hkv * D`` bytes away, so its loads are uncoalesced and it
-moves V far below copy bandwidth (on the H200 at 16k keys, D = 128: about a tenth of K12's
-call). Here a CTA takes 64 keys of one head: it copies their rows into shared memory as 16-byte
-pieces (coalesced: a key's row is ``D`` contiguous bytes). Then each thread owns four columns
-and one group of 16 keys: it reads the group's 16 rows as 4-byte words (four columns each, the
-keys in slot order), transposes them 4 x 4 bytes at a time with byte permutes (``PRMT``, eight
-per block), and writes each column's 16 keys as one 16-byte store into ``vt``'s row. The two
-threads of a pair take neighbouring groups, so each store instruction fills whole 32-byte
-sectors of ``vt``'s rows. On the H200 (torch.profiler's kernel times, V of 16k keys x 2048
-bytes) that took the pass from 36.8 to 19.0 us at D = 128 (3.5 TB/s moved), 37.1 to 21.1 at
-64 and 37.4 to 19.5 at 256, against one byte per shared load and a 64-byte run of one row per
-thread; word loads with each warp on one group (16-byte half sectors per store) measured
-35.6 us at D = 128: the half-sector stores, not the shuffle's instructions, held it back.
+moves V far below copy bandwidth. Here a CTA takes 64 keys of one head: it copies their rows
+into shared memory as 16-byte pieces (coalesced: a key's row is ``D`` contiguous bytes). Then
+each thread owns four columns and one group of 16 keys: it reads the group's 16 rows as 4-byte
+words (four columns each, the keys in slot order), transposes them 4 x 4 bytes at a time with
+byte permutes (``PRMT``, eight per block), and writes each column's 16 keys as one 16-byte store
+into ``vt``'s row. The two threads of a pair take neighbouring groups, so each store instruction
+fills whole 32-byte sectors of ``vt``'s rows: stores of half sectors, not the shuffle's
+instructions, were what held an earlier version back (docs/worklog/k12.md).
 
 ``Sk''`` is ``Sk`` rounded up to ``BLOCK_KEYS``; the FP8 rungs read a view of the first
 ``Sk'`` (rounded to 16) keys, whose row stride stays ``Sk''``.
@@ -30,9 +26,8 @@ import cutlass
 import cutlass.cute as cute
 
 from kernels.cute import launch
-from kernels.cute.fp8 import key_of_slot, padded_keys
 from kernels.cute.tensors import bhds_tensor, bshd_tensor
-from kernels.cute.wgmma import FP8_KEY_PERIOD
+from kernels.cute.wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
 
 BLOCK_KEYS = 64  # keys per CTA: four groups of 16, one per thread of each column quad
 PIECE = 16  # bytes per global load / store

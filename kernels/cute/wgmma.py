@@ -123,6 +123,19 @@ def fp8_key_slot(key: int) -> int:
 FP8_KEY_PERIOD = 16  # fp8_key_slot permutes within aligned groups of 16 keys
 
 
+def key_of_slot() -> list[int]:
+    """``key_of_slot()[s]``: which key of a group of 16 the fp8 P V MMA reads at k-slot ``s``."""
+    inverse = [0] * FP8_KEY_PERIOD
+    for key in range(FP8_KEY_PERIOD):
+        inverse[fp8_key_slot(key)] = key
+    return inverse
+
+
+def padded_keys(seqlen_k: int) -> int:
+    """Keys of the FP8 rungs' transposed V: ``seqlen_k`` rounded up to a whole group of 16."""
+    return -(-seqlen_k // FP8_KEY_PERIOD) * FP8_KEY_PERIOD
+
+
 def acc_as_fp8_a_operand(acc: cute.Tensor) -> cute.Tensor:
     """View an ``m64nN`` fp32 accumulator as the A operand of ``m64 k32`` fp8 MMAs, keys
     relabelled by :func:`fp8_key_slot`: ``((2, 2, N/8), M, N)`` -> ``(((2, 2), 2, 2), M, (N/32, N))``.
