@@ -147,19 +147,12 @@ class K11FMHA:
         self.head_dim = head_dim
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
-        # after the row max (D = 128: 67 instructions after the wait for S, no
-        # exponential); Nsight's stall sampling (H200, 16k, no mask) puts 6.3% of K11's samples
-        # there, FA4's under 0.44% (not among its 40 busiest lines): FA4's compiled loop waits
-        # after the row max, the scaled scores and the row factors (165 instructions: 66 FFMA,
-        # 10 MUFU.EX2, the two factors and 8 of P's; K's release just before it). Both knobs hold the
-        # wait behind a value with an arrive that never runs (fmha.hold_pv_wait_behind); K's
-        # stage is released where it was, right after the wait for S (pin_pv_wait moves it too).
-        # pv_wait_after_row_scale: behind the row factors (FA4's order: 162 instructions, 10
-        # exponentials, 67 FFMA); pv_wait_after_row_sum: behind the whole softmax (all 66).
-        # One interleaved H200 run (tools.compare k11 k11:pv_wait_after_row_scale=True
-        # k11:pv_wait_after_row_sum=True fa4, 16k, TFLOP/s): behind the row factors D = 128 663 ->
-        # 681 (FA4 690), causal 618 -> 627 (FA4 652), D = 64 545 -> 538, D = 256 718 -> 686; behind
-        # the row sums D = 128 625. Default: behind the row factors at D = 128 only.
+        # after the row max, where Nsight's stall sampling finds K11 waiting and FA4 not: FA4's
+        # loop waits after the row factors. Both knobs hold the wait behind a value with an
+        # arrive that never runs (fmha.hold_pv_wait_behind); K's stage is released where it was
+        # (pin_pv_wait moves it too). pv_wait_after_row_scale: behind the row factors (FA4's
+        # order); pv_wait_after_row_sum: behind the whole softmax. Default: behind the row
+        # factors at D = 128 only, where it measured faster (the page's "Kept" list).
         if pv_wait_after_row_scale is None:
             pv_wait_after_row_scale = head_dim == 128 and not (pin_pv_wait or pv_wait_after_row_sum)
         if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
@@ -179,9 +172,8 @@ class K11FMHA:
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
         # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
         # dim; K11's default keeps the turn to the GEMM issues (see the Delta) except at D = 256,
-        # where the 128 multiplies after the wait for P V measured longer than the longer turn
-        # (H200, 16k, one tile per CTA, TFLOP/s: 682 -> 710 without a mask, 644 -> 665 causal;
-        # at D = 128 656 -> 637).
+        # where O's multiplies after the wait for P V cost more than the longer turn (the page,
+        # "Launch shape by key count").
         if rescale_before_pv is None:
             rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
         self.rescale_before_pv = rescale_before_pv
@@ -450,8 +442,8 @@ class K11FMHA:
 
 # ---- the rung interface (kernels/cute/launch.py; the launch shape follows the key count) -----
 # From this many keys on, one CTA per query tile (the hardware's scheduling) and, under the causal
-# mask, L2 sections beat the persistent walk; below it the walk wins (H200, 16k tokens, D = 128:
-# 1k 550 against 524 TFLOP/s, 16k 654 against 686; the page's "Launch shape by key count").
+# mask, L2 sections beat the persistent walk; below it the walk wins (the page's "Launch shape by
+# key count").
 LONG_KEYS = 16384
 ONE_TILE_PER_CTA = 2**31 - 1  # ``ctas``: a grid of one CTA per query tile
 

@@ -104,10 +104,10 @@ KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_f
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
 TILE_CONFIGS = {
     64: fmha.TilePlan(head_dim=64, consumer_warpgroups=3, block_n=128, producer_warps=4),
-    # Three consumer warpgroups of 96-key tiles at D = 128 (H200 lab run, 16k tokens, no mask:
-    # 962 TFLOP/s against 905 for two of 128-key tiles): an FP8 GEMM takes half a bf16 one, so
-    # two warpgroups' softmaxes no longer fit under each other's GEMMs; a third keeps the tensor
-    # pipe fed. 128-key tiles do not fit three warpgroups' 160 registers (a stack frame, 747).
+    # Three consumer warpgroups of 96-key tiles at D = 128 (faster than two of 128-key tiles:
+    # the page): an FP8 GEMM takes half a bf16 one, so two warpgroups' softmaxes no longer fit
+    # under each other's GEMMs; a third keeps the tensor pipe fed. 128-key tiles do not fit
+    # three warpgroups' 160 registers (a stack frame).
     128: fmha.TilePlan(head_dim=128, consumer_warpgroups=3, block_n=96, producer_warps=4),
     256: fmha.TilePlan(head_dim=256, consumer_warpgroups=2, block_n=128, producer_warps=4),
 }
@@ -167,9 +167,7 @@ class K12FMHA:
         self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Lab, off: the wait for the warpgroup's own P V held behind the row factors or the row
         # sums (fmha.hold_pv_wait_behind), K's release left in place: K11's default at D = 128.
-        # On K12 behind the row factors measured no better (tools.compare k12
-        # k12:pv_wait_after_row_scale=True --dtype e4m3, 16k, D = 128, TFLOP/s): 957 -> 960, causal
-        # 984 -> 931.
+        # On K12 behind the row factors measured no better (the page).
         if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
             raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
         self.pv_wait_after_row_scale = pv_wait_after_row_scale

@@ -13,10 +13,9 @@ accepts any batch, sequence length, head count and strides.
 How a call reaches the GPU: functions compiled for the GPU present go through the DSL's
 TVM-FFI path (``--enable-tvm-ffi``, :data:`LAUNCH_OPTIONS`): the compiled function takes the
 torch tensors (``None`` for an absent LSE) and Python floats themselves and launches on
-torch's current stream: about 5 us of host time for the call on the H200 host, where wrapping
-each tensor with ``from_dlpack(...).mark_layout_dynamic(...)`` and passing a ``CUstream`` took
-about 100 (one lab run, K11 at D = 128, identical outputs); a whole ``run_kernel`` call, input
-checks included, measured 24 us (K11) and 36 us (K12, with its V pass). Builds for inspection on a
+torch's current stream, a small part of the host time that wrapping each tensor with
+``from_dlpack(...).mark_layout_dynamic(...)`` and passing a ``CUstream`` took (the host path's
+cost: docs/methodology.md, "Kernels without the host"). Builds for inspection on a
 CPU-only machine keep the plain host function (they never run).
 
 Compile-time key (one compiled function per value): rung, head_dim, causal, dtype, whether
