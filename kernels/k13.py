@@ -82,9 +82,8 @@ from kernels.cute.barriers import NamedBarrier
 from kernels.cute.mask import FragmentMask, first_masked_block
 from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
-IDEA = "a dynamic persistent scheduler: tiles from a global counter, the index passed with Q"
+IDEA = "a dynamic persistent scheduler: tiles from a global counter, handed to the consumers in shared memory"
 RUNG = "k13"
-BASE = "k11"  # the rung this one changes (K12, before it, is K11 in FP8)
 HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True

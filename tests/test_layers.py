@@ -44,3 +44,17 @@ def test_layers_do_not_import_upwards(layer, forbidden):
 def test_registry_lists_the_production_kernels():
     loaded = modules_loaded_by("kernels.registry")
     assert {"kernels.registry.production", "kernels.extension.ops.attention"} <= loaded
+
+
+def test_declared_bases_are_earlier_rungs():
+    """registry.BASES names, for a rung that does not change the one before it, the one it
+    changes: both rungs that exist, the base earlier in the ladder."""
+    from kernels.registry import rung_base, rung_names
+    from kernels.registry.rungs import BASES
+
+    names = rung_names()
+    for rung, base in BASES.items():
+        assert rung in names and base in names and names.index(base) < names.index(rung), (rung, base)
+        assert rung_base(rung) == base
+    assert rung_base(names[0]) is None
+    assert all(rung_base(n) == names[names.index(n) - 1] for n in names[1:] if n not in BASES)
