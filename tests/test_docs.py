@@ -22,6 +22,8 @@ import pytest
 from support import load_docs_hook  # tests/support.py
 
 ROOT = Path(__file__).resolve().parent.parent
+# Under pytest-xdist the site is built once, on one worker (the fixtures are per module).
+pytestmark = pytest.mark.xdist_group("docs-site")
 
 pytest.importorskip("mkdocs", reason="mkdocs not installed: pip install -e '.[docs]' (make test does)")
 pytest.importorskip("material", reason="mkdocs-material not installed: pip install -e '.[docs]'")
@@ -293,6 +295,24 @@ def test_table_options_fold_filter_and_caption_once(hook, data):
     assert again.count('<details class="provenance"') == 2, "each page starts its own provenance notes"
 
 
+def test_wide_tables_are_split_or_turned_over(hook, data):
+    """More kernel columns than fit the page: the compile report comes as several tables of at
+    most MAX_KERNEL_COLUMNS kernels, each with the row labels; orient=kernels gives a row per
+    kernel and a column per shape."""
+    assert [len(g) for g in hook.column_groups([f"k{i}" for i in range(13)], 6)] == [5, 5, 3]
+    assert hook.column_groups(["k1", "k2"], 6) == [["k1", "k2"]]
+    rungs = hook.registry.rung_names()
+    out = hook.render_markers(f"<!-- inspect: kernels={','.join(rungs)} head_dim=128 -->", "docs/p.md", data)
+    widths = [line.count("|") - 1 for line in out.splitlines() if line.startswith("| registers")]
+    assert len(widths) == len(hook.column_groups(rungs)) and max(widths) <= hook.MAX_KERNEL_COLUMNS + 1
+    turned = hook.render_markers("<!-- table: suite=ladder kernels=k1,fa4 where=head_dim:128,causal:false "
+                                 "orient=kernels -->", "docs/p.md", data)
+    header = next(line for line in turned.splitlines() if line.startswith("| kernel"))
+    assert "s1024" in header and "s4096" in header
+    assert any(line.startswith("| k1 |") for line in turned.splitlines())
+    assert any(line.startswith("| fa4 |") for line in turned.splitlines())
+
+
 def test_a_rung_not_measured_yet_is_pending_not_an_error(hook, data):
     """A rung the results file has no row for at all renders as pending (a new rung before its
     GPU run); a rung with rows, but not at the shape asked for, still fails the build."""
@@ -447,6 +467,20 @@ def test_rung_page_has_nothing_cut_at_1280px(built_site, rung):
     assert len(report["checked"]) >= blocks > 0, f"the probe saw {len(report['checked'])} of {blocks} blocks"
     cut = "\n".join(f"  {c['what']}: {c['hidden_px']} px hidden of {c['shown_px']} shown" for c in report["cut"])
     assert not report["cut"], f"worklog/{rung} at {WIDTH} px, cut on the right:\n{cut}"
+
+
+SITE_PAGES = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", SITE_PAGES)
+def test_page_has_nothing_cut_at_1280px(built_site, page):
+    """Every table and code block of the site's other pages (Results, Production, ...) fits the
+    content column at 1280 px: a wide table is split or turned over by its marker."""
+    needs_browser()
+    path = built_site / "index.html" if page == "index" else built_site / page / "index.html"
+    report = overflow_report(path)
+    cut = "\n".join(f"  {c['what']}: {c['hidden_px']} px hidden of {c['shown_px']} shown" for c in report["cut"])
+    assert not report["cut"], f"{page} at {WIDTH} px, cut on the right:\n{cut}"
 
 
 def test_the_browser_check_finds_a_cut_block(built_site):

@@ -251,3 +251,8 @@ def test_show_picks_each_tables_value_and_results_folder(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         report.main(["show", "ladder", "--gpu", "h100-nowhere"])
     assert "in results/h100-nowhere" in capsys.readouterr().err
+
+
+def test_transpose_turns_a_pivot_into_kernel_rows():
+    headers, body = ["problem", "k1", "fa4"], [["s1k", "1.0", "2.0"], ["s4k", "3.0", "4.0"]]
+    assert report.transpose(headers, body) == (["kernel", "s1k", "s4k"], [["k1", "1.0", "3.0"], ["fa4", "2.0", "4.0"]])

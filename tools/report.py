@@ -182,6 +182,12 @@ def pivot(doc: dict, kernels=None, where=None, value: str = "tflops",
     return headers, body
 
 
+def transpose(headers: list[str], body: list[list[str]], corner: str = "kernel") -> tuple[list[str], list[list[str]]]:
+    """A :func:`pivot` turned over: kernel rows x problem columns (``corner`` heads the kernel
+    column). Many kernels at a few shapes then fit a page's width."""
+    return [corner, *(row[0] for row in body)], [[k, *(row[i] for row in body)] for i, k in enumerate(headers[1:], 1)]
+
+
 def shape_label(problem: dict) -> str:
     """``problem_label`` without the dtype: the bf16 and the e4m3 version of a shape share one
     row, so that an FP8 rung sits beside the bf16 kernels it is measured against."""

@@ -17,7 +17,8 @@ A page asks for generated content with one-line HTML comments (a marker on a lin
     share a row: an FP8 rung beside the bf16 kernels; the caption names each kernel's dtype).
     ``missing=pending``: while the results file does not exist yet (a suite not yet run on the
     GPU), a note says so instead of failing the build; a malformed file still fails.
-    ``where=m:1|16|128`` matches any of the values; ``complete=true`` keeps only the problems
+    ``orient=kernels`` turns the table over (a row per kernel, a column per problem: many
+    kernels at a few shapes). ``where=m:1|16|128`` matches any of the values; ``complete=true`` keeps only the problems
     every kernel shown has a row for; ``details="title"`` folds the table into a collapsible
     block with that title (for long tables).
 ``<!-- plot: suite=ladder kernels=k1,k2,fa4 where=head_dim:128,causal:false x=seqlen_q -->``
@@ -52,7 +53,7 @@ driver, versions, commit, date, ceilings), folded, so it is shown once per page 
 
 In a kernel list, ``@rungs`` stands for every rung of the registry; on a rung's page ``@this``
 and ``@prev`` stand for that rung and the one it changes: the one before it (so K4's page
-compares with K3 once kernels/k3.py exists), or the rung its module names as ``BASE`` (K13's
+compares with K3 once kernels/k3.py exists), or the one the registry's ``BASES`` names (K13's
 is K11).
 
 A missing file, symbol, results file, results row or compile report fails the build with the
@@ -322,6 +323,29 @@ def breakable(headers: list[str]) -> list[str]:
     return [re.sub(r"([_.-])(?=\w)", r"\1<wbr>", h).replace("_", "\\_") for h in headers]
 
 
+# A table with more kernel columns than this is shown as several, each with its row labels: at
+# 1280 px the content column holds about this many columns of numbers beside the labels.
+MAX_KERNEL_COLUMNS = 6
+
+
+def column_groups(kernels: list[str], most: int = MAX_KERNEL_COLUMNS) -> list[list[str]]:
+    """``kernels`` in consecutive groups of at most ``most``, as even as can be (13 -> 5 + 5 + 3)."""
+    count = -(-len(kernels) // most) if kernels else 1
+    size = -(-len(kernels) // count) if kernels else 0
+    return [kernels[i:i + size] for i in range(0, len(kernels), size)] or [[]]
+
+
+def split_table(headers: list[str], rows: list[list[str]], most: int = MAX_KERNEL_COLUMNS) -> str:
+    """A markdown table of label + kernel columns, as several of at most ``most`` kernel columns."""
+    labels, kernels = headers[0], headers[1:]
+    tables, start = [], 1
+    for group in column_groups(kernels, most):
+        end = start + len(group)
+        tables.append(report.markdown_table([labels, *breakable(group)], [[r[0], *r[start:end]] for r in rows]))
+        start = end
+    return "\n\n".join(tables)
+
+
 def folded(title: str | None, content: str) -> str:
     """``content`` in a collapsible block titled ``title`` (unchanged without a title)."""
     if not title:
@@ -373,12 +397,16 @@ def render_table(args: list[str], options: dict, data: Data) -> str:
     if missing:
         raise MarkerError(f"{source}: no rows for {', '.join(missing)} where {where} "
                           f"(rerun python -m tools.bench --suite {suite})")
+    shapes = len(rows)
+    kernels_shown = headers[1:]
+    if options.get("orient", "problems") == "kernels":  # a row per kernel: many kernels, few shapes
+        headers, rows = report.transpose(headers, rows)
     table = folded(options.get("details"), report.markdown_table(breakable(headers), rows))
-    what = report.value_label(value) + (f", {len(rows)} shapes" if options.get("details") else "")
+    what = report.value_label(value) + (f", {shapes} shapes" if options.get("details") else "")
     if by_shape:
-        dtypes = report.kernel_dtypes(doc, headers[1:], where)
+        dtypes = report.kernel_dtypes(doc, kernels_shown, where)
         what += "; each kernel in its dtype: " + ", ".join(f"{k} {d}" for k, d in dtypes.items())
-    block = measured_block("measured-table", headers[1:], table + "\n\n" + results_caption(data, what, source, doc))
+    block = measured_block("measured-table", kernels_shown, table + "\n\n" + results_caption(data, what, source, doc))
     return with_pending(pending, source, suite, block)
 
 
@@ -466,7 +494,7 @@ def render_inspect(args: list[str], options: dict, data: Data) -> str:
                    f"CuTe DSL {meta.get('cutlass_dsl', '?')}, {meta.get('date', '?')}",
                    f"Compiled without a GPU by `python -m tools.inspect --record` at commit "
                    f"{str(meta.get('commit', '?'))[:10]}; static counts (instructions in the binary, not executed ones).")
-    return measured_block("compile-report", kernels, report.markdown_table(headers, rows) + "\n\n" + note)
+    return measured_block("compile-report", kernels, split_table(headers, rows) + "\n\n" + note)
 
 
 # Rows of a profile table: (label, key in the row's "ncu" dict, format).
@@ -515,7 +543,7 @@ def render_profile(args: list[str], options: dict, data: Data) -> str:
     problem = report.attention_label(next(iter(picked.values()))["problem"])
     what = (f"Nsight Compute, one launch at {problem}; stalls: warps waiting per issued instruction, "
             f"by reason")
-    table = report.markdown_table(["", *breakable(kernels)], rows)
+    table = split_table(["", *kernels], rows)
     block = measured_block("measured-table", kernels, table + "\n\n" + results_caption(data, what, source, doc))
     return with_pending(pending, source, "profile", block)
 
