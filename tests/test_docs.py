@@ -158,13 +158,38 @@ def test_results_page_shows_every_results_file_and_kernel(built_site):
     assert "Head dimension 64" in page and "head_dim 64" in page
 
 
-@pytest.mark.parametrize("rel", ["results", "production", "worklog/k2", "index.html"])
+@pytest.mark.parametrize("rel", ["results", "production", "production_lab", "worklog/k2", "index.html"])
 def test_provenance_is_shown_once_per_page_and_file(built_site, rel):
     page = (built_site / rel).read_text() if rel.endswith(".html") else page_html(built_site, rel)
     sources = re.findall(r'<details class="provenance">\s*<summary>[^<]*<code>([^<]+)</code>', page)
     assert sources and len(sources) == len(set(sources)), sources
     assert "None" not in " ".join(re.findall(r'class="provenance"[^>]*>(.*?)</(?:p|details)>', page, re.S))
     assert page.count("driver 580") <= len(sources) or "driver" not in page
+
+
+# The production user guide's budget of prose words (rendered, without the generated tables, their
+# captions and the code blocks): about one screen per kernel family. The why goes to the lab page.
+PRODUCTION_GUIDE_WORDS = 3000
+# A commit id in prose: 7-10 hex digits with at least one digit and one letter (`bc6d87e`).
+COMMIT_ID = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,10}\b")
+
+
+def page_prose(page: str) -> str:
+    """The text of a built page's article without generated blocks (tables, routing, provenance)
+    and code blocks: what the page's author wrote."""
+    article = re.search(r"<article[^>]*>(.*?)</article>", page, re.S).group(1)
+    generated = (r'<div class="(?:measured-table|routing-table)".*?</div>',
+                 r'<details class="(?:provenance|measured)".*?</details>', r'<p class="provenance">.*?</p>',
+                 r"<pre.*?</pre>")
+    for block in generated:
+        article = re.sub(block, " ", article, flags=re.S)
+    return html.unescape(re.sub("<[^>]+>", " ", article))
+
+
+def markdown_prose(rel: str) -> str:
+    """A page's markdown without fenced code blocks and markers (their text is generated)."""
+    text = (ROOT / "docs" / rel).read_text()
+    return re.sub(r"<!--.*?-->", "", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.S)
 
 
 def test_production_page_is_written_for_users(built_site):
@@ -176,6 +201,25 @@ def test_production_page_is_written_for_users(built_site):
         assert entry in text, entry
     for suite in ("attention", "rotary", "fp8"):
         assert f"results/h200/{suite}.json" in page, suite
+    words = len(page_prose(page).split())
+    assert words <= PRODUCTION_GUIDE_WORDS, (f"the production user guide has {words} words of prose (budget "
+                                             f"{PRODUCTION_GUIDE_WORDS}): move the how and why to production_lab.md")
+    assert 'href="../production_lab/' in page, "the user guide links the lab page"
+
+
+@pytest.mark.parametrize("rel", ["production.md", "production_lab.md"])
+def test_production_pages_name_no_commit_in_prose(rel):
+    """Commit ids belong to the provenance lines the hook writes, not to the prose: a finding
+    keeps its number from the current recording or its lab run, not a trail of earlier runs."""
+    found = COMMIT_ID.findall(markdown_prose(rel))
+    assert not found, f"docs/{rel} names commits in prose: {found}"
+
+
+def test_production_lab_page_is_built_and_in_the_nav(built_site):
+    page = page_html(built_site, "production_lab")
+    assert "How the attention kernels work" in page and "Nsight Compute" in page
+    assert COMMIT_ID.search(page_prose(page)) is None
+    assert "production_lab.md" in (ROOT / "mkdocs.yml").read_text()
 
 
 def test_production_examples_import_what_they_name():

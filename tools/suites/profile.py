@@ -15,7 +15,7 @@ from __future__ import annotations
 from kernels.registry import names
 
 # Beside the rungs: FA4 (the target) and our production prefill, the default kernel and the
-# cp.async one it replaced on Hopper (what the production page's profile shows; it needs the
+# cp.async one it replaced on Hopper (what the production lab page's profile shows; it needs the
 # built extension, python -m tools.build_ext).
 OTHERS = ("cuda-prefill-tc", "cuda-prefill-tc-cpasync", "fa4")
 SKIPPED = ("k1",)

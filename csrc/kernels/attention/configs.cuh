@@ -21,19 +21,18 @@ struct DecodeTiles {
 
 template <int kD>
 struct DecodeConfig;
-// Every head dim reads its K/V rows into swizzled tiles (RowSwizzledTile). H200, graph replay,
-// Sk 4096, GQA 32 / 8, unsplit, padded against swizzled (attn_paged_test latency B D, us):
-// D 64 B16 36.0 / 33.6, B64 132.7 / 123.9; D 128 B16 68.9 / 63.7, B64 259.3 / 240.6; D 256
-// B16 139.3 / 124.4, B64 531.5 / 481.1.
+// Every head dim reads its K/V rows into swizzled tiles (RowSwizzledTile): each 128-byte line of a
+// row stays in one shared-memory segment, and the swizzled tiles were faster than padded rows at
+// every head dim and batch measured (`attn_paged_test latency`, H200; docs/production_lab.md,
+// "Where B = 16 and 64 stand against cuDNN").
 template <>
 struct DecodeConfig<64> : DecodeTiles<64, 4, 32, 3, true> {};
 template <>
 struct DecodeConfig<128> : DecodeTiles<128, 4, 16, 3, true> {};
 // D 256 runs one CTA per SM at any ring depth (64 KB a stage); three stages, the deepest that
-// fits, against two (attn_paged_test latency, H200, graph replay, shuffled pages of 16 with the
-// cost model's splits, us): B1 17.26 / 18.46, B4 40.94 / 41.82, B16 129.19 / 131.44, B64 493.87 /
-// 510.44. At D 64 and 128 the deepest ring (6 stages) is no faster (D 128 B16 66.29 / 67.11 on
-// pages, 65.58 / 64.62 contiguous; D 64 B16 38.57 / 36.39 on pages).
+// fits, were faster than two at every batch measured. At D 64 and 128 the deepest ring (6 stages)
+// is no faster (attn_paged_test latency, H200; docs/production_lab.md, "Measured while choosing
+// the decode tiles").
 template <>
 struct DecodeConfig<256> : DecodeTiles<256, 4, 16, 3, true> {};
 
@@ -143,9 +142,9 @@ struct PrefillTiles {
 
 // D=128: FA2's 128 x 64 tile with double-buffered, separately waited K and V; it fits in 255
 // registers without spills only with the lazy rescale (with the eager one, kBlockN = 64 spills
-// 4-60 bytes; ptxas, nvcc 13.0, sm_90a). H200, b4 s4096 h16, sustained `attn_test bench`:
-// 335 TFLOP/s (302 causal) against 333 (297) single-buffered and 312 (267) for the former
-// 128 x 32 tile; longest-first adds 2-4% causal.
+// 4-60 bytes; ptxas, nvcc 13.0, sm_90a). On the H200 (`attn_test bench`) it is a little faster
+// than the single-buffered tile and ahead of the former 128 x 32 one, and longest-first helps
+// the causal rows (docs/production_lab.md, "Measured while choosing the cp.async prefill's tiles").
 template <int kD>
 struct PrefillConfig;
 template <>
@@ -159,15 +158,11 @@ struct PrefillConfig<256> : PrefillTiles<256, 8, 1, 32, 2> {};
 // The tensor-core configuration on Hopper (sm_90a; run_prefill picks it by device): two
 // warpgroups of 64 rows with WGMMA, the softmax of S_i running under P_{i-1} V_{i-1}.
 // kBlockM must stay PrefillConfig's: one packed-Q schedule (prefill_block_m) serves both.
-// D=128, H200, b4 s4096 h16, sustained `attn_test bench`: 439 TFLOP/s (365 causal) against
-// 338 (305) for PrefillConfig<128>;
-// the same WGMMA tiles without the softmax overlap 411 (348), with three stages 427 (356),
-// with 64-key tiles 362 (319), with 160 / 176 keys 386 / 388 (255 registers, 176 spills).
-// Leaving only P V in flight across the barrier gave 419; a
-// ping-pong of the two warpgroups (mbarrier-tracked stages instead of the CTA barrier, named
-// barriers taking turns at issuing, three stages) 420 (352): the turns did not pay here.
-// D=64 / 256, the same schedule with 128 / 64 keys per tile: 318 (269 causal) against 298
-// (262), and 491 (423) against 250 (207) (b4 s4096, 32 / 8 heads).
+// On the H200 (`attn_test bench`) it is ahead of PrefillConfig at D = 64, 128 and 256. At
+// D = 128 the same WGMMA tiles without the softmax overlap, with three stages, with 64-, 160- or
+// 176-key tiles, with only P V in flight across the barrier, or with the two warpgroups taking
+// turns (a ping-pong on mbarrier-tracked stages and named barriers) were slower: the turns did
+// not pay here (docs/production_lab.md, "Measured while choosing the cp.async prefill's tiles").
 template <int kD>
 struct PrefillSm90Choice {
   static constexpr int kBlockN = kD == 256 ? 64 : 128;  // S, P and O within 255 registers
@@ -225,17 +220,17 @@ struct PrefillVariants {
 // kPinPvWait (lab): K's release waits for the softmax's row sums, which keeps ptxas from hoisting
 // the wait for the warpgroup's own P V above the exponentials (prefill_ws_sm90.cuh, step).
 // kPvWaitAfterRowScale: the wait held behind the row factors instead, K released where it was
-// (kernels/k11.py's default at D = 128, and this kernel's: docs/production.md has the timing).
+// (kernels/k11.py's default at D = 128, and this kernel's: docs/production_lab.md has the timing).
 // kDescendingKv (dense K / V; paged K / V keep the first-up order, whose last tile is where
 // V's rows past the keys are zeroed): the key tiles from the last down (FlashAttention-3's
 // order), so the tiles that need a mask (the causal diagonal, the end of the keys) come first
 // and the pipelined steps after them run without mask code. At D=256 it measured slower without
-// a mask (docs/production.md).
+// a mask (docs/production_lab.md).
 // kPackBeforeRescale: after the wait for its own P V a step packs P to bf16 before O's lazy
 // rescale (a branch: only when a row's max moved), so ptxas interleaves the packs with the
 // exponentials it sinks below that wait, as FlashAttention-4's step does with its rescale;
 // rescale first, the branch fenced the packs off behind every exponential. kBranchlessRescale
-// (lab): O rescaled on every step, without the branch (docs/production.md has both timings).
+// (lab): O rescaled on every step, without the branch (docs/production_lab.md has both timings).
 template <int kD_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kL2Sections_ = true,
           bool kPinPvWait_ = false, bool kPvWaitAfterRowScale_ = false, bool kDescendingKv_ = false,
           bool kPackBeforeRescale_ = false, bool kBranchlessRescale_ = false>

@@ -204,7 +204,7 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
 // The operators' schemas and fake kernels are Python's (kernels/extension/ops/fp8.py, which loads
 // this module as it is imported). Their CUDA kernels are C++: a decode step calls them once per
 // linear layer, and there the host time is the call's time: half (GEMM) to two thirds (quantize)
-// of a Python kernel's (docs/production.md, the FP8 section, has the H200 host's figures). Each
+// of a Python kernel's (docs/production_lab.md, "The operator's host path", has the figures). Each
 // tests the conditions of its Python checks without their messages, and hands a call it refuses
 // to those checks, which raise the error that says what is wrong.
 template <class... Args>

@@ -53,8 +53,8 @@ struct LaunchShape {
 
 // kPassVecs: vectors per pass-through item (shape.pass_vecs), a template parameter so that the
 // instances without pass-through pairs compile as they did before pairs existed (read at run
-// time, it let ptxas split the loop in two and the interleaved full-rotary rows lost 21% on the
-// H200: 3875 -> 3032 GB/s).
+// time, it let ptxas split the loop in two and the interleaved full-rotary rows got markedly
+// slower on the H200: docs/production_lab.md, "Rotary embedding: the tuning").
 template <typename T, int N, Layout kLayout, int kVecs = 1, int kPassVecs = 1>
 __global__ void __launch_bounds__(1024) rotary_kernel(const RotaryParams p, const LaunchShape shape) {
   static_assert(kLayout == Layout::kHalfSplit || N % 2 == 0, "interleaved pairs must not straddle a vector access");

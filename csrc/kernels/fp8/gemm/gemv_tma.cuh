@@ -3,29 +3,29 @@
 // H200's comparison with gemv.cuh and the tiled kernel): D[M, N] = A[M, K] @ B[N, K]^T with M <= 128.
 //
 // Why: on an H200 (Nsight Compute, M = 1, N = K = 11008, e4m3) the mma.sync GEMV of gemv.cuh
-// (GemvTiles<1, 8, 4>, 1376 blocks x 256 threads) took 54 us at 47% of DRAM bandwidth
-// (2.28 TB/s): its B loads go from global memory straight into registers, issue runs at 0.48
-// warps per cycle per scheduler and the warps stall mostly on the long scoreboard. cuBLASLt
-// (nvjet_sm90_qqtst_128x8_128x12_4x1_v_bz_algo2_TNT) took 37 us at 70% (3.0 TB/s under ncu,
-// 3.6 in graph replay) with 88 blocks of 384 threads (0.67 waves), 225 KB of shared memory and
-// an issue rate of 0.18: it swaps the operands, so that 128 rows of the weight matrix B fill
-// WGMMA's M slot and the activation rows (M padded to 8) its N slot, and streams B through a
-// 12-stage ring of 128-byte k-stages with one producer and two consumer warpgroups. Bandwidth
-// there comes from the bytes in flight per SM (the ring), not from issuing loads.
+// (GemvTiles<1, 8, 4>, 1376 blocks x 256 threads) streams B well below DRAM bandwidth: its B
+// loads go from global memory straight into registers, and the warps stall mostly on the long
+// scoreboard. cuBLASLt (nvjet_sm90_qqtst_128x8_128x12_4x1_v_bz_algo2_TNT) is faster with 88
+// blocks of 384 threads, 225 KB of shared memory and a far lower issue rate: it swaps the
+// operands, so that 128 rows of the weight matrix B fill WGMMA's M slot and the activation rows
+// (M padded to 8) its N slot, and streams B through a 12-stage ring of 128-byte k-stages with one
+// producer and two consumer warpgroups. Bandwidth there comes from the bytes in flight per SM (the
+// ring), not from issuing loads (the profiles: docs/production_lab.md, "Measured while choosing
+// the planner's defaults").
 // Up to M = 128 the same layout serves skinny GEMMs: the tiled WGMMA kernel's 128 x 128 tiles of
-// D give N = 4096 only 32 tiles (100 of 132 SMs idle; H200, graph replay, 0.66-0.69x cuBLASLt
-// at M = 128, N = 4096, K = 4096 / 11008 / 14336), and its split-K goes through a workspace and a
-// second kernel; here the split-K stays inside a cluster. A's rows take the narrowest WGMMA n of
-// 16, 32, 64 and 128 that holds M (GemvTmaTiles<width>, GemvTmaPolicy::width_for), so M = 17
-// loads and multiplies 32 rows, not 128.
+// D give N = 4096 only 32 tiles (100 of 132 SMs idle: well behind cuBLASLt at M = 128 under graph
+// replay on the H200), and its split-K goes through a workspace and a second kernel; here the
+// split-K stays inside a cluster. A's rows take the narrowest WGMMA n of 16, 32, 64 and 128 that
+// holds M (GemvTmaTiles<width>, GemvTmaPolicy::width_for), so M = 17 loads and multiplies 32 rows,
+// not 128.
 //
 // A block streams 128 rows of B (the default) or 64 (GemvTmaPolicy::rows_for: where the tiles of
 // 128 leave SMs idle even split in pairs, e.g. N = 4096: 32 tiles x 2 blocks). Why not split
 // 128-row tiles four ways: a cluster lives in one GPC, and the H200's GPCs hold fewer than 32
 // clusters of 4 one-block-per-SM blocks, so 32 tiles x 4 splits would not all run at once and the
-// launcher falls back to pairs (64 blocks). Nsight Compute, M = 16, N = K = 4096: ours in 64 blocks 10.2
-// us at 35% of DRAM bandwidth, cuBLASLt (nvjet ..._64x8_128x16_1x2: 64 rows of B per block, 128
-// blocks in pairs) 8.1 us at 44%.
+// launcher falls back to pairs (64 blocks). cuBLASLt's kernel for M = 16, N = K = 4096 (nvjet
+// ..._64x8_128x16_1x2) takes 64 rows of B per block, 128 blocks in pairs, and keeps DRAM busier
+// than those 64 blocks of 128 rows (Nsight Compute: docs/production_lab.md, "Decode-sized GEMMs").
 //
 // The kernel takes cuBLASLt's layout, for every width:
 //   warpgroup 0     one elected thread issues the TMA loads: per 128-deep k-block a box of the
@@ -266,9 +266,9 @@ void launch_gemv_tma_tiles(const GemmParams& p, int splits, cudaStream_t stream,
   const dim3 grid(unsigned(splits), unsigned(tiles), 1);
   // Split (clusters of `splits` blocks per n-tile): launched programmatically, so its blocks start
   // while the kernel before it finishes, and wait for it (wait_for_prerequisites) before they touch
-  // global memory. H200, graph replay, N = K = 4096: 6.05 -> 5.61 us at M = 1, 9.58 -> 9.15 at
-  // M = 128. Unsplit grids (fewer blocks than SMs: N = 11008 has 86) launch plainly: programmatic,
-  // N = 11008 went from 10.6 to 16.0 us and N = K = 14336 from 51.7 to 54.5.
+  // global memory, which shortens split calls under graph replay on the H200. Unsplit grids (fewer
+  // blocks than SMs: N = 11008 has 86) launch plainly: launched programmatically they got slower
+  // (docs/production_lab.md, "Decode-sized GEMMs").
   launch_ex("fp8 gemv_tma_kernel", kernel, grid, P::kThreads, P::kSmemBytes, stream,
             LaunchOptions{.cluster_size = splits, .programmatic = splits > 1}, map_b, map_a, p);
 }

@@ -17,12 +17,11 @@ namespace kernels::fp8::gemm {
 // after measuring variants on the GPU (csrc/tests/fp8_test.cu times each of them).
 struct PlannerDefaults {
   // Promoted (fp32) accumulation for BN <= 192; kFast is only ever taken when asked for (or
-  // with block_n = 256), since it changes results, not just speed. H200, sustained fp8_test
-  // timing, 4096^3 / 8192^3 TFLOP/s (fast stores): promotion every 2 k-blocks (256-deep
-  // partial sums) 911 / 1023 at BN 128, 994 / 1138 at BN 176, 941 / 1141 at BN 192, against
-  // ping-pong promotion every k-block 907 / 996 and every k-block with one partial 861 / 916;
-  // its error against an fp32 reference stays that of torch._scaled_mm's precise mode
-  // (tests/test_fp8.py).
+  // with block_n = 256), since it changes results, not just speed. Promotion every 2 k-blocks
+  // (256-deep partial sums) was faster on the H200 (sustained fp8_test timing) than ping-pong
+  // promotion every k-block and than every k-block with one partial (docs/production_lab.md,
+  // "How the GEMM accumulates and picks its tiles"); its error against an fp32 reference stays
+  // that of torch._scaled_mm's precise mode (tests/test_fp8.py).
   static constexpr AccumMode kAccum = AccumMode::kPromote;
   static constexpr int kPromoteEvery = 2;  // k-blocks per promotion (kPromote)
   // With interval 2, the second consumer warpgroup's first interval is a single k-block, so
@@ -31,15 +30,13 @@ struct PlannerDefaults {
   static constexpr ClusterMode kCluster = ClusterMode::kNone;
   static constexpr int kGroupM = 8;  // raster group height in tiles
   // Unchecked stores for interior tiles without row / column scales or bias (same results,
-  // fewer instructions: see Epilogue::store_wgmma_fragment): +3% at 4096^3 and 8192^3 (H200)
-  // as 4-byte pairs (StoreMode::kPairs); as 16-byte rows (kRows16), against the pairs in one
-  // fp8_test run (TFLOP/s): BN 192 promoted 887 -> 987 at 8192 x 8192 x 4096, 870 -> 967 at
-  // 8192 x 11008 x 4096, 1040 -> 1121 at 8192^3; BN 176 854 -> 876 at 4096^3; BN 256 fast
-  // 822 -> 900 and 966 -> 1012. Staged in shared memory and stored by TMA (kTma), against the
-  // row stores in one run (TFLOP/s, 4096^3 / 8192^3 / 8192 x 11008 x 4096 / 8192 x 8192 x 4096):
-  // BN 192 promoted 1023 / 1212 / 1121 / 1142 -> 1072 / 1212 / 1182 / 1187; BN 256 fast
-  // 1210 / 1287 / 1251 / 1224 -> 1175 / 1299 / 1277 / 1239. The planner's default where the
-  // tile has a TMA-store kernel (has_tma_store_kernel), else kRows16.
+  // fewer instructions: see Epilogue::store_wgmma_fragment) were faster as 4-byte pairs
+  // (StoreMode::kPairs) and faster again as 16-byte rows (kRows16), a quarter of the stores.
+  // Staged in shared memory and stored by TMA (kTma), the consumers go on to their next tile
+  // while the stores drain: faster than the row stores at BN 192 promoted, about level at BN 256
+  // fast (fp8_test on the H200; docs/production_lab.md, "Where the gap sits" and "Two more
+  // per-tile costs"). The planner's default where the tile has a TMA-store kernel
+  // (has_tma_store_kernel), else kRows16.
   static constexpr int kStore = int(StoreMode::kTma);
   // The overlap accumulation's TMA-store kernels (514a816) are not measured yet: a plan that asks
   // for that accumulation and leaves the store open takes the row stores until this flips.
@@ -52,22 +49,23 @@ struct PlannerDefaults {
   //   + (S > 1: kSplitReduceCost + the partials' write and read per SM, in k-block loads)
   // and keeps S = 1 unless that estimate is kSplitMinGain lower. The costs are estimates
   // until the H200 measures fp8_test --time-only splitk (forced split counts sit beside).
-  // The model stays off by default: on the H200 (fp8 suite at af5d1f1, split_k 0 against 1)
-  // its splits gained 7-23% on 7 decode-sized shapes and lost 15-40% on 7 others (e.g.
-  // M=16 N=11008 K=4096: 19.5 against 32.4 TFLOP/s), with no K or N bound separating them.
+  // The model stays off by default: on the H200 (the fp8 suite, split_k 0 against 1) its splits
+  // gained on some decode-sized shapes and lost on as many others, with no K or N bound
+  // separating them (docs/production_lab.md, "Measured while choosing the planner's defaults").
   // split_k = 0 means no split until the model is refitted; callers may still ask for S.
   static constexpr bool kAutoSplitK = false;
   static constexpr int kSplitMinKBlocks = 4;
   static constexpr int kSplitMaxWaves = 4;
   static constexpr int kSplitMax = 32;
   static constexpr double kSplitUnitCost = 1.0;    // pipeline fill and partial store per unit
-  static constexpr double kSplitReduceCost = 8.0;  // second launch (~2-3 us of k-blocks)
+  static constexpr double kSplitReduceCost = 8.0;  // the second launch, in k-block steps
   static constexpr double kSplitMinGain = 0.97;
-  // With the model off, the one split the H200 measured a win for everywhere it applies (fp8
-  // suite at 228a586, graph replay, M = 128, N = 4096: K = 4096 / 11008 / 14336 took 12.9 / 21.8
-  // / 25.7 us in two slices against 13.5 / 27.5 / 34.2 unsplit): a single row of tiles whose
-  // doubled count still fits in one wave, at K >= kSplitTwoMinKBlocks k-blocks. N = 11008 at
-  // M = 128 (86 tiles: 47.7 unsplit vs 57.9 us in two) and prefill-sized M never take it.
+  // With the model off, the one split the H200 measured a win for everywhere it applies (the
+  // fp8 suite under graph replay, M = 128, N = 4096: two slices faster than unsplit at every K
+  // measured): a single row of tiles whose doubled count still fits in one wave, at K >=
+  // kSplitTwoMinKBlocks k-blocks. N = 11008 at M = 128 (86 tiles, slower in two slices) and
+  // prefill-sized M never take it (docs/production_lab.md, "Measured while choosing the
+  // planner's defaults").
   static constexpr int kSplitTwoMinKBlocks = 32;
 };
 
@@ -189,8 +187,8 @@ inline int choose_split_k(int64_t m, int64_t n, int64_t k, int64_t blocks, int b
 // 256 / 128 / 64 with fast accumulation), maximise (fraction of the last wave that is busy) x
 // (tile arithmetic intensity bm*bn/(bm+bn)). Large problems take the widest tile; small M or N
 // take 64 when that occupies more SMs, or when N is narrower than the wider tiles (the
-// intensity counts the N columns a tile stores: 8192 x 64 x 4096 ran at 179 TFLOP/s with
-// 128 x 192 tiles, 267 with 128 x 64 on the H200). BN 64 has only the kPromote kernel (a
+// intensity counts the N columns a tile stores: at 8192 x 64 x 4096, 128 x 64 tiles were much
+// faster than 128 x 192 on the H200, docs/production_lab.md). BN 64 has only the kPromote kernel (a
 // default mode without one falls back to it). block_n = 256 implies fast accumulation unless the request
 // names another mode (then launch_gemm rejects the plan: kUnsupportedPlan). BN 176 and 192
 // exist for the promoted modes only; the score picks 176 at 4096^3 (768 tiles, 5.8 of 6

@@ -260,17 +260,15 @@ struct GemvTmaPolicy {
   }
 
   // Where the planner takes this kernel on its own (sm_90a, no tile request), as the H200 measured
-  // it (fp8_test --time-only gemv / skinny, median of sustained launches; fp8 suite, graph replay):
+  // it (fp8_test --time-only gemv / skinny, median of sustained launches; fp8 suite, graph replay;
+  // the times: docs/production_lab.md, "Measured while choosing the planner's defaults"):
   //  - M <= 16 once B holds kMinAutoElems (16 Mi) values: from 4096 x 14336 on this kernel wins
-  //    in any timing (22.8 vs 29.4 us; 11008^2: 38.1 vs 49.4); at 4096 x 4096, in 64-row blocks,
-  //    under graph replay (8.0 / 8.2 us at M = 1 / 16 against the mma.sync GEMV's 9.3 / 9.6),
-  //    while sustained eager launches favour the GEMV's plain launch (8.1 / 8.7 against 9.3 /
-  //    8.8 us: an eager call is host-bound at ~36 us either way);
-  //  - 16 < M <= 64 always: 1.2-2.7x the tiled WGMMA kernel at every LLM shape measured;
-  //  - 64 < M <= 128 where rows_for takes 64-row blocks (N = 4096: 12.7 / 20.6 / 26.4 us at K =
-  //    4096 / 11008 / 14336 against the tiled kernel in two K slices, 14.7 / 23.7 / 28.9), not
-  //    where it takes 128 (N = 11008 / 14336 at K = 4096: the n128 width's single-partial
-  //    promotion and 5-stage ring, 23.0 / 26.4 us against the tiled kernel's 19.9 / 23.8).
+  //    in any timing; at 4096 x 4096, in 64-row blocks, under graph replay, while sustained eager
+  //    launches favour the mma.sync GEMV's plain launch (an eager call is host-bound either way);
+  //  - 16 < M <= 64 always: faster than the tiled WGMMA kernel at every LLM shape measured;
+  //  - 64 < M <= 128 where rows_for takes 64-row blocks (N = 4096: faster than the tiled kernel in
+  //    two K slices), not where it takes 128 (N = 11008 / 14336 at K = 4096: the n128 width's
+  //    single-partial promotion and 5-stage ring lose to the tiled kernel).
   static constexpr int64_t kMinAutoElems = int64_t(1) << 24;
   static constexpr bool planner_takes(int64_t m, int64_t n, int64_t k, int num_sms) {
     if (m <= GemvPolicy::kMaxRows) return n * k >= kMinAutoElems;
