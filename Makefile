@@ -6,6 +6,9 @@ KERNELS ?= k2 k4 fa4
 # make test-gpu runs the tests in a pytest-xdist worker: a test that hangs past its time limit
 # (tests/conftest.py) or crashes the process fails alone, and a fresh worker runs the rest.
 GPU_ISOLATION ?= -n 1 --max-worker-restart=10
+# make test spreads the tests over one pytest-xdist worker per core; work that several tests
+# read (a csrc unit's compile, the site's build) runs once per run (tests/support.py run_once).
+TEST_WORKERS ?= auto
 
 .PHONY: setup compare test test-gpu lint inspect bench docs serve clean
 
@@ -22,7 +25,7 @@ compare: setup          ## measure on the GPU, or compile report + recorded H200
 
 test: setup             ## CPU tests always; GPU tests too where CUDA is present (csrc built first)
 	$(PY) -m tools.build_ext --if-stale
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 test-gpu: setup
 	$(PY) -m tools.build_ext --if-stale

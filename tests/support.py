@@ -25,3 +25,23 @@ def random_prompts(lengths, vocab: int, seed: int) -> list[list[int]]:
 
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def run_once(tmp_path_factory, key: str, make) -> Path:
+    """``make(folder)`` run once per test run, even under pytest-xdist: the first worker to ask
+    runs it under a file lock in the run's shared temporary root, the others wait for it and
+    get the same folder. For work that several tests (and workers) read: compiles, a site build.
+    ``make`` returns nothing; what it leaves in the folder is the result."""
+    import fcntl
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # workers: .../popen-gwN
+    folder, lock, done = root / key, root / f"{key}.lock", root / f"{key}.done"
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder

@@ -14,10 +14,10 @@ import os
 import re
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support import run_once  # tests/support.py
 
 from tools import build_ext, nvcc
 
@@ -30,6 +30,7 @@ TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch/|ATen/|c10/)')
 SPILLS_ALLOWED: dict[str, str] = {}
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
 
 
 def torch_free_units() -> list[Path]:
@@ -55,10 +56,14 @@ TORCH_CUDA_HEADER_STUBS = {
 }
 
 
+BINDING_GENCODE = f"-gencode=arch=compute_{nvcc.HOPPER_ARCH},code=compute_{nvcc.HOPPER_ARCH}"
+
+
 def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A binding compiled as the extension build compiles it (csrc/CMakeLists.txt: the module's
     name, TORCH_API_INCLUDE_EXTENSION_H, torch's and Python's headers), against the installed
-    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing."""
+    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing; the host side is
+    checked, not compiled to an object, and the device side compiled to PTX, not to SASS."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -68,9 +73,13 @@ def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.Complet
         (stubs / name).parent.mkdir(parents=True, exist_ok=True)
         (stubs / name).write_text("#pragma once\n" + text)
     includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", f"-DTORCH_EXTENSION_NAME={path.stem}",
-             "-DTORCH_API_INCLUDE_EXTENSION_H")
+    # The host compiler checks the code without generating any (-fsyntax-only): a binding's
+    # errors are in what it says to torch's headers, and code generation was a third of the time.
+    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", "-Xcompiler=-fsyntax-only",
+             f"-DTORCH_EXTENSION_NAME={path.stem}", "-DTORCH_API_INCLUDE_EXTENSION_H")
     cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=extra)
+    # Device code to PTX only: ptxas's work on the kernels is the torch-free units' check.
+    cmd = [BINDING_GENCODE if arg.startswith("-gencode") else arg for arg in cmd]
     return path, subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -96,31 +105,40 @@ def compile_unit(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedP
     return path, subprocess.run(cmd, capture_output=True, text=True), obj
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    units = torch_free_units()
-    assert units, "no torch-free translation units found under csrc/"
-    out_dir = tmp_path_factory.mktemp("csrc-objects")  # pytest's temporary folder, outside the repo
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda p: compile_unit(p, out_dir), units))
+# One compile per translation unit for the whole run, shared by the tests that read it and by
+# pytest-xdist's workers (make test): the first to ask compiles, the others read its result.
+def compiled(tmp_path_factory, path: Path, binding: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+    """(the nvcc run, with ptxas's report, and the object file) of ``path``."""
+    def make(folder: Path):
+        if binding:
+            _, result = compile_binding(path, folder)
+        else:
+            _, result, _ = compile_unit(path, folder)
+        (folder / "result.json").write_text(json.dumps(
+            {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}))
+
+    folder = run_once(tmp_path_factory, f"csrc-{'binding' if binding else 'unit'}-{path.stem}", make)
+    saved = json.loads((folder / "result.json").read_text())
+    result = subprocess.CompletedProcess(args=[str(path)], returncode=saved["returncode"],
+                                         stdout=saved["stdout"], stderr=saved["stderr"])
+    return result, folder / (path.stem + ".o")
 
 
-@pytest.fixture(scope="module")
-def compiled_bindings(tmp_path_factory):
-    units = binding_units()
-    assert {p.stem for p in units} == set(build_ext.module_names()), "one binding per module expected"
-    out_dir = tmp_path_factory.mktemp("csrc-bindings")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(lambda p: compile_binding(p, out_dir), units))
+def per_unit(units: list[Path]) -> list:
+    return [pytest.param(p, id=p.name) for p in units]
+
+
+def test_one_binding_per_module():
+    assert {p.stem for p in binding_units()} == set(build_ext.module_names()), "one binding per module expected"
 
 
 @needs_nvcc
-def test_bindings_compile_against_the_installed_torch(compiled_bindings):
+@pytest.mark.parametrize("path", per_unit(binding_units()))
+def test_binding_compiles_against_the_installed_torch(path, tmp_path_factory):
     """Every module's pybind11 binding compiles on a CPU machine too, so that an error in one
     shows in CI rather than first in `python -m tools.build_ext` on the GPU host."""
-    failures = [f"{path.relative_to(ROOT)}:\n{result.stderr[-3000:]}" for path, result in compiled_bindings.items()
-                if result.returncode != 0]
-    assert not failures, "\n".join(failures)
+    result, _ = compiled(tmp_path_factory, path, binding=True)
+    assert result.returncode == 0, f"{path.relative_to(ROOT)}:\n{result.stderr[-3000:]}"
 
 
 def test_parse_ptxas_report():
@@ -134,43 +152,48 @@ def test_parse_ptxas_report():
 
 
 @needs_nvcc
-def test_torch_free_units_compile_without_spills(compiled):
+@pytest.mark.parametrize("path", per_unit(torch_free_units()))
+def test_torch_free_unit_compiles_without_spills(path, tmp_path_factory):
     failures, table = [], []
-    for path, result, _ in compiled:
-        rel = path.relative_to(ROOT)
-        if result.returncode != 0:
-            failures.append(f"{rel} failed to compile:\n{result.stderr[-3000:]}")
-            continue
-        for name, info in parse_ptxas(result.stdout + result.stderr).items():
-            table.append(f"{rel}: {name}: {info}")
-            # a stack frame without spills is an array ptxas could not keep in registers (an index
-            # it cannot resolve at compile time): local-memory traffic just the same
-            spilled = info.get("spill_stores", 0) + info.get("spill_loads", 0) + info.get("stack_frame", 0)
-            if spilled and not any(key in name for key in SPILLS_ALLOWED):
-                failures.append(f"{rel}: {name} spills or keeps a stack frame ({info})")
+    result, _ = compiled(tmp_path_factory, path)
+    rel = path.relative_to(ROOT)
+    assert result.returncode == 0, f"{rel} failed to compile:\n{result.stderr[-3000:]}"
+    for name, info in parse_ptxas(result.stdout + result.stderr).items():
+        table.append(f"{rel}: {name}: {info}")
+        # a stack frame without spills is an array ptxas could not keep in registers (an index
+        # it cannot resolve at compile time): local-memory traffic just the same
+        spilled = info.get("spill_stores", 0) + info.get("spill_loads", 0) + info.get("stack_frame", 0)
+        if spilled and not any(key in name for key in SPILLS_ALLOWED):
+            failures.append(f"{rel}: {name} spills or keeps a stack frame ({info})")
     print("\n".join(table))
     assert not failures, "\n".join(failures)
 
 
 @needs_nvcc
-def test_no_kernel_serializes_its_wgmmas(compiled):
+@pytest.mark.parametrize("path", per_unit(torch_free_units()))
+def test_no_kernel_serializes_its_wgmmas(path, tmp_path_factory):
     """ptxas serializes every WGMMA of a kernel it cannot prove safe to pipeline (a call in the
     kernel, accumulators touched while in flight, a wait it cannot match to its group) and says
     so in a "Potential Performance Loss" line (C7514, C7517, C7518, ...): the kernel would then
     run, slowly, with nothing overlapped. Every unit: the attention kernels and, through
     csrc/tests/fp8_test.cu, every FP8 GEMM instance launch_gemm builds."""
-    warnings = [f"{path.relative_to(ROOT)}: {line.strip()}" for path, result, _ in compiled
-                for line in (result.stdout + result.stderr).splitlines()
+    result, _ = compiled(tmp_path_factory, path)
+    warnings = [f"{path.relative_to(ROOT)}: {line.strip()}" for line in (result.stdout + result.stderr).splitlines()
                 if "wgmma" in line.lower() or "Performance Loss" in line]
     assert not warnings, "\n".join(warnings)
 
 
+ATTENTION_UNIT_KERNELS = {"attn_decode.cu": ("attn_decode_kernel", "attn_decode_combine_kernel"),
+                          "attn_prefill.cu": ("attn_prefill_kernel",),
+                          "attn_prefill_ws.cu": ("attn_prefill_ws_kernel",)}
+
+
 @needs_nvcc
-def test_attention_kernels_are_in_the_report(compiled):
-    names = "".join(r.stdout + r.stderr for _, r, _ in compiled)
-    for kernel in ("attn_decode_kernel", "attn_decode_combine_kernel", "attn_prefill_kernel",
-                   "attn_prefill_ws_kernel"):
-        assert kernel in names, f"{kernel} was not compiled by any torch-free unit"
+@pytest.mark.parametrize("path", per_unit([CSRC / "kernels" / "attention" / name for name in ATTENTION_UNIT_KERNELS]))
+def test_attention_kernels_are_in_the_report(path, tmp_path_factory):
+    result, _ = compiled(tmp_path_factory, path)
+    for kernel in ATTENTION_UNIT_KERNELS[path.name]:
+        assert kernel in result.stdout + result.stderr, f"{kernel} was not compiled by {path.name}"
 
 
 # ---- the warp-specialized Hopper prefill (csrc/kernels/attention/prefill_ws_sm90.cuh) -------------
@@ -194,11 +217,11 @@ def sass_functions(sass: str) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def ws_kernels(compiled):
+def ws_kernels(tmp_path_factory):
     """The warp-specialized kernels of attn_prefill_ws.cu: {(head_dim, dtype, paged): (ptxas info, SASS lines)}."""
     from tools.inspect import _tool
 
-    [(_, result, obj)] = [entry for entry in compiled if entry[0] == WS_UNIT]
+    result, obj = compiled(tmp_path_factory, WS_UNIT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_ptxas(result.stdout + result.stderr)
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
@@ -335,12 +358,12 @@ FP8_TEST_UNIT = CSRC / "tests" / "fp8_test.cu"
 
 
 @needs_nvcc
-def test_fp8_gemv_runs_on_the_tensor_cores(compiled):
+def test_fp8_gemv_runs_on_the_tensor_cores(tmp_path_factory):
     """Every format pair's GEMV kernel: its fp8 mma.sync on Hopper is fp8 -> f16 unpacks and f16
     HMMAs (no fp8 mma.sync of its own), B and A in 16-byte loads, no spills, no local memory."""
     from tools.inspect import _tool, opcode_mix
 
-    [(_, result, obj)] = [entry for entry in compiled if entry[0] == FP8_TEST_UNIT]
+    result, obj = compiled(tmp_path_factory, FP8_TEST_UNIT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_ptxas(result.stdout + result.stderr)
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
@@ -365,7 +388,7 @@ FP8_NAMES = {"0": "E4M3", "1": "E5M2"}
 
 
 @needs_nvcc
-def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(compiled):
+def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(tmp_path_factory):
     """Every format pair's swap-AB GEMV kernel at every width (A's rows in WGMMA n 16 / 32 / 64 /
     128) and both block heights (128 or 64 rows of B): fp8 WGMMA m64nXk32 with the weight's
     format in the A slot (.F32.<FB>.<FA>), four per k-block and the first of each fresh, two
@@ -375,7 +398,7 @@ def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(compiled):
     spills, no local memory, no calls, within the registers of 384 (168) or 256 threads (255)."""
     from tools.inspect import _tool, opcode_mix
 
-    [(_, result, obj)] = [entry for entry in compiled if entry[0] == FP8_TEST_UNIT]
+    result, obj = compiled(tmp_path_factory, FP8_TEST_UNIT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_ptxas(result.stdout + result.stderr)
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout

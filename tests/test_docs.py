@@ -19,12 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import load_docs_hook  # tests/support.py
+from support import load_docs_hook, run_once  # tests/support.py
 
 ROOT = Path(__file__).resolve().parent.parent
-# Under pytest-xdist the site is built once, on one worker (the fixtures are per module).
-pytestmark = pytest.mark.xdist_group("docs-site")
-
 pytest.importorskip("mkdocs", reason="mkdocs not installed: pip install -e '.[docs]' (make test does)")
 pytest.importorskip("material", reason="mkdocs-material not installed: pip install -e '.[docs]'")
 
@@ -89,13 +86,17 @@ def measured_tables(page: str) -> list[tuple[list[str], list[list[str]]]]:
 # ---- the real build: results/ as committed ---------------------------------------------------
 @pytest.fixture(scope="module")
 def built_site(tmp_path_factory):
-    site = tmp_path_factory.mktemp("site")
-    env = {"DOCS_RESULTS_DIR": "", "DOCS_GPU": ""}
-    result = mkdocs_build(site, env)
-    if result.returncode:
+    """The site as committed, built once per test run (pytest-xdist's workers share it)."""
+    def make(folder: Path):
+        result = mkdocs_build(folder / "site", {"DOCS_RESULTS_DIR": "", "DOCS_GPU": ""})
+        (folder / "build.json").write_text(json.dumps({"returncode": result.returncode, "stderr": result.stderr}))
+
+    folder = run_once(tmp_path_factory, "docs-site", make)
+    build = json.loads((folder / "build.json").read_text())
+    if build["returncode"]:
         pytest.fail("mkdocs build --strict failed (results/h200/ladder.json and results/inspect.json "
-                    "must be committed; see the message):\n" + result.stderr[-4000:])
-    return site
+                    "must be committed; see the message):\n" + build["stderr"][-4000:])
+    return folder / "site"
 
 
 def test_site_builds_strictly(built_site):
@@ -474,9 +475,10 @@ def overflow_report(page: Path, width: int = WIDTH, extra_html: str = "") -> dic
     if extra_html:
         marker = '<form class="md-feedback"' if '<form class="md-feedback"' in text else "</article>"
         text = text.replace(marker, extra_html + marker, 1)
-    probe = page.with_name("overflow-probe.html")  # beside the page: its assets resolve
+    # beside the page, so that its assets resolve; one per process (pytest-xdist's workers share the site)
+    probe = page.with_name(f"overflow-probe-{os.getpid()}.html")
     probe.write_text(text.replace("</body>", OVERFLOW_PROBE + "</body>"))
-    profile = page.parent / ".chromium-profile"
+    profile = page.parent / f".chromium-profile-{os.getpid()}"
     try:
         result = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
                                  "--disable-background-networking", "--disable-component-update",
