@@ -3,6 +3,7 @@
 import copy
 import functools
 import json
+import re
 
 import pytest
 
@@ -256,3 +257,16 @@ def test_show_picks_each_tables_value_and_results_folder(capsys, monkeypatch):
 def test_transpose_turns_a_pivot_into_kernel_rows():
     headers, body = ["problem", "k1", "fa4"], [["s1k", "1.0", "2.0"], ["s4k", "3.0", "4.0"]]
     assert report.transpose(headers, body) == (["kernel", "s1k", "s4k"], [["k1", "1.0", "3.0"], ["fa4", "2.0", "4.0"]])
+
+
+def test_plot_series_differ_and_ticks_are_plain_numbers():
+    """Up to twenty series, no two share a colour and marker; a log axis reads 200, 500, not
+    2x10^2 (tick labels are SVG text)."""
+    styles = [report.series_style(i) for i in range(20)]
+    assert len(set(styles)) == 20 and len({color for color, _ in styles}) == 20
+    kernels = [f"k{i}" for i in range(1, 17)]
+    rows = [{"kernel": k, "problem": {"seqlen_q": s, "head_dim": 128}, "tflops": 40.0 * i + s / 64,
+             "status": "ok"} for i, k in enumerate(kernels, 1) for s in (1024, 4096)]
+    svg = report.plot_svg({"rows": rows}, kernels)
+    assert "times10" not in svg and "10^" not in svg
+    assert re.search(r">\s*(100|200|500)\s*<", svg), "plain tick labels expected"

@@ -287,6 +287,19 @@ def series(doc: dict, kernels, where=None, x: str = "seqlen_q",
     return {k: sorted(points) for k, points in out.items()}
 
 
+# Twenty colours and ten markers: every series of a plot of up to twenty differs from every
+# other in colour and from its colour neighbour (tab20 pairs a dark and a light shade) in marker.
+SERIES_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*", "h", "<")
+
+
+def series_style(index: int) -> tuple[tuple[float, float, float], str]:
+    """(colour, marker) of the ``index``-th series of a plot."""
+    import matplotlib
+
+    colors = matplotlib.colormaps["tab20"].colors
+    return colors[index % len(colors)], SERIES_MARKERS[index % len(SERIES_MARKERS)]
+
+
 def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "tflops",
              title: str | None = None, highlight=None, log_y: bool = True) -> str:
     """A line per kernel of ``value`` against ``problem[x]``, as SVG text (text kept as text).
@@ -305,11 +318,12 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
     highlight = set(highlight) if highlight is not None else {k for k in kernels if re.fullmatch(r"k\d+", k)}
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "report", "font.size": 9}):
         fig, ax = plt.subplots(figsize=(6.4, 3.4))
-        for k, points in data.items():
+        for i, (k, points) in enumerate(data.items()):
             if not points:
                 continue
             xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", markersize=3.5, label=k,
+            color, marker = series_style(i)
+            ax.plot(xs, ys, marker=marker, markersize=4, label=k, color=color,
                     linestyle="-" if k in highlight else "--", linewidth=2 if k in highlight else 1.2)
         ax.set_xscale("log", base=2)
         xs_all = sorted({p[0] for pts in data.values() for p in pts})
@@ -317,7 +331,13 @@ def plot_svg(doc: dict, kernels, where=None, x: str = "seqlen_q", value: str = "
             ax.set_xticks(xs_all, [seqlen_label(v) for v in xs_all])
             ax.minorticks_off()
         if log_y:
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
             ax.set_yscale("log")
+            # plain numbers (600, not 6x10^2) at 1, 2 and 5 of each decade
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel({"seqlen_q": "sequence length"}.get(x, x.replace("_", " ")))
         ax.set_ylabel(value_label(value))
         if title:
