@@ -220,7 +220,7 @@ os.chdir(ROOT)
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # compile for Hopper even without a GPU
 
 import torch
-from IPython.display import Markdown, display
+from IPython.display import SVG, Markdown, display
 
 import tools.inspect as compile_report  # also keeps the DSL's dump files out of the tree
 from kernels import {r.rung}
@@ -315,6 +315,8 @@ else:
         headers, rows = report.pivot(recorded, kernels, {{"head_dim": 128, "causal": causal}}{label_argument(r)})
         display(Markdown(report.markdown_table(headers, rows)))
     display(Markdown("TFLOP/s. " + report.provenance(recorded["meta"])))
+    display(SVG(report.plot_svg(recorded, kernels, {{"head_dim": 128, "causal": False}},
+                                title="head_dim 128, no mask")))
 """),
     ]
 
