@@ -42,6 +42,7 @@ def available(name: str) -> bool:
 
 
 def built_modules() -> list[str]:
+    """The modules built in lib/ (``python -m tools.build_ext``), e.g. ``["attention", "fp8", "rotary"]``."""
     return sorted(p.stem for p in LIB_DIR.glob("*.so"))
 
 
