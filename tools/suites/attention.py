@@ -7,7 +7,9 @@ at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged an
 layers of a decode step pass it, so the check reads it back once: what a caller pays eagerly per
 layer), the same with a seqlens_k the check has not seen on every call
 (`api-paged-decode-new-lengths`: a step's first layer, one device->host copy), the same without
-the seqlens check (`api-paged-decode-unchecked`) and replayed from
+the seqlens check (`api-paged-decode-unchecked`), through a `DecodePlan` made once and run per
+layer (`plan-paged-decode`) or made anew on every call with new lengths
+(`plan-paged-decode-new-lengths`: a step's planning and its first layer), and replayed from
 a CUDA graph (`cuda-paged-decode-graph`: no host work at all; at page 16 too; as the read floor,
 GRAPH_CALLS calls in one graph on K/V caches taken in turn, enough of them that L2 holds none
 between its reads, and the replay's time divided by the calls); contiguous decode
@@ -197,6 +199,7 @@ def _sdpa(q, k, v, causal, backend_name):
 
 def run(ctx) -> list[dict]:
     from kernels.extension.backend.attention import attention
+    from kernels.extension.backend.plan import DecodePlan
     from kernels.extension.ops import attention as ops
     from kernels.harness.problem import AttentionProblem
     from kernels.harness.reference import reference_attention
@@ -232,6 +235,14 @@ def run(ctx) -> list[dict]:
             turns = itertools.cycle((lens, lens.clone()))
             checked.append(_check("api-paged-decode-new-lengths", pdict, _in_turn(lambda kc, vc: attention(
                 q, kc, vc, page_table=table, seqlens_k=next(turns)), copies), ref, nbytes=kv_bytes))
+            # a serving loop through a plan: planned once, run per layer (each layer's own cache)
+            plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2])
+            checked.append(_check("plan-paged-decode", pdict, _in_turn(
+                lambda kc, vc: plan.run(q, k_cache=kc, v_cache=vc), copies), ref, nbytes=kv_bytes))
+            # and planned anew on every call, with new lengths: a step's plan and its first layer
+            checked.append(_check("plan-paged-decode-new-lengths", pdict, _in_turn(
+                lambda kc, vc: DecodePlan(kc, vc, table, next(turns), heads_q=q.shape[2]).run(q), copies),
+                ref, nbytes=kv_bytes))
         checked.append(_graph_check("cuda-paged-decode-graph", pdict, ours, copies, ref, kv_bytes))
         # the peer under the same replay, so that a comparison need not set a graph row against
         # an eager one (FA4's eager calls are host-bound at small batches)

@@ -1,0 +1,125 @@
+"""Plan once, run many: paged decode as a serving loop calls it.
+
+A decode step calls attention once per layer with the same batch, page table and lengths,
+and the lengths change every step (each sequence grows by a token). ``attention()`` checks the
+lengths against the page table on the first call with new ones (a device->host copy that
+waits for the GPU) and validates and routes each new signature. A plan does that work where
+the caller knows it is due:
+
+    plan = DecodePlan(k_cache, v_cache, page_table, seqlens_k, heads_q=32)   # per step or once
+    for layer in layers:
+        out = plan.run(q, k_cache=layer.k, v_cache=layer.v)                  # per layer
+
+``DecodePlan(...)`` validates the cache, the page table and the lengths' tensor once, picks the
+backend (our paged decode where the module is built and the call is one it runs, else torch's
+path of ``attention()``), and fixes the split count and its workspace for the longest length
+the plan may see (``max_seqlen_k``, default: what the page table holds). ``run()`` checks only
+that ``q`` (and a layer's cache, if given) has the planned shape, dtype and device, and
+launches: it never reads the lengths on the host, so it can be captured in a CUDA graph and
+replayed step after step while the caller updates ``seqlens_k`` (and the page table) in place.
+The lengths are the caller's contract, as with ``check_seqlens=False``: ``check_lengths()``
+checks them against the page table when wanted (one device->host copy).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import loader
+from ..ops import attention as ops
+from .attention import _run_torch, _scale_number, check_seqlens_in_pages, validate_inputs
+
+
+class DecodePlan:
+    """Paged decode (one query token per sequence) planned once; see the module docstring.
+
+    The arguments, in brief:
+
+    - `k_cache`, `v_cache`: [num_pages, page_size, Hkv, D], bf16 or fp16 (fp32: torch only).
+    - `page_table`, `seqlens_k`: int32 [B, max_pages] and [B] on the cache's device; both may be
+      updated in place between runs (a CUDA graph of `run` reads them as they are then).
+    - `heads_q`: query heads, a multiple of Hkv.
+    - `causal`, `scale`: as `attention()` (one query row sees every key of its sequence either way).
+    - `max_seqlen_k`: the longest length any run of this plan will see, which sets the split
+      count (default: max_pages * page_size).
+    """
+
+    def __init__(self, k_cache, v_cache, page_table, seqlens_k, *, heads_q: int, causal: bool = False,
+                 scale: float | None = None, max_seqlen_k: int | None = None):
+        if not isinstance(heads_q, int) or isinstance(heads_q, bool) or heads_q < 1:
+            raise ValueError(f"heads_q must be a positive int, got {heads_q!r}")
+        if causal is not True and causal is not False:
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
+            raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
+        batch, heads_kv, head_dim = page_table.shape[0], k_cache.shape[2], k_cache.shape[3]
+        if heads_q % heads_kv:
+            raise ValueError(f"heads_q ({heads_q}) must be a multiple of the cache's kv heads ({heads_kv})")
+        self.q_shape = (batch, 1, heads_q, head_dim)
+        probe = torch.empty(self.q_shape, dtype=k_cache.dtype, device=k_cache.device)
+        # The checks attention() makes, once, on a query of the planned shape (no data read).
+        validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
+                        check_seqlens=False)
+        for name, t in (("page_table", page_table), ("seqlens_k", seqlens_k)):
+            if t.device != k_cache.device:
+                raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
+        capacity = page_table.shape[1] * k_cache.shape[1]
+        if max_seqlen_k is None:
+            max_seqlen_k = capacity
+        if not isinstance(max_seqlen_k, int) or not 0 <= max_seqlen_k <= capacity:
+            raise ValueError(f"max_seqlen_k must be an int in [0, {capacity}] (the page table's "
+                             f"capacity), got {max_seqlen_k!r}")
+        self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
+        self.causal, self.max_seqlen_k = causal, max_seqlen_k
+        self.scale = None if scale is None else _scale_number(scale)
+        self.dtype, self.device = k_cache.dtype, k_cache.device
+        self.backend = self._choose_backend(head_dim)
+        self.num_splits, self.workspace = 1, None
+        if self.backend == "cuda":
+            group = heads_q // heads_kv
+            self.num_splits = ops.decode_num_splits(batch, heads_kv, 1, group, max(max_seqlen_k, 1), head_dim)
+            size = ops.decode_workspace_size(self.num_splits, batch, heads_q, 1, head_dim)
+            if size:
+                self.workspace = torch.empty(size, dtype=torch.float32, device=self.device)
+
+    def _choose_backend(self, head_dim: int) -> str:
+        """``cuda`` where our paged decode runs this plan, else ``torch``."""
+        if (self.device.type == "cuda" and loader.available("attention") and self.dtype in ops.DTYPES
+                and head_dim in ops.HEAD_DIMS):
+            return "cuda"
+        return "torch"
+
+    def check_lengths(self) -> None:
+        """The lengths within the page table and within ``max_seqlen_k``: one device->host copy."""
+        check_seqlens_in_pages(self.k_cache, self.page_table, self.seqlens_k)
+        longest = int(self.seqlens_k.max()) if self.seqlens_k.numel() else 0
+        if longest > self.max_seqlen_k:
+            raise ValueError(f"seqlens_k holds {longest}, past the plan's max_seqlen_k {self.max_seqlen_k}")
+
+    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
+        """Attention of ``q`` [B, 1, Hq, D] over the planned cache (or a layer's ``k_cache`` /
+        ``v_cache`` of the planned shape, sharing the page table); returns out. O(1) checks."""
+        k_cache = self.k_cache if k_cache is None else k_cache
+        v_cache = self.v_cache if v_cache is None else v_cache
+        if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
+            raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
+                             f"got {tuple(q.shape)} {q.dtype} on {q.device}")
+        if k_cache is not self.k_cache or v_cache is not self.v_cache:
+            for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if t.shape != self.k_cache.shape or t.dtype != self.dtype or t.device != self.device:
+                    raise ValueError(f"{name} must be {tuple(self.k_cache.shape)} {self.dtype} on "
+                                     f"{self.device} as planned, got {tuple(t.shape)} {t.dtype} "
+                                     f"on {t.device}")
+        if self.backend == "cuda":
+            return ops.paged_decode(q, k_cache, v_cache, self.page_table, self.seqlens_k, causal=self.causal,
+                                    scale=self.scale, out=out, lse=lse, num_splits=self.num_splits,
+                                    workspace=self.workspace, check_seqlens=False)
+        return _run_torch(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
+                          None, out, lse)
+
+    def __repr__(self) -> str:
+        batch, _, heads_q, head_dim = self.q_shape
+        return (f"DecodePlan(batch={batch}, heads_q={heads_q}, heads_kv={self.k_cache.shape[2]}, "
+                f"head_dim={head_dim}, page_size={self.k_cache.shape[1]}, backend={self.backend!r}, "
+                f"num_splits={self.num_splits}, max_seqlen_k={self.max_seqlen_k})")
+
