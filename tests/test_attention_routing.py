@@ -5,9 +5,14 @@ production page's table is the one attention() uses."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -321,3 +326,45 @@ def test_production_page_shows_the_routing_table(tmp_path):
     with pytest.raises(hook.MarkerError, match="no rows that time a backend"):
         hook.render_markers("<!-- routing: gpu=h200 -->", "docs/production.md",
                             hook.Data(results_dir=tmp_path / "bare"))
+
+
+# ---- the routes shipped with the package ---------------------------------------------------------
+
+def test_packaged_routes_are_the_ones_results_give(monkeypatch):
+    """routing/<gpu>.json (package data, written by tools.bench --suite attention) holds what
+    results/<gpu>/attention.json ranks (if not: rerun the bench, or write_packaged_routes)."""
+    monkeypatch.delenv(routing.RESULTS_ENV_VAR, raising=False)
+    routing.clear_caches()
+    for results_file in sorted((ROOT / "results").glob("*/attention.json")):
+        gpu = results_file.parent.name
+        assert routing.packaged_routes(gpu) == routing.load_routes(gpu, ROOT / "results"), \
+            f"kernels/extension/backend/routing/{gpu}.json is stale: attention_routing.write_packaged_routes"
+        assert backend.routing_table(gpu) == routing.routing_table(gpu, ROOT / "results")
+    routing.clear_caches()
+
+
+def test_an_installed_wheel_routes_as_the_repository(tmp_path):
+    """The wheel carries the routes: unpacked where no results/ exists, its routing_table("h200")
+    is the repository's (the wheel built without isolation, from this environment's setuptools)."""
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist"), str(ROOT)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "kernels/extension/backend/routing/h200.json" in archive.namelist()
+        archive.extractall(tmp_path / "site")  # a wheel's tree is what it installs: no results/ in it
+    probe = ("import dataclasses, json, kernels\n"
+             "from kernels.extension.backend import attention_routing as r\n"
+             "table = [dataclasses.asdict(x) for x in r.routing_table('h200')]\n"
+             "print(json.dumps([kernels.__file__, table]))")
+    env = {k: v for k, v in os.environ.items() if k != routing.RESULTS_ENV_VAR}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    where, table = json.loads(run.stdout.strip().splitlines()[-1])
+    assert where.startswith(str(tmp_path / "site")), f"imported {where}, not the installed copy"
+    repository = routing.routing_table("h200", ROOT / "results")
+    expected = json.loads(json.dumps([dataclasses.asdict(r) for r in repository]))
+    assert table == expected and table

@@ -214,6 +214,12 @@ def main(argv=None) -> int:
     path.write_text(json.dumps(doc, indent=1) + "\n")
     console.print(f"wrote {path.relative_to(report.ROOT)}: {len(rows)} rows measured, {len(doc['rows'])} "
                   f"in the file; {report.provenance(doc['meta'])}")
+    if args.suite == "attention":  # attention()'s routing ships with the package: derived here
+        from kernels.extension.backend import attention_routing
+
+        packaged = attention_routing.write_packaged_routes(path.parent.name, report.RESULTS)
+        if packaged is not None:
+            console.print(f"wrote {packaged.relative_to(report.ROOT)}: attention()'s routes on this GPU")
     wrong = [r for r in rows if r["status"].startswith("wrong")]
     for r in wrong:
         console.print(f"[red]{r['kernel']} {r['problem']}: {r['status']}[/red]")

@@ -351,9 +351,9 @@ _UNSUPPORTED = {"cuda": _cuda_unsupported, "fa4": _fa4_unsupported, "torch": _to
 
 def routing_table(gpu: str | None = None, results_dir=None) -> list[Route]:
     """The measured backend order of every bucket (phase, head_dim) on `gpu`, a results folder
-    such as "h200" (default: the current CUDA device's; [] without one). `results_dir` is the
-    results root (default results/, or $KERNELS_RESULTS_DIR). Buckets not listed, and GPUs
-    without results, use the default order BACKENDS."""
+    such as "h200" (default: the current CUDA device's; [] without one): the routes shipped with
+    the package, or from a results root (`results_dir`, or $KERNELS_RESULTS_DIR) where given.
+    Buckets not listed, and GPUs without results, use the default order BACKENDS."""
     if gpu is None:
         if not torch.cuda.is_available():
             return []

@@ -22,12 +22,18 @@ kernel and masks what needs masking (lengths, pages, bottom-right causal), which
 so ``torch`` stays last. Rows of other variants (the FP32
 ``-scalar`` kernels, CUDA-graph replays) are not what ``attention()`` runs and are ignored.
 
-The results are read once per GPU folder and cached; this module reads the JSON itself (the
-production layer imports neither ``tools`` nor ``kernels.registry``).
+The routes ship with the package (``routing/<gpu>.json`` beside this module, package data):
+``tools.bench --suite attention`` derives them from the results file it writes
+(:func:`write_packaged_routes`), and a test holds them to ``results/``, so an installed copy,
+which has no ``results/``, routes as the repository does. ``$KERNELS_RESULTS_DIR`` reads a
+results root of your own instead (``<dir>/<gpu>/attention.json``). Read once per GPU folder and
+cached; this module reads the JSON itself (the production layer imports neither ``tools`` nor
+``kernels.registry``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -41,7 +47,9 @@ from ..ops import attention as ops
 DEFAULT_ORDER = ("cuda", "fa4", "torch")
 PHASES = ("decode", "prefill", "paged-decode", "paged-prefill")
 SUITE = "attention"
-RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"  # in a source checkout
+# The routes derived from results/<gpu>/attention.json, shipped with the package.
+PACKAGED_DIR = Path(__file__).resolve().parent / "routing"
 # Another results root (same layout: <dir>/<gpu>/attention.json), e.g. measurements of your own.
 RESULTS_ENV_VAR = "KERNELS_RESULTS_DIR"
 
@@ -142,24 +150,61 @@ def routes_from_results(doc: dict, default_order=DEFAULT_ORDER) -> dict[tuple[st
     return routes
 
 
-def results_dir() -> Path:
-    return Path(os.environ.get(RESULTS_ENV_VAR) or RESULTS_DIR)
+def results_dir() -> Path | None:
+    """$KERNELS_RESULTS_DIR, or None: the packaged routes."""
+    env = os.environ.get(RESULTS_ENV_VAR)
+    return Path(env) if env else None
 
 
 def routes(gpu: str) -> dict[tuple[str, int], Route]:
-    """The routes of ``gpu`` from the results root in use (results/ or $KERNELS_RESULTS_DIR)."""
+    """The routes of ``gpu``: the packaged ones, or from $KERNELS_RESULTS_DIR where it is set."""
     return _routes_under(gpu, os.environ.get(RESULTS_ENV_VAR))
 
 
 @functools.cache  # attention() asks on every call: no Path built per call, only this lookup
 def _routes_under(gpu: str, results_env: str | None) -> dict[tuple[str, int], Route]:
-    return load_routes(gpu, Path(results_env or RESULTS_DIR))
+    return load_routes(gpu, Path(results_env)) if results_env else packaged_routes(gpu)
 
 
 def clear_caches() -> None:
-    """Forget the routes read so far (the next call reads the results files again)."""
+    """Forget the routes read so far (the next call reads the files again)."""
     _routes_under.cache_clear()
     load_routes.cache_clear()
+    packaged_routes.cache_clear()
+
+
+def routes_document(routes: dict[tuple[str, int], Route], meta: dict) -> dict:
+    """The packaged form of ``routes``: the results file's provenance and one entry per bucket."""
+    keep = ("gpu", "driver", "cuda", "torch", "commit", "date")
+    return {"meta": {k: meta[k] for k in keep if k in meta},
+            "routes": [dataclasses.asdict(route) for route in ordered(routes)]}
+
+
+def write_packaged_routes(gpu: str, root: Path = RESULTS_DIR) -> Path | None:
+    """Derive ``routing/<gpu>.json`` from ``<root>/<gpu>/attention.json`` (tools.bench calls it
+    after recording the attention suite); None where that file gives no routes."""
+    path = root / gpu / f"{SUITE}.json"
+    found = load_routes(gpu, root)
+    if not found:
+        return None
+    PACKAGED_DIR.mkdir(exist_ok=True)
+    out = PACKAGED_DIR / f"{gpu}.json"
+    out.write_text(json.dumps(routes_document(found, json.loads(path.read_text())["meta"]), indent=1) + "\n")
+    return out
+
+
+@functools.cache
+def packaged_routes(gpu: str) -> dict[tuple[str, int], Route]:
+    """The routes shipped for ``gpu`` ({} where none: the default order)."""
+    path = PACKAGED_DIR / f"{gpu}.json"
+    if not path.is_file():
+        return {}
+    routes = {}
+    for entry in json.loads(path.read_text())["routes"]:
+        route = Route(**{**entry, "order": tuple(entry["order"]), "measured": tuple(entry["measured"]),
+                         "wrong": tuple(entry["wrong"])})
+        routes[(route.phase, route.head_dim)] = route
+    return routes
 
 
 @functools.cache
@@ -189,5 +234,7 @@ def ordered(routes: dict[tuple[str, int], Route]) -> list[Route]:
 
 
 def routing_table(gpu: str, root: Path | None = None) -> list[Route]:
-    """Every measured bucket of ``gpu`` (a results folder such as "h200"), by phase and head_dim."""
-    return ordered(load_routes(gpu, Path(root) if root is not None else results_dir()))
+    """Every measured bucket of ``gpu`` (a results folder such as "h200"), by phase and head_dim:
+    from the results root ``root`` (or $KERNELS_RESULTS_DIR) where given, else the packaged routes."""
+    root = Path(root) if root is not None else results_dir()
+    return ordered(load_routes(gpu, root) if root is not None else packaged_routes(gpu))
