@@ -10,6 +10,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -346,13 +347,21 @@ def test_packaged_routes_are_the_ones_results_give(monkeypatch):
 def test_an_installed_wheel_routes_as_the_repository(tmp_path):
     """The wheel carries the routes: unpacked where no results/ exists, its routing_table("h200")
     is the repository's (the wheel built without isolation, from this environment's setuptools)."""
+    # built from a copy of the tracked files: setuptools leaves build/ in the tree it builds
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tmp_path / "src" / name)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp_path / "dist"), str(ROOT)],
+                            "-w", str(tmp_path / "dist"), str(tmp_path / "src")],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-2000:]
     [wheel] = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         assert "kernels/extension/backend/routing/h200.json" in archive.namelist()
+        # tools/ runs from a checkout: no top-level `tools` package installed beside others'
+        assert not [name for name in archive.namelist() if name.startswith("tools/")]
         archive.extractall(tmp_path / "site")  # a wheel's tree is what it installs: no results/ in it
     probe = ("import dataclasses, json, kernels\n"
              "from kernels.extension.backend import attention_routing as r\n"
