@@ -74,11 +74,12 @@ def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.Complet
         (stubs / name).write_text("#pragma once\n" + text)
     includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
     # The host compiler checks the code without generating any (-fsyntax-only): a binding's
-    # errors are in what it says to torch's headers, and code generation was a third of the time.
-    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", "-Xcompiler=-fsyntax-only",
+    # errors are in what it says to torch's headers, not in the code generated for it.
+    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", "-Xcompiler=-fsyntax-only", "-Xcicc", "-O0",
              f"-DTORCH_EXTENSION_NAME={path.stem}", "-DTORCH_API_INCLUDE_EXTENSION_H")
     cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=extra)
-    # Device code to PTX only: ptxas's work on the kernels is the torch-free units' check.
+    # Device code to unoptimized PTX only (-Xcicc -O0 above): ptxas's work on the kernels is the
+    # torch-free units' check.
     cmd = [BINDING_GENCODE if arg.startswith("-gencode") else arg for arg in cmd]
     return path, subprocess.run(cmd, capture_output=True, text=True)
 
