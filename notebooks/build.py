@@ -206,7 +206,7 @@ def cells(r: Rung) -> list:
 say so, and the last section shows the numbers recorded on an H200 instead.
 
 The kernel lives in `kernels/{r.rung}.py`; this notebook imports it, it never redefines it.
-The worklog page `docs/worklog/{r.rung}.md` walks through its code.
+The worklog page, [docs/worklog/{r.rung}.md](../docs/worklog/{r.rung}.md), walks through its code.
 """),
         md("## Set-up"),
         code(f"""

@@ -576,3 +576,15 @@ def test_scaling_marker_is_pending_until_a_multi_gpu_file_exists(hook, data):
     path.write_text(json.dumps({"meta": meta, "rows": rows}))
     with pytest.raises(hook.MarkerError, match="lacks gpus"):
         hook.render_markers(marker, "docs/other.md", hook.Data(results_dir=data.results_dir))
+
+
+def test_notebook_pages_link_their_worklog_page(built_site, hook):
+    """A notebook links its page as ../docs/worklog/kN.md (Jupyter, GitHub); on the site that
+    link leads to the worklog page's URL."""
+    assert hook.site_links_of_notebook('<a href="../docs/worklog/k2.md#the-code">') == \
+        '<a href="../../worklog/k2/#the-code">'
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        rung = nb.stem.split("_")[1]
+        page = (built_site / "notebooks" / nb.stem / "index.html").read_text()
+        assert f'href="../../worklog/{rung}/"' in page, nb.name
+        assert (built_site / "worklog" / rung / "index.html").is_file()

@@ -754,6 +754,22 @@ def on_page_markdown(markdown, page, config, files):
         raise PluginError(str(exc)) from None
 
 
+# A notebook links its worklog page by its path in the repository (which Jupyter and GitHub
+# follow); on the site the notebook's page is notebooks/<name>/ and the worklog's worklog/kN/.
+NOTEBOOK_WORKLOG_LINK = re.compile(r'href="\.\./docs/worklog/(k\d+)\.md(#[^"]*)?"')
+
+
+def site_links_of_notebook(html_text: str) -> str:
+    """A rendered notebook's links to ``../docs/worklog/kN.md`` as the site's ``../../worklog/kN/``."""
+    return NOTEBOOK_WORKLOG_LINK.sub(lambda m: f'href="../../worklog/{m.group(1)}/{m.group(2) or ""}"', html_text)
+
+
+def on_page_content(html_text, page, config, files):
+    if page.file.src_uri.endswith(".ipynb"):
+        return site_links_of_notebook(html_text)
+    return html_text
+
+
 def on_serve(server, config, builder):
     """Rebuild on changes to what the pages are generated from."""
     for folder in ("kernels", "results", "notebooks", "tools"):
