@@ -133,3 +133,25 @@ def test_kernel_plan_under_graph_replay_follows_the_lengths():
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(out.double(), reference(q, k, v, step), atol=2e-2, rtol=2e-2)
+
+
+def test_the_backend_is_chosen_as_attention_chooses(monkeypatch):
+    """use_backend, the measured order and capability, among the backends a plan runs: where
+    our kernel can run the call it gets the planned split count; use_backend('fa4') is refused."""
+    import importlib
+
+    from kernels.extension.backend import use_backend
+
+    backend = importlib.import_module("kernels.extension.backend.attention")  # the module, not the function
+
+    _, _, _, k_cache, v_cache, table = paged_problem()
+    lens = torch.full((BATCH,), SK, dtype=torch.int32)
+    with use_backend("fa4"), pytest.raises(RuntimeError, match="use_backend"):
+        DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
+    monkeypatch.setitem(backend._UNSUPPORTED, "cuda", lambda call: None)  # as on a Hopper host
+    monkeypatch.setattr(plan_module.ops, "decode_num_splits", lambda *shape: 4)
+    monkeypatch.setattr(plan_module.ops, "decode_workspace_size", lambda *shape: 10)
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
+    assert (plan.backend, plan.num_splits, plan.workspace.numel()) == ("cuda", 4, 10)
+    monkeypatch.setattr(plan_module, "backend_order", lambda call: ("fa4", "torch", "cuda"))
+    assert DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ).backend == "torch"

@@ -11,8 +11,8 @@ the caller knows it is due:
         out = plan.run(q, k_cache=layer.k, v_cache=layer.v)                  # per layer
 
 ``DecodePlan(...)`` validates the cache, the page table and the lengths' tensor once, picks the
-backend (our paged decode where the module is built and the call is one it runs, else torch's
-path of ``attention()``), and fixes the split count and its workspace for the longest length
+backend as ``attention()`` would (our paged decode or torch's path; FlashAttention-4's is not
+planned), and fixes the split count and its workspace for the longest length
 the plan may see (``max_seqlen_k``, default: what the page table holds). ``run()`` checks only
 that ``q`` (and a layer's cache, if given) has the planned shape, dtype and device, and
 launches: it never reads the lengths on the host, so it can be captured in a CUDA graph and
@@ -25,9 +25,19 @@ from __future__ import annotations
 
 import torch
 
-from .. import loader
 from ..ops import attention as ops
-from .attention import _run_torch, _scale_number, check_seqlens_in_pages, validate_inputs
+from .attention import (
+    _UNSUPPORTED,
+    _run_torch,
+    _scale_number,
+    _strict_backend,
+    backend_order,
+    check_seqlens_in_pages,
+    describe_call,
+    validate_inputs,
+)
+
+PLAN_BACKENDS = ("cuda", "torch")  # what a plan can run (FlashAttention-4's paged decode: not yet)
 
 
 class DecodePlan:
@@ -73,7 +83,7 @@ class DecodePlan:
         self.causal, self.max_seqlen_k = causal, max_seqlen_k
         self.scale = None if scale is None else _scale_number(scale)
         self.dtype, self.device = k_cache.dtype, k_cache.device
-        self.backend = self._choose_backend(head_dim)
+        self.backend = self._choose_backend(probe)
         self.num_splits, self.workspace = 1, None
         if self.backend == "cuda":
             group = heads_q // heads_kv
@@ -82,12 +92,16 @@ class DecodePlan:
             if size:
                 self.workspace = torch.empty(size, dtype=torch.float32, device=self.device)
 
-    def _choose_backend(self, head_dim: int) -> str:
-        """``cuda`` where our paged decode runs this plan, else ``torch``."""
-        if (self.device.type == "cuda" and loader.available("attention") and self.dtype in ops.DTYPES
-                and head_dim in ops.HEAD_DIMS):
-            return "cuda"
-        return "torch"
+    def _choose_backend(self, probe) -> str:
+        """As attention() chooses (use_backend, $KERNELS_ATTENTION_BACKEND, the measured order,
+        capability), among the backends a plan runs: our paged decode and the torch path."""
+        call = describe_call(probe, self.k_cache, self.v_cache, page_table=self.page_table)
+        strict = _strict_backend.get()
+        for name in (strict,) if strict is not None else backend_order(call):
+            if name in PLAN_BACKENDS and _UNSUPPORTED[name](call) is None:
+                return name
+        raise RuntimeError(f"DecodePlan runs {' or '.join(PLAN_BACKENDS)}; neither runs this call "
+                           + (f"with use_backend({strict!r})" if strict is not None else ""))
 
     def check_lengths(self) -> None:
         """The lengths within the page table and within ``max_seqlen_k``: one device->host copy."""
