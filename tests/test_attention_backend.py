@@ -351,11 +351,11 @@ def length_reads(monkeypatch):
     the routed-call and checked-lengths caches cleared."""
     import sys
 
-    module = sys.modules["kernels.extension.backend.attention"]
-    module.clear_routed_calls()
+    sys.modules["kernels.extension.backend.attention"].clear_routed_calls()
+    validation = sys.modules["kernels.extension.backend.validation"]
     reads = []
-    real = module._length_range
-    monkeypatch.setattr(module, "_length_range", lambda *args: reads.append(1) or real(*args))
+    real = validation._length_range
+    monkeypatch.setattr(validation, "_length_range", lambda *args: reads.append(1) or real(*args))
     return reads
 
 

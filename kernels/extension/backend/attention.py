@@ -49,10 +49,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import math
-import numbers
 import os
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +58,16 @@ from .. import loader
 from ..ops import attention as ops
 from . import attention_routing
 from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kernel
+from .torch_path import _run_torch
+from .validation import (
+    _check_causal,
+    _check_out_lse,
+    _scale_number,
+    cache_capacity,
+    check_seqlens_in_pages,
+    forget_checked_lengths,
+    validate_inputs,
+)
 
 BACKENDS = DEFAULT_ORDER
 ENV_VAR = "KERNELS_ATTENTION_BACKEND"
@@ -84,167 +91,6 @@ def use_backend(name: str):
         yield
     finally:
         _strict_backend.reset(token)
-
-
-# ---- validation (every backend) ------------------------------------------------------------
-
-# The largest scale the kernels can take: they receive it as an fp32.
-_FP32_MAX = 3.4028234663852886e38
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured on the current stream (t: a tensor of the call; a
-    CUDA tensor means CUDA is there, cheaper to ask than torch.cuda.is_available())."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_k=None,
-                    cu_seqlens_q=None, check_seqlens=True) -> None:
-    """Raise TypeError / ValueError naming the bad input. With `check_seqlens`, lengths beyond
-    the page table and packed offsets (cu_seqlens_q) are checked with one device->host copy,
-    skipped while a CUDA graph is being captured and for the tensors that passed the last check
-    unmodified (check_seqlens_in_pages)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise TypeError(f"{name} must be bfloat16, float16 or float32, got {t.dtype}")
-    for name, t in (("mask", mask), ("page_table", page_table), ("seqlens_k", seqlens_k),
-                    ("cu_seqlens_q", cu_seqlens_q)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    packed = cu_seqlens_q is not None
-    paged = page_table is not None
-    if packed and not paged:
-        raise ValueError("cu_seqlens_q (ragged queries) is supported with a paged cache (page_table)")
-    if paged and seqlens_k is None:
-        raise ValueError("a paged cache needs seqlens_k [B] int32")
-    if seqlens_k is not None and not paged:
-        raise ValueError("seqlens_k (key lengths) needs a paged cache (page_table); contiguous k, v "
-                         "hold seqlen_k = k.shape[1] keys for every batch")
-    if packed and cu_seqlens_q.dtype != torch.int32:
-        raise TypeError(f"cu_seqlens_q must be int32, got {cu_seqlens_q.dtype}")
-    if packed and (cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] == 0):
-        raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")
-    if q.dim() != (3 if packed else 4):
-        expected = "[total_q, Hq, D]" if packed else "[B, Sq, Hq, D]"
-        raise ValueError(f"q must be {expected}, got shape {tuple(q.shape)}")
-    if k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(f"k and v must be 4-D with one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    heads_q, head_dim = q.shape[-2], q.shape[-1]
-    heads_kv = k.shape[2]
-    if k.shape[3] != head_dim:
-        raise ValueError(f"k head_dim {k.shape[3]} != q head_dim {head_dim}")
-    if head_dim == 0:
-        raise ValueError("head_dim must be at least 1, got 0")
-    if heads_kv == 0 or heads_q % heads_kv:
-        raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        raise ValueError("q, k, v must have a contiguous last dim")
-    if scale is not None:
-        scale = _scale_number(scale)  # the type checks
-        if not (math.isfinite(scale) and 0 < scale * math.log2(math.e) <= _FP32_MAX):
-            # the kernels scale by scale * log2(e) in float32: inf past this, and NaN rows
-            raise ValueError(f"scale must be a positive number with scale * log2(e) within float32's range, "
-                             f"got {scale}")
-    batch = (cu_seqlens_q.shape[0] - 1) if packed else q.shape[0]
-    if not paged and k.shape[0] != batch:
-        raise ValueError(f"k batch {k.shape[0]} != q batch {batch}")
-    if paged:
-        for name, t, dims in (("page_table", page_table, 2), ("seqlens_k", seqlens_k, 1)):
-            if t.dtype != torch.int32:
-                raise TypeError(f"{name} must be int32, got {t.dtype}")
-            if t.dim() != dims or t.shape[0] != batch:
-                raise ValueError(f"{name} must have batch {batch} as its first of {dims} dims, "
-                                 f"got {tuple(t.shape)}")
-        if packed and batch == 0 and q.shape[0] != 0:
-            raise ValueError(f"cu_seqlens_q must end at total_q = q.shape[0] = {q.shape[0]}, got "
-                             f"{cu_seqlens_q.tolist()}")
-        if check_seqlens:
-            check_seqlens_in_pages(k, page_table, seqlens_k, cu_seqlens_q=cu_seqlens_q, total_q=q.shape[0])
-    if mask is not None:
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be bool (True = keep), got {mask.dtype}")
-        if mask.dim() not in (2, 3) or mask.shape[0] != batch:
-            raise ValueError(f"mask must be [B, Sk] or [B, Sq, Sk] with B = {batch}, got {tuple(mask.shape)}")
-        if not paged and mask.shape[-1] != k.shape[1]:
-            raise ValueError(f"mask last dim must be seqlen_k = {k.shape[1]}, got {tuple(mask.shape)}")
-        if mask.dim() == 3 and not packed and mask.shape[1] != q.shape[1]:
-            raise ValueError(f"mask [B, Sq, Sk] needs Sq = {q.shape[1]}, got {tuple(mask.shape)}")
-
-
-# The last lengths that passed the check: (a weak reference to the seqlens_k tensor, one to the
-# cu_seqlens_q tensor (_NO_OFFSETS for none), (their version counters, what they were checked
-# against)). Every layer of a decode (or chunked-prefill) step passes the same tensors,
-# unchanged, so only the step's first call reads them back (the read waits for the GPU: 49 us a
-# call at B = 1 on the H200, four times the kernel under graph replay). One tuple, rebound whole.
-def _NO_OFFSETS():  # a dead weak reference's stand-in: calls return None, as cu_seqlens_q=None
-    return None
-
-
-_last_checked_lengths: tuple = (None, _NO_OFFSETS, None)
-
-
-def _length_range(seqlens_k, cu_seqlens_q=None, total_q: int = 0) -> tuple[int, int, bool]:
-    """(min, max) of the lengths and whether cu_seqlens_q (if given) runs from 0 to total_q
-    without decreasing: one device->host copy."""
-    parts = [seqlens_k.min(), seqlens_k.max()]
-    if cu_seqlens_q is not None:
-        steps = cu_seqlens_q[1:] >= cu_seqlens_q[:-1]
-        parts.append((steps.all() & (cu_seqlens_q[0] == 0) & (cu_seqlens_q[-1] == total_q)).to(torch.int32))
-    values = torch.stack(parts).tolist()
-    return int(values[0]), int(values[1]), cu_seqlens_q is None or bool(values[2])
-
-
-def cache_capacity(k_cache, page_table) -> int:
-    """Keys a paged cache can hold per sequence: max_pages * page_size."""
-    return page_table.shape[1] * k_cache.shape[1]
-
-
-def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None, cu_seqlens_q=None,
-                           total_q: int = 0) -> None:
-    """Every length within the page table, and packed queries' offsets (cu_seqlens_q) from 0 to
-    total_q without decreasing (one device->host copy); skipped while a CUDA graph is being
-    captured, and for the tensors that passed the last check unmodified since (their version
-    counters: torch's in-place ops bump them; a kernel of the caller's own that writes the
-    lengths through a raw pointer does not, nor does the replay of a CUDA graph that writes them,
-    and a length past the page table then gives that sequence NaN, as under capture). Inference
-    tensors keep no version counter: checked on every call. `capacity` (max_pages * page_size)
-    where the caller knows it (a cached plan: the signature fixes both shapes)."""
-    global _last_checked_lengths
-    if capacity is None:
-        capacity = cache_capacity(k_cache, page_table)
-    last_lengths, last_offsets, last_stamp = _last_checked_lengths
-    # First, and in this order: every layer after a step's first one ends here. Tensors that
-    # passed before are no inference tensors, so their version counters can be read.
-    if (last_lengths is not None and last_lengths() is seqlens_k and last_offsets() is cu_seqlens_q
-            and last_stamp == (seqlens_k._version, capacity,
-                               None if cu_seqlens_q is None else cu_seqlens_q._version, total_q)):
-        return
-    if _capturing(seqlens_k):
-        return
-    if seqlens_k.shape[0] == 0:  # no sequence: cu_seqlens_q (if any) is [0], q empty (validate_inputs)
-        if cu_seqlens_q is not None and int(cu_seqlens_q[0]) != 0:
-            raise ValueError(f"cu_seqlens_q must start at 0, got {cu_seqlens_q.tolist()}")
-        return
-    lo, hi, offsets_ok = _length_range(seqlens_k, cu_seqlens_q, total_q)
-    if lo < 0 or hi > capacity:
-        raise ValueError(f"seqlens_k must be in [0, max_pages * page_size = {capacity}], "
-                         f"got values in [{lo}, {hi}]")
-    if not offsets_ok:
-        raise ValueError(f"cu_seqlens_q must start at 0, end at total_q = q.shape[0] = {total_q} and never "
-                         f"decrease, got {cu_seqlens_q.tolist()}")
-    if cu_seqlens_q is None:
-        if not seqlens_k.is_inference():
-            _last_checked_lengths = (weakref.ref(seqlens_k), _NO_OFFSETS,
-                                     (seqlens_k._version, capacity, None, 0))
-    elif not (seqlens_k.is_inference() or cu_seqlens_q.is_inference()):
-        _last_checked_lengths = (weakref.ref(seqlens_k), weakref.ref(cu_seqlens_q),
-                                 (seqlens_k._version, capacity, cu_seqlens_q._version, total_q))
 
 
 # ---- what the choice depends on -------------------------------------------------------------
@@ -455,10 +301,10 @@ _PLAIN_SCALES = (float, int, type(None))
 
 
 def clear_routed_calls() -> None:
-    global _last_routed, _last_checked_lengths
+    global _last_routed
     _ROUTED.clear()
     _last_routed = (None, None)
-    _last_checked_lengths = (None, _NO_OFFSETS, None)
+    forget_checked_lengths()
 
 
 def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
@@ -547,28 +393,6 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
 
 
-def _scale_number(scale) -> float:
-    """A scale given as another kind of number or a one-element tensor, as the float every backend
-    takes (SDPA refuses a tensor of shape [1], FA4 wants a Python number); the errors name it."""
-    if isinstance(scale, torch.Tensor):
-        if scale.numel() != 1:
-            raise ValueError(f"scale must be a number or a one-element tensor, got a tensor of shape "
-                             f"{tuple(scale.shape)}")
-        return float(scale)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a number, got {scale!r}")
-    return float(scale)
-
-
-def _check_causal(causal) -> None:
-    """causal must be a bool: any other value (a string "no", a tensor) would be taken for its
-    truth and run a mask the caller did not mean."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-
-
-# ---- runners: one per backend and kind of call, all with one signature --------------------------
-
 def _runner(name, q, k, page_table, cu_seqlens_q):
     """The function that runs a validated call on backend `name`; the cuda backend's depends on
     the call's kind (its shapes), so it is chosen here once per signature, not on every call.
@@ -647,176 +471,3 @@ def _run_fa4(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, 
         out.copy_(o)
         return out
     return o
-
-
-def _check_out_lse(q, out, lse, packed: bool) -> None:
-    """The checks the binding makes of `out` and `lse`, for the backends that fill them by copy
-    (fa4, torch), where a wrong dtype or shape would be converted or broadcast silently."""
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-        if out.dtype != q.dtype or out.shape != q.shape or out.device != q.device:
-            raise ValueError(f"out must have q's dtype, shape and device ({q.dtype}, {tuple(q.shape)}, "
-                             f"{q.device}), got {out.dtype}, {tuple(out.shape)}, {out.device}")
-    if lse is not None:
-        if not isinstance(lse, torch.Tensor):
-            raise TypeError(f"lse must be a torch.Tensor or None, got {type(lse).__name__}")
-        shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
-        if lse.dtype != torch.float32 or lse.shape != shape or lse.device != q.device:
-            layout = "[heads_q, total_q]" if packed else "[batch, heads_q, seqlen_q]"
-            raise ValueError(f"lse must be float32 {layout} = {list(shape)} on {q.device}, got {lse.dtype} "
-                             f"{list(lse.shape)} on {lse.device}")
-
-
-# ---- torch fallback -------------------------------------------------------------------------
-
-def _pages_in_use(page_table, seqlens_k, num_pages: int, page_size: int, length: int):
-    """The first ceil(length / page_size) columns of the page table as int64, each sequence's
-    entries past its length set to page 0 (any value may stand there), after checking that the
-    entries in use name pages of the cache: the torch path reads pages by indexing, where a
-    negative id would wrap around and one past the cache fail inside torch (on CUDA, a
-    device-side assert). One device->host copy."""
-    pages = -(-length // page_size)
-    if pages > page_table.shape[1]:  # check_seqlens=False lets such lengths through to here
-        capacity = page_table.shape[1] * page_size
-        raise ValueError(f"seqlens_k must be in [0, max_pages * page_size = {capacity}], got up to {length}")
-    table = page_table[:, :pages].long()
-    starts = torch.arange(pages, device=table.device).view(1, -1) * page_size
-    in_use = starts < seqlens_k.to(table.device).view(-1, 1)
-    bad = in_use & ((table < 0) | (table >= num_pages))
-    if bool(bad.any()):
-        b, j = bad.nonzero()[0].tolist()
-        raise ValueError(f"page_table[{b}, {j}] = {int(table[b, j])} is not a page of the cache "
-                         f"(0 .. {num_pages - 1}); sequence {b} holds {int(seqlens_k[b])} keys")
-    return torch.where(in_use, table, 0)
-
-
-def _gather_pages(cache, table, length):
-    """[num_pages, page_size, H, D] and a table from _pages_in_use -> [B, length, H, D] (keys
-    past seqlens are masked later)."""
-    gathered = cache[table]  # [B, pages, page_size, H, D]
-    return gathered.reshape(table.shape[0], -1, *cache.shape[2:])[:, :length]
-
-
-def _no_key(q, heads_q: int, rows: int, batch: int, need_lse: bool):
-    """The result for rows that see no key: zeros, LSE -inf ([batch, heads_q, rows])."""
-    lse = torch.full((batch, heads_q, rows), float("-inf"), device=q.device) if need_lse else None
-    return q.new_zeros((batch, rows, heads_q, q.shape[-1])), lse
-
-
-def _dense_torch(q, k, v, causal, scale, key_lens, mask, need_lse=True):
-    """q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], key_lens [B] (keys >= len masked). -> out, lse."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
-    scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
-    keys = torch.arange(seqlen_k, device=q.device)
-    lens = key_lens.to(q.device).long().view(batch, 1, 1)
-    allowed = keys.view(1, 1, -1) < lens  # [B, 1, Sk]
-    if causal:
-        rows = torch.arange(seqlen_q, device=q.device).view(1, -1, 1)
-        allowed = allowed & (keys.view(1, 1, -1) <= rows + lens - seqlen_q)
-    allowed = allowed.expand(batch, seqlen_q, seqlen_k)
-    if mask is not None:  # at least seqlen_k long (validate_inputs, _check_mask_covers)
-        m = mask[..., :seqlen_k]
-        allowed = allowed & (m.unsqueeze(1) if m.dim() == 2 else m)
-    group = heads_q // heads_kv
-    qh = q.transpose(1, 2)
-    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
-    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
-    attn_mask = allowed.unsqueeze(1)  # [B, 1, Sq, Sk]
-    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=attn_mask, scale=scale)
-    row_sees_key = allowed.any(-1).unsqueeze(1).unsqueeze(-1)  # [B, 1, Sq, 1]
-    out = torch.where(row_sees_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
-    if not need_lse:
-        return out.transpose(1, 2), None
-    scores = (qh.float() @ kh.float().transpose(-1, -2)) * scale
-    lse = torch.logsumexp(scores.masked_fill(~attn_mask, float("-inf")), dim=-1)  # [B, Hq, Sq]
-    return out.transpose(1, 2), lse
-
-
-def _sdpa_dense(q, k, v, causal, scale):
-    """torch SDPA on q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] where no key needs masking beyond
-    causal with Sq == Sk (top-left = bottom-right): GQA natively, so SDPA's flash, cuDNN or
-    efficient kernels (and their backward) can take the call."""
-    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, scale=scale,
-                                                           enable_gqa=q.shape[2] != k.shape[2])
-    return out.transpose(1, 2)
-
-
-def _check_mask_covers(mask, length: int, longest_q: int | None = None) -> None:
-    """The binding's checks of a paged call's mask against the lengths it reads."""
-    if mask is None:
-        return
-    if mask.shape[-1] < length:
-        raise ValueError(f"mask last dim ({mask.shape[-1]}) is shorter than the longest seqlens_k ({length})")
-    if longest_q is not None and mask.dim() == 3 and mask.shape[1] != longest_q:
-        raise ValueError(f"mask [batch, seqlen_q, seqlen_k] needs seqlen_q = {longest_q} (the longest "
-                         f"sequence of cu_seqlens_q), got {tuple(mask.shape)}")
-
-
-def _paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, need_lse):
-    """q [B, Sq, Hq, D] on a paged cache: each sequence's pages gathered, then _dense_torch."""
-    batch, seqlen_q, heads_q = q.shape[:3]
-    length = int(seqlens_k.max()) if batch else 0
-    _check_mask_covers(mask, length)
-    if length == 0:
-        return _no_key(q, heads_q, seqlen_q, batch, need_lse)
-    table = _pages_in_use(page_table, seqlens_k, k_cache.shape[0], k_cache.shape[1], length)
-    return _dense_torch(q, _gather_pages(k_cache, table, length), _gather_pages(v_cache, table, length),
-                        causal, scale, seqlens_k, mask, need_lse)
-
-
-def _packed_paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
-                        need_lse):
-    """Packed q [total_q, Hq, D] (cu_seqlens_q) on a paged cache, one sequence at a time."""
-    heads_q = q.shape[1]
-    cu, lengths = cu_seqlens_q.tolist(), seqlens_k.tolist()
-    longest = max(lengths, default=0)
-    _check_mask_covers(mask, longest, max((b - a for a, b in zip(cu, cu[1:])), default=0))
-    table = None
-    if longest:
-        table = _pages_in_use(page_table, seqlens_k, k_cache.shape[0], k_cache.shape[1], longest)
-    outs, lses = [], []
-    for b, length in enumerate(lengths):
-        qb = q[cu[b]:cu[b + 1]].unsqueeze(0)
-        if length == 0:
-            ob, lb = _no_key(q, heads_q, qb.shape[1], 1, need_lse)
-        else:
-            mb = None
-            if mask is not None:
-                mb = mask[b:b + 1] if mask.dim() == 2 else mask[b:b + 1, : cu[b + 1] - cu[b]]
-            ob, lb = _dense_torch(qb, _gather_pages(k_cache, table[b:b + 1], length),
-                                  _gather_pages(v_cache, table[b:b + 1], length), causal, scale,
-                                  seqlens_k[b:b + 1], mb, need_lse)
-        outs.append(ob[0])
-        lses.append(lb[0] if need_lse else None)
-    o = torch.cat(outs, dim=0) if outs else q.new_zeros(q.shape)
-    o_lse = None
-    if need_lse:
-        o_lse = torch.cat(lses, dim=1) if lses else torch.empty(heads_q, 0, device=q.device)
-    return o, o_lse
-
-
-def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
-    if out is not None or lse is not None:
-        _check_out_lse(q, out, lse, cu_seqlens_q is not None)
-    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
-    if (page_table is None and mask is None and lse is None and seqlen_k > 0
-            and (not causal or seqlen_q in (1, seqlen_k))):
-        # One query row sees every key under bottom-right causal: no mask at all then.
-        o = _sdpa_dense(q, k, v, causal and seqlen_q > 1, scale)
-    elif page_table is None:
-        lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
-        o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
-    elif cu_seqlens_q is None:
-        o, o_lse = _paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, lse is not None)
-    else:
-        o, o_lse = _packed_paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
-                                       lse is not None)
-    if lse is not None:
-        lse.copy_(o_lse)
-    if out is not None:
-        out.copy_(o)
-        return out
-    return o.contiguous()
