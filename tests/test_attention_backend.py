@@ -511,21 +511,6 @@ def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
     assert run() == ("paged_decode", 0) and record["calls"][-1][1]["debug"] is False
 
 
-def test_the_environment_is_read_as_os_environ_reads_it(monkeypatch):
-    import os
-    import sys
-
-    read = sys.modules["kernels.extension.backend.attention"]._environ_reader("KERNELS_TEST_VARIABLE")
-    monkeypatch.delenv("KERNELS_TEST_VARIABLE", raising=False)
-    assert read() is None
-    monkeypatch.setenv("KERNELS_TEST_VARIABLE", "x")
-    assert read() == "x"
-    os.environ["KERNELS_TEST_VARIABLE"] = "y"
-    assert read() == "y"
-    monkeypatch.setattr(os, "environ", {"KERNELS_TEST_VARIABLE": "z"})  # os.environ replaced
-    assert read() == "z"
-
-
 # ---- autograd ------------------------------------------------------------------------------------
 
 def leaves(*tensors):

@@ -258,30 +258,13 @@ def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=N
 
 # ---- entry point -------------------------------------------------------------------------------
 
-def _environ_reader(name: str):
-    """A function returning os.environ.get(name) for the cost of a dict lookup. attention() reads
-    two variables on every call, and os.environ.get encodes the name and raises and catches a
-    KeyError for an unset one (~0.8 us a read on a CPU host). It reads the mapping behind
-    os.environ, which os.environ.get reads and every write through os.environ updates
-    (monkeypatch.setenv included); where os.environ is another kind of mapping, or has been
-    replaced, it asks os.environ.get."""
-    environ = os.environ
-    data = getattr(environ, "_data", None)
-    if not isinstance(data, dict) or not hasattr(environ, "encodekey"):
-        return lambda: os.environ.get(name)
-    key, decode = environ.encodekey(name), environ.decodevalue
-
-    def read():
-        if os.environ is not environ:
-            return os.environ.get(name)
-        value = data.get(key)
-        return None if value is None else decode(value)
-
-    return read
+def _preferred_backend() -> str | None:
+    return os.environ.get(ENV_VAR)
 
 
-_preferred_backend = _environ_reader(ENV_VAR)
-_debug_setting = _environ_reader(DEBUG_ENV_VAR)
+def _debug_setting() -> str | None:
+    return os.environ.get(DEBUG_ENV_VAR)
+
 
 # ---- the routed-call cache --------------------------------------------------------------------
 # A decoding model calls attention() with the same shapes every step. Validation, the Call, the
