@@ -125,8 +125,8 @@ def compiled(tmp_path_factory, path: Path, binding: bool = False) -> tuple[subpr
     return result, folder / (path.stem + ".o")
 
 
-def per_unit(units: list[Path]) -> list:
-    return [pytest.param(p, id=p.name) for p in units]
+def unit_name(path: Path) -> str:
+    return path.name
 
 
 def test_one_binding_per_module():
@@ -134,7 +134,7 @@ def test_one_binding_per_module():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("path", per_unit(binding_units()))
+@pytest.mark.parametrize("path", binding_units(), ids=unit_name)
 def test_binding_compiles_against_the_installed_torch(path, tmp_path_factory):
     """Every module's pybind11 binding compiles on a CPU machine too, so that an error in one
     shows in CI rather than first in `python -m tools.build_ext` on the GPU host."""
@@ -153,7 +153,7 @@ def test_parse_ptxas_report():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("path", per_unit(torch_free_units()))
+@pytest.mark.parametrize("path", torch_free_units(), ids=unit_name)
 def test_torch_free_unit_compiles_without_spills(path, tmp_path_factory):
     failures, table = [], []
     result, _ = compiled(tmp_path_factory, path)
@@ -171,7 +171,7 @@ def test_torch_free_unit_compiles_without_spills(path, tmp_path_factory):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("path", per_unit(torch_free_units()))
+@pytest.mark.parametrize("path", torch_free_units(), ids=unit_name)
 def test_no_kernel_serializes_its_wgmmas(path, tmp_path_factory):
     """ptxas serializes every WGMMA of a kernel it cannot prove safe to pipeline (a call in the
     kernel, accumulators touched while in flight, a wait it cannot match to its group) and says
@@ -190,7 +190,8 @@ ATTENTION_UNIT_KERNELS = {"attn_decode.cu": ("attn_decode_kernel", "attn_decode_
 
 
 @needs_nvcc
-@pytest.mark.parametrize("path", per_unit([CSRC / "kernels" / "attention" / name for name in ATTENTION_UNIT_KERNELS]))
+@pytest.mark.parametrize("path", [CSRC / "kernels" / "attention" / name for name in ATTENTION_UNIT_KERNELS],
+                         ids=unit_name)
 def test_attention_kernels_are_in_the_report(path, tmp_path_factory):
     result, _ = compiled(tmp_path_factory, path)
     for kernel in ATTENTION_UNIT_KERNELS[path.name]:

@@ -12,7 +12,7 @@ import torch
 
 from kernels.harness.problem import AttentionProblem
 from kernels.registry import get, names, peers
-from kernels.registry.production import PAGE_SIZE, _as_cache
+from kernels.registry.production import PAGE_SIZE, as_paged_cache
 from tools import compare
 
 NEW_PEERS = ("cudnn-fe", "flashinfer-paged-decode", "flashinfer-paged-prefill")
@@ -109,7 +109,7 @@ def test_identity_page_table_gathers_each_sequence_back():
     indptr, indices, last_page_len = peers.identity_page_csr(batch, seqlen)
     assert indptr.dtype == indices.dtype == last_page_len.dtype == torch.int32
     assert indptr.tolist() == [0, 4, 8, 12] and last_page_len.tolist() == [PAGE_SIZE] * batch
-    cache = _as_cache(k)                                                          # [pages, page, H, D]
+    cache = as_paged_cache(k)                                                          # [pages, page, H, D]
     for b in range(batch):
         pages = indices[indptr[b]:indptr[b + 1]].long()
         assert torch.equal(cache[pages].reshape(seqlen, heads, head_dim), k[b])

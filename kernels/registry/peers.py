@@ -20,7 +20,7 @@ import warnings
 
 from kernels.harness.problem import AttentionProblem
 
-from .production import PAGE_SIZE, _as_cache
+from .production import PAGE_SIZE, as_paged_cache
 from .runner import Launch, Runner
 
 PEER_DTYPES = ("bf16", "fp16")
@@ -352,7 +352,7 @@ def cudnn_runner() -> Runner:
 
 # ---- FlashInfer paged-KV wrappers ----------------------------------------------------------------
 # Contiguous K/V viewed as a paged cache with an identity page table, as the production paged
-# runners do (production.PAGE_SIZE, _as_cache): the same problems and data as every other runner.
+# runners do (production.PAGE_SIZE, as_paged_cache): the same problems and data as every other runner.
 # FlashInfer takes the page table in CSR form (indptr, indices, last_page_len).
 
 FLASHINFER_PACKAGE = "flashinfer-python"
@@ -366,7 +366,7 @@ DECODE_TENSOR_CORE_GROUP = 4
 def identity_page_csr(batch: int, seqlen_k: int, page_size: int = PAGE_SIZE):
     """FlashInfer's page table (``indptr [B + 1]``, ``indices [B * P]``, ``last_page_len [B]``,
     int32 on the CPU) for contiguous ``k [B, Sk, H, D]`` viewed as ``B * P`` pages of
-    ``page_size`` tokens (``_as_cache``): sequence ``b`` owns pages ``b * P .. b * P + P - 1``,
+    ``page_size`` tokens (``as_paged_cache``): sequence ``b`` owns pages ``b * P .. b * P + P - 1``,
     ``P = Sk / page_size``; every page is full."""
     import torch
 
@@ -417,7 +417,7 @@ def flashinfer_decode(problem: AttentionProblem) -> Launch:
                  q_data_type=p.torch_dtype, kv_data_type=p.torch_dtype, sm_scale=p.softmax_scale)
 
     def launch(q, k, v, out):
-        wrapper.run(q.view(p.batch, p.heads_q, p.head_dim), (_as_cache(k), _as_cache(v)),
+        wrapper.run(q.view(p.batch, p.heads_q, p.head_dim), (as_paged_cache(k), as_paged_cache(v)),
                     out=out.view(p.batch, p.heads_q, p.head_dim))
 
     launch.info = {"tensor_cores": tensor_cores,
@@ -440,7 +440,7 @@ def flashinfer_prefill(problem: AttentionProblem) -> Launch:
                  kv_data_type=p.torch_dtype)
 
     def launch(q, k, v, out):
-        wrapper.run(q.view(-1, p.heads_q, p.head_dim), (_as_cache(k), _as_cache(v)),
+        wrapper.run(q.view(-1, p.heads_q, p.head_dim), (as_paged_cache(k), as_paged_cache(v)),
                     out=out.view(-1, p.heads_q, p.head_dim))
 
     launch.info = {"backend_asked": backend, "backend": getattr(wrapper, "_backend", "?")}

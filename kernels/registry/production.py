@@ -55,7 +55,9 @@ def _identity_pages(problem):
     return table, lens
 
 
-def _as_cache(t):
+def as_paged_cache(t):
+    """Contiguous ``k [B, Sk, H, D]`` as a paged cache ``[B * Sk / PAGE_SIZE, PAGE_SIZE, H, D]``
+    (no copy); with the identity page table, what the paged runners here and the peers read."""
     return t.view(-1, PAGE_SIZE, *t.shape[2:])
 
 
@@ -100,7 +102,7 @@ def _paged_decode(problem):
     table, lens = _identity_pages(problem)
 
     def fn(q, k, v, out):
-        ops.paged_decode(q, _as_cache(k), _as_cache(v), table, lens, causal=problem.causal,
+        ops.paged_decode(q, as_paged_cache(k), as_paged_cache(v), table, lens, causal=problem.causal,
                          scale=problem.softmax_scale, out=out, check_seqlens=False)
     return fn
 
@@ -113,7 +115,7 @@ def _paged_prefill(problem):
     cu = torch.arange(0, (problem.batch + 1) * sq, sq, dtype=torch.int32, device="cuda")
 
     def fn(q, k, v, out):
-        ops.paged_prefill(q.reshape(-1, *q.shape[2:]), _as_cache(k), _as_cache(v), table, cu, lens,
+        ops.paged_prefill(q.reshape(-1, *q.shape[2:]), as_paged_cache(k), as_paged_cache(v), table, cu, lens,
                           causal=problem.causal, scale=problem.softmax_scale,
                           out=out.view(-1, *out.shape[2:]), check_seqlens=False)
     return fn
