@@ -3,9 +3,10 @@
 `PagedLlama` runs a `transformers` `LlamaForCausalLM` with its own modules (embeddings,
 RMSNorms, the q/k/v/o projections, the MLPs, the LM head: the same weights, called, not
 copied) and replaces only what attention needs: rotary embedding through `apply_rotary_emb`
-with positions, K/V stored in a `PagedKVCache`, and `attention()` on that cache (ragged paged
-prefill, paged decode). Both sides therefore compute the same function, which is what the
-tests check against transformers' own forward.
+with positions, K/V stored in a `PagedKVCache`, and attention on that cache (ragged paged
+prefill through `attention()`; paged decode through one `DecodePlan` per step, run by every
+layer). Both sides therefore compute the same function, which is what the tests check
+against transformers' own forward.
 
 Tokens travel packed, `[tokens, hidden]`, never padded: a prefill call is the prompts of a
 batch back to back (`cu_seqlens_q`), a decode call one token per row of the cache.
@@ -17,6 +18,7 @@ import torch
 
 from kernels.extension.backend.attention import attention
 from kernels.extension.backend.fp8 import Fp8Linear
+from kernels.extension.backend.plan import DecodePlan
 from kernels.extension.backend.rotary import apply_rotary_emb
 
 # The benchmark model: a Llama-3-style shape (GQA 4:1, head_dim 128) at 8 layers.
@@ -139,6 +141,11 @@ class PagedLlama:
         rows = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else batch
         page_table, seqlens = cache.page_table[:rows], cache.seqlens[:rows]
         hidden = model.embed_tokens(tokens)
+        # Decode: one plan for the step (validation, backend, splits and workspace), run per layer.
+        plan = None
+        if cu_seqlens_q is None:
+            plan = DecodePlan(*cache.layer(0), page_table, seqlens, heads_q=self.heads_q, causal=True,
+                              scale=self.scale)
         for index, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(hidden)
@@ -148,9 +155,8 @@ class PagedLlama:
             q, k = apply_rotary_emb(q, k, self.cos, self.sin, positions, inplace=True)
             cache.write(index, slots, k, v)
             k_cache, v_cache = cache.layer(index)
-            if cu_seqlens_q is None:  # decode: [B, 1, Hq, D], the paged decode kernel
-                o = attention(q.unsqueeze(1), k_cache, v_cache, causal=True, scale=self.scale,
-                              page_table=page_table, seqlens_k=seqlens, check_seqlens=False)
+            if plan is not None:  # decode: [B, 1, Hq, D], the paged decode kernel
+                o = plan.run(q.unsqueeze(1), k_cache=k_cache, v_cache=v_cache)
             else:  # prefill: packed ragged queries, the paged prefill kernel
                 o = attention(q, k_cache, v_cache, causal=True, scale=self.scale, page_table=page_table,
                               seqlens_k=seqlens, cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
