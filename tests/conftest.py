@@ -16,12 +16,12 @@ GPU_TEST_TIMEOUT_S = 300
 
 
 @pytest.fixture(autouse=True)
-def fresh_attention_routing():
-    """attention() remembers how it routed each call signature (backend/attention.py): a test
-    that patches what the routing reads starts from an empty memory."""
-    module = sys.modules.get("kernels.extension.backend.attention")
+def fresh_length_checks():
+    """attention() remembers the lengths' tensors that passed its check (backend/validation.py):
+    a test that patches what the check reads starts from an empty memory."""
+    module = sys.modules.get("kernels.extension.backend.validation")
     if module is not None:
-        module.clear_routed_calls()
+        module.forget_checked_lengths()
 
 
 def cuda_available() -> bool:

@@ -310,48 +310,36 @@ def test_paged_calls_without_keys_or_sequences():
     assert empty.shape == (0, 4, 16)
 
 
-# ---- the routed-call cache -----------------------------------------------------------------------
+# ---- every call validated, lengths read when they may have changed --------------------------------
 
-def test_a_repeated_call_skips_validation_and_routing_but_not_the_seqlens_check(monkeypatch):
+def test_every_call_is_validated_and_routed(monkeypatch):
+    """attention() remembers no call: validation and routing run on each (a loop that repeats
+    one call plans it, DecodePlan), while the lengths' check reads data only when it may have
+    changed (below)."""
     import sys
 
     module = sys.modules["kernels.extension.backend.attention"]
-    validated = []
-    real = module.validate_inputs
-    monkeypatch.setattr(module, "validate_inputs", lambda *a, **kw: validated.append(1) or real(*a, **kw))
+    validated, routed = [], []
+    real_validate, real_choose = module.validate_inputs, module.choose_backend
+    monkeypatch.setattr(module, "validate_inputs",
+                        lambda *a, **kw: validated.append(1) or real_validate(*a, **kw))
+    monkeypatch.setattr(module, "choose_backend", lambda call: routed.append(call) or real_choose(call))
     q, k, v = qkv(1, 1, 8, 4, 2, 16)
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
     lens = torch.tensor([8], dtype=torch.int32)
     first = attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
     again = attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens)
-    assert len(validated) == 1 and torch.equal(first, again)
-    with pytest.raises(ValueError, match="seqlens_k must be in"):     # data, not metadata: checked
-        attention(q, k_cache, v_cache, page_table=table, seqlens_k=torch.tensor([99], dtype=torch.int32))
+    assert len(validated) == len(routed) == 2 and torch.equal(first, again)
     with pytest.raises(ValueError, match="seqlens_k must be in"):     # the same tensor, changed in place
         attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens.fill_(99))
-    lens.fill_(8)
-    # Anything validation or routing reads makes a new signature: validated again.
-    for changed in (lambda: attention(q[:, :, :2], k_cache[..., :1, :], v_cache[..., :1, :],
-                                      page_table=table, seqlens_k=lens),
-                    lambda: attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, scale=0.5),
-                    lambda: attention(q.requires_grad_(True), k_cache, v_cache, page_table=table,
-                                      seqlens_k=lens)):
-        before = len(validated)
-        changed()
-        assert len(validated) == before + 1
-    with use_backend("torch"):
-        before = len(validated)
-        attention(q.detach(), k_cache, v_cache, page_table=table, seqlens_k=lens)
-        assert len(validated) == before + 1
 
 
 @pytest.fixture
 def length_reads(monkeypatch):
     """A list that grows by one on every device->host read of the lengths (_length_range), with
-    the routed-call and checked-lengths caches cleared."""
+    the checked-lengths memory cleared."""
     import sys
 
-    sys.modules["kernels.extension.backend.attention"].clear_routed_calls()
     validation = sys.modules["kernels.extension.backend.validation"]
     reads = []
     real = validation._length_range
@@ -425,16 +413,6 @@ def test_a_rejected_call_is_rejected_every_time():
         attention(q, k, v, scale=torch.tensor(float("nan")))
 
 
-def test_the_routed_calls_kept_are_bounded(monkeypatch):
-    import sys
-
-    module = sys.modules["kernels.extension.backend.attention"]
-    monkeypatch.setattr(module, "ROUTED_CALLS_KEPT", 3)
-    for sk in range(1, 8):
-        attention(*qkv(1, 1, sk, 2, 2, 16))
-        assert len(module._ROUTED) <= 3
-
-
 @pytest.fixture
 def cuda_on_cpu(monkeypatch):
     """attention() routing CPU bf16 / fp16 calls to the cuda backend, whose ops record each call
@@ -465,10 +443,10 @@ def cuda_on_cpu(monkeypatch):
     return record
 
 
-def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
-    """The signature holds everything the plan (validation, backend, kernel entry point) read:
-    one that differs only in a dtype, a device, a page size, a stride, an index dtype or the
-    environment is validated and routed again, and bad inputs raise on every call."""
+def test_each_call_takes_the_kernel_its_inputs_call_for(cuda_on_cpu, monkeypatch):
+    """Each call is validated and routed on its own inputs: a dtype, a device, a page size, a
+    query length, a stride, an index dtype or the environment that differs from the last call's
+    takes its own kernel or error, alternating calls included."""
     record = cuda_on_cpu
     q, k, v = (t.bfloat16() for t in qkv(1, 1, 8, 4, 2, 64))
     k_cache, v_cache, table = paged_kv_cache(k, v, 4)
@@ -478,19 +456,17 @@ def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
         before = (len(record["calls"]), record["validated"])
         attention(q, k_cache, v_cache, page_table=table, seqlens_k=lens, check_seqlens=False)
         calls = record["calls"][before[0]:]
-        return (calls[0][0] if calls else "torch"), record["validated"] - before[1]
+        assert record["validated"] - before[1] == 1
+        return calls[0][0] if calls else "torch"
 
-    assert run() == ("paged_decode", 1)
-    assert run() == ("paged_decode", 0)                        # cached
-    assert run(q=q.half(), k_cache=k_cache.half(), v_cache=v_cache.half()) == ("paged_decode", 1)
-    assert run(q=q.float(), k_cache=k_cache.float(), v_cache=v_cache.float()) == ("torch", 1)
+    assert run() == run() == "paged_decode"
+    assert run(q=q.half(), k_cache=k_cache.half(), v_cache=v_cache.half()) == "paged_decode"
+    assert run(q=q.float(), k_cache=k_cache.float(), v_cache=v_cache.float()) == "torch"
     long_q = q.expand(1, 16, 4, 64).contiguous()
-    assert run(q=long_q) == ("paged_prefill", 1)               # long dense queries
-    for _ in range(2):                                         # alternating: each keeps its plan
-        assert run() == ("paged_decode", 0) and run(q=long_q) == ("paged_prefill", 0)
+    for _ in range(2):                                         # alternating decode and long queries
+        assert run() == "paged_decode" and run(q=long_q) == "paged_prefill"
     k8, v8, table8 = paged_kv_cache(k, v, 8)                   # pages of 8
-    assert run(k_cache=k8.bfloat16(), v_cache=v8.bfloat16(), table=table8) == ("paged_decode", 1)
-    assert run() == ("paged_decode", 0)
+    assert run(k_cache=k8.bfloat16(), v_cache=v8.bfloat16(), table=table8) == "paged_decode"
     with pytest.raises(ValueError, match="one device"):       # same shapes, another device
         run(v_cache=v_cache.to("meta"))
     strided = torch.zeros(1, 1, 4, 128, dtype=torch.bfloat16)[..., ::2]  # q's shape, stride 2
@@ -502,13 +478,13 @@ def test_a_cached_plan_is_never_stale(cuda_on_cpu, monkeypatch):
         with pytest.raises(ValueError, match="seqlens_k must have batch"):
             run(lens=lens.repeat(2))
     monkeypatch.setenv(ENV_VAR, "torch")
-    assert run() == ("torch", 1)
+    assert run() == "torch"
     monkeypatch.delenv(ENV_VAR)
-    assert run() == ("paged_decode", 0)
-    monkeypatch.setenv("KERNELS_DEBUG", "1")                  # read on every call, cached or not
-    assert run() == ("paged_decode", 0) and record["calls"][-1][1]["debug"] is True
+    assert run() == "paged_decode"
+    monkeypatch.setenv("KERNELS_DEBUG", "1")
+    assert run() == "paged_decode" and record["calls"][-1][1]["debug"] is True
     monkeypatch.delenv("KERNELS_DEBUG")
-    assert run() == ("paged_decode", 0) and record["calls"][-1][1]["debug"] is False
+    assert run() == "paged_decode" and record["calls"][-1][1]["debug"] is False
 
 
 # ---- autograd ------------------------------------------------------------------------------------

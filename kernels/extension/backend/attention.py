@@ -15,13 +15,14 @@ How a call finds its backend:
 - `KERNELS_ATTENTION_BACKEND=<name>` puts that backend first (the others stay fallbacks).
 - `with use_backend(name):` selects strictly: a call it cannot run raises RuntimeError
   with the reason instead of switching.
-- Once per signature. Validation and the choice read only the inputs' metadata (dtypes,
-  shapes, devices, flags) and the settings above, so a call with the signature of an earlier
-  one skips both (a decode loop pays them on its first step). The length checks read data
-  (`seqlens_k` within the page table; `cu_seqlens_q` from 0 to total_q, never decreasing, which
-  the warp-specialized prefill reads on the device unchecked): they run on a call that asks
-  for them unless the same tensors, unmodified (their version counters), passed last (the
-  layers of a step after the first skip them).
+- Every call. Validation and the choice read the inputs' metadata (dtypes, shapes, devices,
+  flags) and the settings above on every call: a few microseconds of host time, nothing
+  remembered. A loop that repeats one call validates and routes it once with a plan
+  (`plan.DecodePlan`). The length checks read data (`seqlens_k` within the page table;
+  `cu_seqlens_q` from 0 to total_q, never decreasing, which the warp-specialized prefill reads
+  on the device unchecked): they run on a call that asks for them unless the same tensors,
+  unmodified (their version counters), passed last (the layers of a step after the first skip
+  them).
 - Page ids. attention() hands our kernels the lengths it checked and the page ids as the
   caller's contract (checked with KERNELS_DEBUG=1; `ops.paged_decode` / `paged_prefill` called
   directly check them with their lengths by default); the
@@ -63,9 +64,6 @@ from .validation import (
     _check_causal,
     _check_out_lse,
     _scale_number,
-    cache_capacity,
-    check_seqlens_in_pages,
-    forget_checked_lengths,
     validate_inputs,
 )
 
@@ -258,93 +256,8 @@ def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=N
 
 # ---- entry point -------------------------------------------------------------------------------
 
-def _preferred_backend() -> str | None:
-    return os.environ.get(ENV_VAR)
-
-
 def _debug_setting() -> str | None:
     return os.environ.get(DEBUG_ENV_VAR)
-
-
-# ---- the routed-call cache --------------------------------------------------------------------
-# A decoding model calls attention() with the same shapes every step. Validation, the Call, the
-# choice of backend and the kernel entry point that runs it depend only on the inputs' metadata
-# and the process's state, so a call whose signature (_call_signature) was validated and routed
-# before skips them; the seqlens check reads data and still runs when asked for. The state that
-# can change during a process is in the signature (use_backend, $KERNELS_ATTENTION_BACKEND, the
-# extension being built); clear_routed_calls() forgets everything (tests that patch the
-# capability checks call it).
-_ROUTED: dict[tuple, tuple[str, object, int | None]] = {}  # signature -> _plan's result
-ROUTED_CALLS_KEPT = 1024  # signatures remembered; past that the cache starts over
-# The last (signature, plan): every layer of a decode step repeats one signature, and comparing
-# with the last costs half a dict lookup (which hashes the signature first). One tuple, rebound
-# whole, so a thread never reads one call's signature with another's plan.
-_last_routed: tuple = (None, None)
-_PLAIN_SCALES = (float, int, type(None))
-
-
-def clear_routed_calls() -> None:
-    global _last_routed
-    _ROUTED.clear()
-    _last_routed = (None, None)
-    forget_checked_lengths()
-
-
-def _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q) -> tuple | None:
-    """Everything validate_inputs, describe_call and choose_backend read, or None for inputs
-    the cache does not take (not plain tensors, a scale that is not a Python number: the
-    slow path validates them every time). Built on every call, so it holds only what they read:
-    the full strides (cheaper to read than one), whether autograd records the call (not each
-    requires_grad) and no devices of mask, page_table, seqlens_k, cu_seqlens_q (validation does
-    not read them; the binding checks them on every call)."""
-    if not (type(q) is type(k) is type(v) is torch.Tensor) or type(scale) not in _PLAIN_SCALES:
-        return None
-    try:
-        return (q.dtype, q.shape, q.device, q.stride(),
-                k.dtype, k.shape, k.device, k.stride(),
-                v.dtype, v.shape, v.device, v.stride(),
-                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad), scale,
-                None if mask is None else (mask.dtype, mask.shape),
-                None if page_table is None else (page_table.dtype, page_table.shape),
-                None if seqlens_k is None else (seqlens_k.dtype, seqlens_k.shape),
-                None if cu_seqlens_q is None else (cu_seqlens_q.dtype, cu_seqlens_q.shape),
-                _strict_backend.get(), _preferred_backend(), ops.available())
-    except AttributeError:  # an argument that is no tensor: the slow path names it
-        return None
-
-
-def _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q,
-          check_seqlens) -> tuple[str, object, int | None]:
-    """(backend, runner, the paged cache's capacity in keys or None) of this call, after
-    validation (cached by _call_signature)."""
-    global _last_routed
-    key = _call_signature(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q)
-    last_key, plan = _last_routed
-    if key != last_key or key is None:
-        plan = _ROUTED.get(key)  # no plan is kept under None
-        if plan is not None:
-            _last_routed = key, plan
-    if plan is None:
-        validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
-                        cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
-        call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
-        name, _ = choose_backend(call)
-        capacity = None if page_table is None else cache_capacity(k, page_table)
-        plan = name, _runner(name, q, k, page_table, cu_seqlens_q), capacity
-        if key is not None:
-            if len(_ROUTED) >= ROUTED_CALLS_KEPT:
-                _ROUTED.clear()
-            _ROUTED[key] = plan
-            _last_routed = key, plan
-    elif check_seqlens and page_table is not None:
-        check_seqlens_in_pages(k, page_table, seqlens_k, plan[2], cu_seqlens_q,
-                               0 if cu_seqlens_q is None else q.shape[0])
-    return plan
-
-
-def _route(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens) -> str:
-    """The backend that runs this call, after validation (cached by _call_signature)."""
-    return _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[0]
 
 
 def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
@@ -372,16 +285,18 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
         _check_causal(causal)
     if scale is not None and type(scale) is not float:
         scale = _scale_number(scale)
-    run = _plan(q, k, v, scale, mask, page_table, seqlens_k, cu_seqlens_q, check_seqlens)[1]
+    validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
+                    cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
+    call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
+    run = _runner(choose_backend(call)[0], q, k, page_table, cu_seqlens_q)
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
 
 
 def _runner(name, q, k, page_table, cu_seqlens_q):
-    """The function that runs a validated call on backend `name`; the cuda backend's depends on
-    the call's kind (its shapes), so it is chosen here once per signature, not on every call.
-    Calls with nothing to attend to (contiguous K/V of no keys, packed queries of no sequence)
-    take the torch path's answer (zeros, LSE -inf; an empty output) on every backend: our kernels
-    and FA4's refuse them."""
+    """The function that runs a validated call on backend `name` (the cuda backend's depends on
+    the call's kind: its shapes). Calls with nothing to attend to (contiguous K/V of no keys,
+    packed queries of no sequence) take the torch path's answer (zeros, LSE -inf; an empty
+    output) on every backend: our kernels and FA4's refuse them."""
     if (page_table is None and k.shape[1] == 0) or (cu_seqlens_q is not None and cu_seqlens_q.shape[0] == 1):
         return _run_torch
     if name == "fa4":

@@ -26,16 +26,9 @@ from __future__ import annotations
 import torch
 
 from ..ops import attention as ops
-from .attention import (
-    _UNSUPPORTED,
-    _run_torch,
-    _scale_number,
-    _strict_backend,
-    backend_order,
-    check_seqlens_in_pages,
-    describe_call,
-    validate_inputs,
-)
+from .attention import _UNSUPPORTED, _strict_backend, backend_order, describe_call
+from .torch_path import _run_torch
+from .validation import _scale_number, check_seqlens_in_pages, validate_inputs
 
 PLAN_BACKENDS = ("cuda", "torch")  # what a plan can run (FlashAttention-4's paged decode: not yet)
 

@@ -93,7 +93,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
             raise ValueError(f"cu_seqlens_q must end at total_q = q.shape[0] = {q.shape[0]}, got "
                              f"{cu_seqlens_q.tolist()}")
         if check_seqlens:
-            check_seqlens_in_pages(k, page_table, seqlens_k, cu_seqlens_q=cu_seqlens_q, total_q=q.shape[0])
+            check_seqlens_in_pages(k, page_table, seqlens_k, cu_seqlens_q=cu_seqlens_q,
+                                   total_q=q.shape[0] if packed else 0)
     if mask is not None:
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be bool (True = keep), got {mask.dtype}")
@@ -128,24 +129,17 @@ def _length_range(seqlens_k, cu_seqlens_q=None, total_q: int = 0) -> tuple[int, 
     return int(values[0]), int(values[1]), cu_seqlens_q is None or bool(values[2])
 
 
-def cache_capacity(k_cache, page_table) -> int:
-    """Keys a paged cache can hold per sequence: max_pages * page_size."""
-    return page_table.shape[1] * k_cache.shape[1]
-
-
-def check_seqlens_in_pages(k_cache, page_table, seqlens_k, capacity: int | None = None, cu_seqlens_q=None,
-                           total_q: int = 0) -> None:
+def check_seqlens_in_pages(k_cache, page_table, seqlens_k, cu_seqlens_q=None, total_q: int = 0) -> None:
     """Every length within the page table, and packed queries' offsets (cu_seqlens_q) from 0 to
     total_q without decreasing (one device->host copy); skipped while a CUDA graph is being
     captured, and for the tensors that passed the last check unmodified since (their version
     counters: torch's in-place ops bump them; a kernel of the caller's own that writes the
     lengths through a raw pointer does not, nor does the replay of a CUDA graph that writes them,
     and a length past the page table then gives that sequence NaN, as under capture). Inference
-    tensors keep no version counter: checked on every call. `capacity` (max_pages * page_size)
-    where the caller knows it (a cached plan: the signature fixes both shapes)."""
+    tensors keep no version counter: checked on every call. `total_q` with cu_seqlens_q only (0
+    without)."""
     global _last_checked_lengths
-    if capacity is None:
-        capacity = cache_capacity(k_cache, page_table)
+    capacity = page_table.shape[1] * k_cache.shape[1]  # keys a sequence can hold: max_pages * page_size
     last_lengths, last_offsets, last_stamp = _last_checked_lengths
     # First, and in this order: every layer after a step's first one ends here. Tensors that
     # passed before are no inference tensors, so their version counters can be read.
