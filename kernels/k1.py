@@ -48,10 +48,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, const_expr
 
-from kernels.cute import launch
-from kernels.cute.mask import key_limit
-from kernels.cute.softmax import LOG2_E, exp2f, finalize_row
-from kernels.cute.tensors import bshd_tensor
+from .cute import launch
+from .cute.mask import key_limit
+from .cute.softmax import LOG2_E, exp2f, finalize_row
+from .cute.tensors import bshd_tensor
 
 IDEA = "naive: one thread per query row, Q/K/V straight from global memory, online softmax in fp32 registers"
 RUNG = "k1"

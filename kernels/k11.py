@@ -85,11 +85,11 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from kernels.cute import epilogue, fmha, launch
-from kernels.cute import wgmma as wg
-from kernels.cute.barriers import NamedBarrier
-from kernels.cute.mask import FragmentMask, first_masked_block
-from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+from .cute import epilogue, fmha, launch
+from .cute import wgmma as wg
+from .cute.barriers import NamedBarrier
+from .cute.mask import FragmentMask, first_masked_block
+from .cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
 IDEA = "the turn holds only the GEMM issues; descriptors, loop bounds, release lane built once"
 RUNG = "k11"

@@ -76,11 +76,11 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.cute.runtime import make_fake_tensor
 
-from kernels.cute import epilogue, fmha, launch
-from kernels.cute import wgmma as wg
-from kernels.cute.barriers import NamedBarrier
-from kernels.cute.mask import FragmentMask, first_masked_block
-from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+from .cute import epilogue, fmha, launch
+from .cute import wgmma as wg
+from .cute.barriers import NamedBarrier
+from .cute.mask import FragmentMask, first_masked_block
+from .cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
 IDEA = "a dynamic persistent scheduler: tiles from a global counter, handed to the consumers in shared memory"
 RUNG = "k13"

@@ -65,11 +65,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
-from kernels.cute import launch
-from kernels.cute.mask import apply_mask, key_limit, kv_block_count
-from kernels.cute.rowgroup import RowGroupFMHA
-from kernels.cute.softmax import LOG2_E, finalize_row, online_softmax_step
-from kernels.cute.tensors import bshd_tensor
+from .cute import launch
+from .cute.mask import apply_mask, key_limit, kv_block_count
+from .cute.rowgroup import RowGroupFMHA
+from .cute.softmax import LOG2_E, finalize_row, online_softmax_step
+from .cute.tensors import bshd_tensor
 
 IDEA = "row-group FA2: 64x64 tiles in shared memory, 4 threads per query row, shuffle reductions"
 RUNG = "k2"

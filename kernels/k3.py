@@ -84,12 +84,12 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 
-from kernels.cute import launch, tma
-from kernels.cute.barriers import NamedBarrier
-from kernels.cute.mask import apply_mask, key_limit, kv_block_count
-from kernels.cute.rowgroup import RowGroupFMHA
-from kernels.cute.softmax import LOG2_E, finalize_row, online_softmax_step
-from kernels.cute.tensors import bshd_tensor
+from .cute import launch, tma
+from .cute.barriers import NamedBarrier
+from .cute.mask import apply_mask, key_limit, kv_block_count
+from .cute.rowgroup import RowGroupFMHA
+from .cute.softmax import LOG2_E, finalize_row, online_softmax_step
+from .cute.tensors import bshd_tensor
 
 IDEA = "TMA: Q/K/V tiles by cp.async.bulk.tensor on mbarriers into swizzled smem, K/V double-buffered"
 RUNG = "k3"

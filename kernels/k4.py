@@ -83,10 +83,10 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 
-from kernels.cute import epilogue, fmha, launch
-from kernels.cute import wgmma as wg
-from kernels.cute.mask import FragmentMask
-from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+from .cute import epilogue, fmha, launch
+from .cute import wgmma as wg
+from .cute.mask import FragmentMask
+from .cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
 IDEA = "WGMMA: S = QK^T and O += PV on tensor cores (bf16 in, fp32 accumulators), softmax on the fragments"
 RUNG = "k4"

@@ -58,10 +58,10 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 
-from kernels.cute import epilogue, fmha, launch
-from kernels.cute import wgmma as wg
-from kernels.cute.mask import FragmentMask
-from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+from .cute import epilogue, fmha, launch
+from .cute import wgmma as wg
+from .cute.mask import FragmentMask
+from .cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
 IDEA = "warp specialization: a producer warpgroup gives its registers to the consumers (setmaxnreg 24 / 240)"
 RUNG = "k5"

@@ -61,11 +61,11 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from kernels.cute import epilogue, fmha, launch
-from kernels.cute import wgmma as wg
-from kernels.cute.barriers import NamedBarrier
-from kernels.cute.mask import FragmentMask
-from kernels.cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
+from .cute import epilogue, fmha, launch
+from .cute import wgmma as wg
+from .cute.barriers import NamedBarrier
+from .cute.mask import FragmentMask
+from .cute.softmax import LOG2_E, OnlineSoftmax, rescale_rows
 
 IDEA = "ping-pong: named barriers order the consumer warpgroups' GEMMs, one's softmax under the other's MMAs"
 RUNG = "k6"

@@ -17,9 +17,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from kernels.cute import tma
-from kernels.cute import wgmma as wg
-from kernels.cute.softmax import rescale_rows
+from . import tma
+from . import wgmma as wg
+from .softmax import rescale_rows
 
 
 @cute.jit

@@ -29,11 +29,11 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 
-from kernels.cute import tma
-from kernels.cute import wgmma as wg
-from kernels.cute.barriers import NamedBarrier
-from kernels.cute.mask import kv_block_count
-from kernels.cute.tensors import bhds_tensor, bshd_tensor
+from . import tma
+from . import wgmma as wg
+from .barriers import NamedBarrier
+from .mask import kv_block_count
+from .tensors import bhds_tensor, bshd_tensor
 
 WARP_THREADS = 32
 # Shared memory a Hopper CTA may opt into (227 KiB), less 1 KiB for the mbarriers (1024-aligned).

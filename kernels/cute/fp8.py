@@ -20,9 +20,9 @@ import functools
 
 import cutlass
 
-from kernels.cute import launch, transpose
-from kernels.cute.wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
-from kernels.harness.validate import validate_attention_inputs
+from ..harness.validate import validate_attention_inputs
+from . import launch, transpose
+from .wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
 
 OUT_DTYPE = cutlass.BFloat16  # what an FP8 rung writes
 
@@ -70,7 +70,7 @@ def fake_arguments(has_lse: bool, tvm_ffi: bool) -> tuple:
 
 def check_fp8_inputs(name: str, **tensors) -> None:
     """q, k, v of an FP8 rung are ``Fp8Tensor`` (e4m3 data and a descale)."""
-    from kernels.harness.quantize import Fp8Tensor
+    from ..harness.quantize import Fp8Tensor
 
     for label, t in tensors.items():
         if not isinstance(t, Fp8Tensor):

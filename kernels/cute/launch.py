@@ -38,8 +38,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
-from kernels.harness.problem import AttentionProblem
-from kernels.harness.validate import validate_attention_inputs
+from ..harness.problem import AttentionProblem
+from ..harness.validate import validate_attention_inputs
 
 # Every global-memory access of the ladder moves 16 bytes (8 bf16 values) at a time, so rows
 # must start on 16-byte boundaries.

@@ -66,7 +66,7 @@ class FragmentMask:
 
     def __init__(self, tiled_mma_qk, tidx: Int32, tile_mn: tuple, m_block: Int32, seqlen_q: Int32,
                  seqlen_k: Int32, causal: bool):
-        from kernels.cute.wgmma import acc_rows_view
+        from .wgmma import acc_rows_view
 
         self.block_n = tile_mn[1]
         row_base = m_block * tile_mn[0]  # the tile's first query row

@@ -4,7 +4,7 @@
 import cutlass
 import cutlass.cute as cute
 
-from kernels.cute.launch import ALIGN_BYTES
+from .launch import ALIGN_BYTES
 
 
 @cute.jit

@@ -25,9 +25,9 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from kernels.cute import launch
-from kernels.cute.tensors import bhds_tensor, bshd_tensor
-from kernels.cute.wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
+from . import launch
+from .tensors import bhds_tensor, bshd_tensor
+from .wgmma import FP8_KEY_PERIOD, key_of_slot, padded_keys
 
 BLOCK_KEYS = 64  # keys per CTA: four groups of 16, one per thread of each column quad
 PIECE = 16  # bytes per global load / store

@@ -71,7 +71,7 @@ def load(name: str) -> ModuleType:
         )
     import torch  # noqa: F401  (the module links against torch's shared libraries)
 
-    spec = importlib.util.spec_from_file_location(f"kernels.extension.lib.{name}", path)
+    spec = importlib.util.spec_from_file_location(f"{__package__}.lib.{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.extension.backend.fp8 import get_recipe
-
+from ..extension.backend.fp8 import get_recipe
 from .kv_cache import PagedKVCache
 from .llama import PagedLlama
 

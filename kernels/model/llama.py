@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.extension.backend.attention import attention
-from kernels.extension.backend.fp8 import Fp8Linear
-from kernels.extension.backend.plan import DecodePlan
-from kernels.extension.backend.rotary import apply_rotary_emb
+from ..extension.backend.attention import attention
+from ..extension.backend.fp8 import Fp8Linear
+from ..extension.backend.plan import DecodePlan
+from ..extension.backend.rotary import apply_rotary_emb
 
 # The benchmark model: a Llama-3-style shape (GQA 4:1, head_dim 128) at 8 layers.
 BENCH_SHAPE = dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=5632, num_attention_heads=32,

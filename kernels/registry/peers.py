@@ -18,8 +18,7 @@ import functools
 import importlib
 import warnings
 
-from kernels.harness.problem import AttentionProblem
-
+from ..harness.problem import AttentionProblem
 from .production import PAGE_SIZE, as_paged_cache
 from .runner import Launch, Runner
 

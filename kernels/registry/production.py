@@ -8,9 +8,8 @@ extension layer (``ops.attention.HEAD_DIMS``, the backend's choice of the decode
 
 from __future__ import annotations
 
-from kernels.extension.backend.attention import uses_decode_kernel
-from kernels.extension.ops import attention as ops
-
+from ..extension.backend.attention import uses_decode_kernel
+from ..extension.ops import attention as ops
 from .runner import Runner
 
 PAGE_SIZE = 64

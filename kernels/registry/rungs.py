@@ -8,8 +8,7 @@ import importlib
 import pkgutil
 import re
 
-from kernels.harness.problem import AttentionProblem
-
+from ..harness.problem import AttentionProblem
 from .runner import Launch, Runner
 
 RUNG_PATTERN = re.compile(r"^k(\d+)$")
@@ -17,18 +16,19 @@ RUNG_PATTERN = re.compile(r"^k(\d+)$")
 # notebook compare with it, and ``diff kernels/<base>.py kernels/<rung>.py`` reads as its
 # worklog entry (K13 builds on K11, not on the FP8 rung K12).
 BASES = {"k13": "k11"}
+# The rungs' package: `kernels` in a checkout, the wheel's import name where installed.
+PACKAGE = __package__.rpartition(".")[0]
 
 
 def rung_names() -> list[str]:
     """k1, k2, ... in ladder order."""
-    import kernels
-
-    found = [m.name for m in pkgutil.iter_modules(kernels.__path__) if RUNG_PATTERN.match(m.name)]
+    package = importlib.import_module(PACKAGE)
+    found = [m.name for m in pkgutil.iter_modules(package.__path__) if RUNG_PATTERN.match(m.name)]
     return sorted(found, key=lambda n: int(RUNG_PATTERN.match(n).group(1)))
 
 
 def rung_module(name: str):
-    return importlib.import_module(f"kernels.{name}")
+    return importlib.import_module(f"{PACKAGE}.{name}")
 
 
 def rung_base(name: str) -> str | None:

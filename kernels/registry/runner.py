@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernels.harness.problem import AttentionProblem
+from ..harness.problem import AttentionProblem
 
 # launch(q, k, v, out) -> None (wrote out) or the output tensor it allocated itself.
 Launch = Callable[..., object]
