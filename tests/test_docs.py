@@ -546,6 +546,86 @@ def test_the_browser_check_finds_a_cut_block(built_site):
     assert not any("short = 1" in w for w in cut)
 
 
+# ---- the phone check: nothing sticks out at 390 px ------------------------------------------------
+PHONE_WIDTH = 390  # a phone in portrait; headless Chromium's window is wider, so the page loads in a frame
+# The frame's page once loaded: every element of the article that reaches past the frame's right
+# edge outside a box that scrolls on its own (a table's wrapper, a code block), and whether the
+# page as a whole scrolls sideways.
+PHONE_PROBE = r"""
+<html><body style="margin:0">
+<iframe id="page" src="PAGE" style="width:WIDTHpx;height:844px;border:0"></iframe>
+<script>
+document.getElementById("page").addEventListener("load", () => setTimeout(() => {
+  const doc = document.getElementById("page").contentDocument;
+  doc.querySelectorAll("details").forEach(d => { d.open = true; });
+  const width = doc.documentElement.clientWidth;
+  const outside = [];
+  const elements = doc.querySelectorAll(".md-content__inner *");
+  for (const el of elements) {
+    if (!el.getClientRects().length || el.closest(".md-typeset__scrollwrap, .highlight, pre")) continue;
+    const past = el.getBoundingClientRect().right - width;
+    if (past > 1) outside.push(el.tagName + " " + Math.round(past) + " px: "
+                               + (el.textContent || "").trim().replace(/\s+/g, " ").slice(0, 50));
+  }
+  const out = document.createElement("pre");
+  out.id = "phone-report";
+  out.textContent = JSON.stringify({width: width, scroll_width: doc.documentElement.scrollWidth,
+                                    elements: elements.length, outside: outside.slice(0, 20)});
+  document.body.appendChild(out);
+}, 500));
+</script></body></html>
+"""
+
+
+def phone_report(site: Path, page: str, extra_html: str = "") -> dict:
+    """Load ``page`` (a path under the built ``site``, plus ``extra_html`` at the end of its
+    article) in a 390 px frame of headless Chromium; return the probe's report."""
+    target = site / page
+    if extra_html:
+        text = target.read_text()
+        target = target.with_name(f"phone-extra-{os.getpid()}.html")
+        target.write_text(text.replace("</article>", extra_html + "</article>", 1))
+    frame = site / f"phone-probe-{os.getpid()}.html"
+    frame.write_text(PHONE_PROBE.replace("PAGE", target.relative_to(site).as_posix())
+                     .replace("WIDTH", str(PHONE_WIDTH)))
+    profile = site / f".chromium-profile-phone-{os.getpid()}"
+    try:
+        result = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
+                                 "--disable-background-networking", "--disable-component-update",
+                                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                                 "--hide-scrollbars", "--allow-file-access-from-files",
+                                 "--virtual-time-budget=8000", "--window-size=800,900", "--dump-dom",
+                                 frame.as_uri()], capture_output=True, text=True, timeout=180)
+    finally:
+        frame.unlink()
+        shutil.rmtree(profile, ignore_errors=True)
+        if extra_html:
+            target.unlink()
+    found = re.search(r'<pre id="phone-report">(.*?)</pre>', result.stdout, re.S)
+    assert found, f"the phone probe did not run on {page}:\n{result.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+@pytest.mark.parametrize("page", ["index.html", "results/index.html", "production/index.html",
+                                  "worklog/k13/index.html"])
+def test_page_fits_a_phone_at_390px(built_site, page):
+    """At 390 px the page does not scroll sideways: wide tables and code scroll in their own
+    boxes, and nothing else (plots, text, admonitions) reaches past the screen's edge."""
+    needs_browser()
+    report = phone_report(built_site, page)
+    assert report["width"] == PHONE_WIDTH and report["elements"] > 0
+    assert not report["outside"], f"{page} at {PHONE_WIDTH} px, past the right edge:\n" + "\n".join(report["outside"])
+    assert report["scroll_width"] <= PHONE_WIDTH
+
+
+def test_the_phone_check_finds_what_sticks_out(built_site):
+    needs_browser()
+    report = phone_report(built_site, "results/index.html",
+                          '<div style="width:700px">a fixed-width block</div><p>short</p>')
+    assert any("a fixed-width block" in what for what in report["outside"]), report
+    assert report["scroll_width"] > PHONE_WIDTH and not any("short" in what for what in report["outside"])
+
+
 def test_scaling_marker_is_pending_until_a_multi_gpu_file_exists(hook, data):
     from tools.suites import context_parallel as suite
 
