@@ -93,15 +93,43 @@ def test_decode_split_counts(num_splits):
     assert result, f"decode num_splits={num_splits}: {result.reason}"
 
 
+def split_counters(problem):
+    """Zeroed arrival counters for a one-launch split decode of `problem`."""
+    count = ops.decode_counter_count(problem.batch, problem.heads_kv, problem.seqlen_q,
+                                     problem.heads_q // problem.heads_kv)
+    return torch.zeros(count, dtype=torch.int32, device=DEV)
+
+
+@pytest.mark.parametrize("num_splits", [2, 7, 64, 128])
+@pytest.mark.parametrize("sq,hq,hkv", [(1, 32, 8), (5, 8, 8), (3, 16, 2)])  # 1 or 2 row tiles per kv head
+def test_decode_one_launch_splits(num_splits, sq, hq, hkv):
+    """With split counters the last split CTA of each row tile combines the others: the same
+    result as the combine kernel's, run twice (verify_attention: bit-identical), and the
+    counters left at zero for the next call."""
+    problem = AttentionProblem(3, sq, 3000, hq, hkv, 128)
+    counters = split_counters(problem)
+
+    def run(q, k, v, out, lse):
+        ops.decode(q, k, v, num_splits=num_splits, out=out, lse=lse, split_counters=counters)
+
+    result = verify_attention(run, problem, seed=3, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
+    assert result, f"decode num_splits={num_splits} one launch: {result.reason}"
+    torch.cuda.synchronize()
+    assert not counters.any(), "the last split of each row tile sets its counter back to zero"
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("num_splits", [2, 7])
-def test_decode_split_rows_that_see_no_key(impl, num_splits):
+@pytest.mark.parametrize("one_launch", [False, True], ids=["combine-kernel", "one-launch"])
+def test_decode_split_rows_that_see_no_key(impl, num_splits, one_launch):
     """Causal with fewer keys than queries in forced splits: every split of the first rows sees
     no key, and the combine must give zeros with LSE -inf rather than 0 / 0."""
     problem = AttentionProblem(2, 4, 2, 16, 4, 128, causal=True)
+    counters = split_counters(problem) if one_launch else None
 
     def run(q, k, v, out, lse):
-        ops.decode(q, k, v, causal=True, impl=impl, num_splits=num_splits, out=out, lse=lse)
+        ops.decode(q, k, v, causal=True, impl=impl, num_splits=num_splits, out=out, lse=lse,
+                   split_counters=counters)
 
     result = verify_attention(run, problem, seed=9, lse_atol=LSE_ATOL, lse_rtol=LSE_RTOL)
     assert result, f"decode {impl} num_splits={num_splits} {problem.label()}: {result.reason}"
@@ -422,15 +450,19 @@ def test_paged_prefill_out_of_range_seqlens_k_gives_nan_rows(impl, bad_len):
         check(out[lo:hi].unsqueeze(0), ref, f"{impl} batch {bi}", lse[:, lo:hi].unsqueeze(0), ref_lse)
 
 
-def test_paged_decode_cuda_graph_replay():
+@pytest.mark.parametrize("one_launch", [False, True], ids=["combine-kernel", "one-launch"])
+def test_paged_decode_cuda_graph_replay(one_launch):
     b, hq, hkv, d, page = 8, 32, 8, 128, 16
     q, k, v = qkv(b, 1, 1024, hq, hkv, d, seed=31)
     lens = torch.full((b,), 1024, dtype=torch.int32, device=DEV)
     k_cache, v_cache, table = paged_kv_cache(k, v, page, generator=torch.Generator().manual_seed(0))
     splits = ops.decode_num_splits(b, hkv, 1, hq // hkv, table.shape[1] * page, d)
+    assert splits > 1, "the case is a split call"
     workspace = torch.empty(max(1, ops.decode_workspace_size(splits, b, hq, 1, d)), device=DEV)
+    counters = torch.zeros(ops.decode_counter_count(b, hkv, 1, hq // hkv), dtype=torch.int32, device=DEV)
     out = torch.empty_like(q)
-    kwargs = dict(out=out, num_splits=splits, workspace=workspace, check_seqlens=False)
+    kwargs = dict(out=out, num_splits=splits, workspace=workspace, check_seqlens=False,
+                  split_counters=counters if one_launch else None)
     ops.paged_decode(q, k_cache, v_cache, table, lens, **kwargs)  # warm-up outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -451,6 +483,10 @@ def test_paged_decode_cuda_graph_replay():
 
 def test_bad_inputs_raise_clear_errors():
     q, k, v = qkv(1, 4, 64, 8, 2, 128)
+    with pytest.raises(TypeError, match="split_counters must be int32"):
+        ops.decode(q, k, v, num_splits=2, split_counters=torch.zeros(4, device=DEV))
+    with pytest.raises(ValueError, match="split_counters must be contiguous with at least 2 ints"):
+        ops.decode(q, k, v, num_splits=2, split_counters=torch.zeros(1, dtype=torch.int32, device=DEV))
     with pytest.raises(TypeError, match="q must be bfloat16 or float16, got float32"):
         ops.prefill(q.float(), k.float(), v.float())
     with pytest.raises(TypeError, match="k must be float16, got bfloat16"):

@@ -103,10 +103,12 @@ def test_the_kernel_path_launches_with_the_planned_splits_and_no_length_check(mo
     lens = torch.full((BATCH,), SK, dtype=torch.int32)
     plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
     plan.backend, plan.num_splits, plan.workspace = "cuda", 3, torch.empty(5)
+    plan.split_counters = torch.zeros(4, dtype=torch.int32)
     seen = {}
     monkeypatch.setattr(plan_module.ops, "paged_decode", lambda *a, **kw: seen.update(args=a, **kw) or "out")
     assert plan.run(q) == "out"
     assert seen["num_splits"] == 3 and seen["workspace"] is plan.workspace and seen["check_seqlens"] is False
+    assert seen["split_counters"] is plan.split_counters  # one launch: the last split combines
     assert seen["args"][3] is table and seen["args"][4] is lens
 
 
@@ -151,7 +153,9 @@ def test_the_backend_is_chosen_as_attention_chooses(monkeypatch):
     monkeypatch.setitem(backend._UNSUPPORTED, "cuda", lambda call: None)  # as on a Hopper host
     monkeypatch.setattr(plan_module.ops, "decode_num_splits", lambda *shape: 4)
     monkeypatch.setattr(plan_module.ops, "decode_workspace_size", lambda *shape: 10)
+    monkeypatch.setattr(plan_module.ops, "decode_counter_count", lambda *shape: 3)
     plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
     assert (plan.backend, plan.num_splits, plan.workspace.numel()) == ("cuda", 4, 10)
+    assert plan.split_counters.dtype == torch.int32 and plan.split_counters.tolist() == [0, 0, 0]
     monkeypatch.setattr(plan_module, "backend_order", lambda call: ("fa4", "torch", "cuda"))
     assert DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ).backend == "torch"

@@ -261,7 +261,8 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
 
 void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, const Tensor& out,
                                const std::optional<Tensor>& lse, int64_t num_splits, int64_t max_seqlen_k,
-                               const std::optional<Tensor>& workspace, attn::AttnImpl impl) {
+                               const std::optional<Tensor>& workspace, const std::optional<Tensor>& split_counters,
+                               attn::AttnImpl impl) {
   const int sms = binding::sm_count();
   if (num_splits <= 0) {
     num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
@@ -289,6 +290,16 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, const Tenso
     }
     p.o_partial = ws.data_ptr<float>();
     p.lse_partial = p.o_partial + static_cast<int64_t>(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
+  }
+  if (split_counters.has_value()) {
+    const Tensor& counters = *split_counters;
+    const int64_t count = attn::decode_counter_count(p.batch, p.heads_kv, p.seqlen_q, p.group);
+    binding::check_dtype(counters, "split_counters", at::kInt);
+    TORCH_CHECK_VALUE(counters.is_contiguous() && counters.numel() >= count, "split_counters must be contiguous with ",
+                      "at least ", count, " ints (decode_counter_count), got ", counters.numel());
+    binding::check_device(counters, "split_counters", q, "q");
+    if (floats > 0) binding::check_no_overlap(counters, "split_counters", ws, "workspace");
+    p.split_counters = counters.data_ptr<int>();
   }
   attn::run_decode(p, impl, c10::cuda::getCurrentCUDAStream().stream());
 }
@@ -335,7 +346,8 @@ Tensor fill_dense_q(attn::AttnParams& p, const Tensor& q, int64_t heads_kv, bool
 
 Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
               const std::optional<Tensor>& mask, const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
-              int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace) {
+              int64_t num_splits, const std::string& impl, const std::optional<Tensor>& workspace,
+              const std::optional<Tensor>& split_counters) {
   attn::AttnParams p;
   Tensor o = fill_dense_q(p, q, heads_kv_of(k, "k"), causal, scale, out, lse);
   fill_contiguous_kv(p, q, k, v);
@@ -344,7 +356,7 @@ Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, st
   // Every shape / dtype check above runs before any CUDA call; the guard makes q's device
   // current for the split heuristic, the workspace and the stream.
   const c10::cuda::CUDAGuard guard(q.device());
-  run_decode_with_workspace(p, q, o, lse, num_splits, k.size(1), workspace, parse_impl(impl));
+  run_decode_with_workspace(p, q, o, lse, num_splits, k.size(1), workspace, split_counters, parse_impl(impl));
   return o;
 }
 
@@ -352,14 +364,15 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                     const Tensor& seqlens_k, bool causal, std::optional<double> scale,
                     const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                     const std::optional<Tensor>& lse, int64_t num_splits, const std::string& impl,
-                    const std::optional<Tensor>& workspace, bool check_seqlens, bool debug) {
+                    const std::optional<Tensor>& workspace, bool check_seqlens, bool debug,
+                    const std::optional<Tensor>& split_counters) {
   attn::AttnParams p;
   Tensor o = fill_dense_q(p, q, heads_kv_of(k_cache, "k_cache"), causal, scale, out, lse);
   fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
   check_outputs_apart(out, lse, q, k_cache, v_cache);
   const c10::cuda::CUDAGuard guard(q.device());
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
-  run_decode_with_workspace(p, q, o, lse, num_splits, page_table.size(1) * k_cache.size(1), workspace,
+  run_decode_with_workspace(p, q, o, lse, num_splits, page_table.size(1) * k_cache.size(1), workspace, split_counters,
                             parse_impl(impl));
   return o;
 }
@@ -526,6 +539,11 @@ int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int
                                  sms);
 }
 
+int64_t decode_counter_count(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group) {
+  return attn::decode_counter_count(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
+                                    static_cast<int>(group));
+}
+
 int64_t decode_workspace_size(int64_t num_splits, int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim) {
   return attn::decode_workspace_floats(static_cast<int>(num_splits), static_cast<int>(batch), static_cast<int>(heads_q),
                                        static_cast<int>(seqlen_q), static_cast<int>(head_dim));
@@ -542,14 +560,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode", &decode, "Split-KV decode on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("scale") = py::none(),
         py::arg("mask") = py::none(), py::arg("out") = py::none(), py::arg("lse") = py::none(),
-        py::arg("num_splits") = 0, py::arg("impl") = "tc", py::arg("workspace") = py::none());
+        py::arg("num_splits") = 0, py::arg("impl") = "tc", py::arg("workspace") = py::none(),
+        py::arg("split_counters") = py::none());
   m.def("paged_decode", &paged_decode,
         "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D], page_table [B, max_pages] "
-        "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint).",
+        "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint; "
+        "split_counters, zeroed once, for one launch).",
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("seqlens_k"),
         py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
         py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
-        py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false);
+        py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false,
+        py::arg("split_counters") = py::none());
   m.def("prefill", &prefill,
         "Prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]. impl: 'tc' (tensor cores: on Hopper the "
         "warp-specialized TMA kernel, with a boolean mask the cp.async one), 'tc-ws' (the warp-specialized kernel "
@@ -567,6 +588,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
         py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"), py::arg("max_seqlen_k"),
         py::arg("head_dim"));
+  m.def("decode_counter_count", &decode_counter_count,
+        "Ints of split_counters a one-launch split decode needs (zeroed once; each call leaves them zero).",
+        py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"));
   m.def("decode_workspace_size", &decode_workspace_size, "Floats of workspace a decode call needs.",
         py::arg("num_splits"), py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"), py::arg("head_dim"));
   m.attr("max_decode_splits") = attn::kMaxDecodeSplits;

@@ -15,7 +15,9 @@ namespace kernels::attention {
 
 // Split-KV decode on contiguous KV (params.page_table == nullptr) or paged KV. With
 // params.num_splits > 1 the caller provides o_partial / lse_partial (see
-// decode_workspace_floats) and a combine kernel merges the splits. No host synchronization.
+// decode_workspace_floats); the splits are merged by a combine kernel or, where the caller
+// also provides split_counters (decode_counter_count ints, zeroed once), by the last split CTA
+// of each row tile, in one launch. No host synchronization.
 void run_decode(const AttnParams& params, AttnImpl impl, cudaStream_t stream);
 
 // Split-Q prefill: dense Q on contiguous KV, or packed ragged Q (cu_seqlens_q, and for the
@@ -35,6 +37,9 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
 
 // Floats of workspace a decode call with num_splits > 1 needs (o_partial then lse_partial).
 int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q, int head_dim);
+
+// Arrival counters (ints) a one-launch split decode needs: one per (batch, kv head, row tile).
+int64_t decode_counter_count(int batch, int heads_kv, int seqlen_q, int group);
 
 // Packed rows (query, head-in-group) one prefill CTA owns for this head_dim.
 int prefill_block_m(int head_dim);

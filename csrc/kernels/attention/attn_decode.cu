@@ -59,6 +59,11 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
   return best;
 }
 
+int64_t decode_counter_count(int batch, int heads_kv, int seqlen_q, int group) {
+  const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(seqlen_q) * group, 16);
+  return static_cast<int64_t>(batch) * heads_kv * row_tiles;
+}
+
 int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q, int head_dim) {
   if (num_splits <= 1) return 0;
   const int64_t rows = static_cast<int64_t>(num_splits) * batch * heads_q * seqlen_q;

@@ -85,6 +85,10 @@ struct AttnParams {
   int num_splits = 1;
   float* o_partial = nullptr;    // [num_splits][B][Hq][Sq][D]
   float* lse_partial = nullptr;  // [num_splits][B][Hq][Sq]
+  // Optional: [B][Hkv * ceil(Sq * group / 16)] arrival counters, zero before the call and left
+  // zero after it. Given, the last split CTA of each row tile combines the splits (one launch);
+  // else a combine kernel runs after the split kernel.
+  int* split_counters = nullptr;
 };
 
 }  // namespace kernels::attention

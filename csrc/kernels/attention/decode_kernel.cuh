@@ -9,7 +9,8 @@
 //   2. Warp w takes keys [w * kKeysPerWarp, ...) of every tile: S = Q K^T, mask, online
 //      softmax, O += P V, each warp with its own running max / sum.
 //   3. The warps merge in shared memory; with one split the CTA writes O (the inputs' element
-//      type) and LSE, otherwise fp32 partial O and LSE for the combine kernel.
+//      type) and LSE, otherwise fp32 partial O and LSE, which the combine kernel adds up or,
+//      given arrival counters (p.split_counters), the last split of the rows to arrive.
 #pragma once
 
 #include "../common/launch.cuh"
@@ -18,6 +19,87 @@
 namespace kernels::attention {
 
 constexpr int kCombineThreads = 128;
+
+// One launch for a split call: each split CTA counts itself in on its rows' counter after its
+// partial rows are written; the last to arrive adds up every split's rows (the combine kernel's
+// arithmetic) and sets the counter back to zero for the next call. smem: at least
+// kRows * (kMaxDecodeSplits + 1) floats, free (the warp merge is done).
+template <int kD, int kThreads, int kRows, class Element>
+__device__ void combine_splits_if_last(const AttnParams& p, unsigned char* smem, int b, int hkv, int row0,
+                                       int rows_total) {
+  float* s_weight = reinterpret_cast<float*>(smem);    // [kRows][num_splits]: exp(lse_s - max) / sum
+  float* s_lse = s_weight + kRows * kMaxDecodeSplits;  // [kRows]
+  int* s_last = reinterpret_cast<int*>(s_lse + kRows);
+  const int n = p.num_splits;
+  const int counter = b * gridDim.y + blockIdx.y;
+  __threadfence();  // this thread's partial rows are visible to the GPU before the CTA counts itself in
+  __syncthreads();  // ... every thread's; and every read of the merge buffer is done
+  if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + counter, 1) == n - 1;
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();  // the other splits' rows, counted in before the atomic above, are read after it
+
+  const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int rows = min(kRows, rows_total - row0);
+  const auto partial_row = [&](int r) {  // the row's index in a split's [B][Hq][Sq] block
+    const int packed = row0 + r;
+    return (static_cast<int64_t>(b) * p.heads_q + hkv * p.group + packed % p.group) * p.seqlen_q + packed / p.group;
+  };
+  // Each warp takes rows in turn, its lanes the splits: max, then sum, then the weights.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < rows; r += kThreads / 32) {
+    const int64_t row = partial_row(r);
+    float mx = -INFINITY;
+    bool poisoned = false;
+    for (int s = lane; s < n; s += 32) {
+      const float lse = __ldcg(p.lse_partial + s * rows_all + row);
+      s_weight[r * kMaxDecodeSplits + s] = lse;
+      poisoned |= isnan(lse);
+      mx = fmaxf(mx, lse);
+    }
+    mx = warp_reduce_max(mx);
+    poisoned = __any_sync(0xffffffffu, poisoned);
+    const bool empty = poisoned || mx == -INFINITY;
+    float sum = 0.f;
+    for (int s = lane; s < n; s += 32) {
+      const float w = empty ? 0.f : __expf(s_weight[r * kMaxDecodeSplits + s] - mx);
+      s_weight[r * kMaxDecodeSplits + s] = w;
+      sum += w;
+    }
+    sum = warp_reduce_sum(sum);
+    const float inv = poisoned ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
+    for (int s = lane; s < n; s += 32) s_weight[r * kMaxDecodeSplits + s] *= inv;
+    if (lane == 0) s_lse[r] = poisoned ? NAN : (sum > 0.f ? mx + __logf(sum) : -INFINITY);
+  }
+  __syncthreads();
+
+  // O: a float4 of a row per thread and step, every split's partial row weighted.
+  using Ops = ElementOps<Element>;
+  constexpr int kChunks = kD / 4;
+  for (int idx = threadIdx.x; idx < rows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, chunk = idx % kChunks;
+    const int64_t row = partial_row(r);
+    const float* weight = s_weight + r * kMaxDecodeSplits;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int s = 0; s < n; ++s) {
+      const float4 part = __ldcg(reinterpret_cast<const float4*>(p.o_partial + (s * rows_all + row) * kD) + chunk);
+      acc.x = fmaf(weight[s], part.x, acc.x);
+      acc.y = fmaf(weight[s], part.y, acc.y);
+      acc.z = fmaf(weight[s], part.z, acc.z);
+      acc.w = fmaf(weight[s], part.w, acc.w);
+    }
+    const int packed = row0 + r, qp = packed / p.group, head = hkv * p.group + packed % p.group;
+    Element* o = static_cast<Element*>(p.o) + b * p.o_batch_stride + qp * p.o_token_stride + head * p.o_head_stride;
+    typename Ops::Pair* o2 = reinterpret_cast<typename Ops::Pair*>(o + 4 * chunk);
+    o2[0] = Ops::pair(acc.x, acc.y);
+    o2[1] = Ops::pair(acc.z, acc.w);
+    if (chunk == 0 && p.lse != nullptr) {
+      p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + qp * p.lse_token_stride] = s_lse[r];
+    }
+  }
+  if (threadIdx.x == 0) p.split_counters[counter] = 0;  // ready for the next call
+}
 
 template <class Cfg, AttnImpl kImpl, class KV, class Element>
 __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
@@ -197,6 +279,9 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
       if (col == 0) p.lse_partial[prow] = lse;
     }
   }
+  if (p.num_splits > 1 && p.split_counters != nullptr) {
+    combine_splits_if_last<kD, T::kThreads, T::kRows, Element>(p, smem_raw, b, hkv, row0, rows_total);
+  }
 }
 
 // One CTA per (batch, head, query) row. Split s carries weight exp(lse_s - max lse); the
@@ -285,14 +370,16 @@ void launch_decode(const AttnParams& p, cudaStream_t stream) {
         "; use prefill for long query blocks");
   const dim3 grid(p.num_splits, static_cast<unsigned>(grid_y), p.batch);
   check_grid(grid, "attn_decode_kernel", "too many heads x query tiles or batch entries");
-  // Programmatic launches when the call has a combine: each kernel's launch overlaps the previous
-  // kernel's tail (the split kernel's: whatever ran before it, the previous call's combine among
-  // them; the combine's: the split kernel's). Without one the split kernel launches plainly: its
-  // CTAs launched early into a stream of unsplit calls sat waiting and cost B16 5% (64.0 -> 67.5
-  // us per call, H200).
+  // Programmatic launches when the call has a combine kernel (no arrival counters): each
+  // kernel's launch overlaps the previous kernel's tail (the split kernel's: whatever ran before
+  // it, the previous call's combine among them; the combine's: the split kernel's). Otherwise the
+  // split kernel launches plainly: its CTAs launched early into a stream of unsplit calls sat
+  // waiting, which cost B16 time (docs/production_lab.md).
+  static_assert(T::kSmemBytes >= (T::kRows * (kMaxDecodeSplits + 1) + 1) * 4, "no room to combine the splits");
+  const bool combine_kernel = p.num_splits > 1 && p.split_counters == nullptr;
   launch_ex("attn_decode_kernel", kernel, grid, T::kThreads, T::kSmemBytes, stream,
-            LaunchOptions{.programmatic = p.num_splits > 1}, with_page_divmod<KV>(p));
-  if (p.num_splits > 1) {
+            LaunchOptions{.programmatic = combine_kernel}, with_page_divmod<KV>(p));
+  if (combine_kernel) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     check(rows <= 0x7fffffff, "decode: batch * heads_q * seqlen_q must be < 2^31, got ", rows);
     launch_ex("attn_decode_combine_kernel", attn_decode_combine_kernel<kD, Element>, dim3(static_cast<unsigned>(rows)),

@@ -12,13 +12,15 @@ the caller knows it is due:
 
 ``DecodePlan(...)`` validates the cache, the page table and the lengths' tensor once, picks the
 backend as ``attention()`` would (our paged decode or torch's path; FlashAttention-4's is not
-planned), and fixes the split count and its workspace for the longest length
-the plan may see (``max_seqlen_k``, default: what the page table holds). ``run()`` checks only
+planned), and fixes the split count, its workspace and its arrival counters for the longest
+length the plan may see (``max_seqlen_k``, default: what the page table holds): a split call
+is one launch, the last split of each row tile combining the others. ``run()`` checks only
 that ``q`` (and a layer's cache, if given) has the planned shape, dtype and device, and
 launches: it never reads the lengths on the host, so it can be captured in a CUDA graph and
 replayed step after step while the caller updates ``seqlens_k`` (and the page table) in place.
 The lengths are the caller's contract, as with ``check_seqlens=False``: ``check_lengths()``
-checks them against the page table when wanted (one device->host copy).
+checks them against the page table when wanted (one device->host copy). A plan's runs share
+its workspace and counters: run it on one stream at a time (a plan per stream otherwise).
 """
 
 from __future__ import annotations
@@ -77,13 +79,16 @@ class DecodePlan:
         self.scale = None if scale is None else _scale_number(scale)
         self.dtype, self.device = k_cache.dtype, k_cache.device
         self.backend = self._choose_backend(probe)
-        self.num_splits, self.workspace = 1, None
+        self.num_splits, self.workspace, self.split_counters = 1, None, None
         if self.backend == "cuda":
             group = heads_q // heads_kv
             self.num_splits = ops.decode_num_splits(batch, heads_kv, 1, group, max(max_seqlen_k, 1), head_dim)
             size = ops.decode_workspace_size(self.num_splits, batch, heads_q, 1, head_dim)
             if size:
                 self.workspace = torch.empty(size, dtype=torch.float32, device=self.device)
+                # zero once; every run leaves them zero: the split call is one launch
+                self.split_counters = torch.zeros(ops.decode_counter_count(batch, heads_kv, 1, group),
+                                                  dtype=torch.int32, device=self.device)
 
     def _choose_backend(self, probe) -> str:
         """As attention() chooses (use_backend, $KERNELS_ATTENTION_BACKEND, the measured order,
@@ -120,7 +125,8 @@ class DecodePlan:
         if self.backend == "cuda":
             return ops.paged_decode(q, k_cache, v_cache, self.page_table, self.seqlens_k, causal=self.causal,
                                     scale=self.scale, out=out, lse=lse, num_splits=self.num_splits,
-                                    workspace=self.workspace, check_seqlens=False)
+                                    workspace=self.workspace, check_seqlens=False,
+                                    split_counters=self.split_counters)
         return _run_torch(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
                           None, out, lse)
 

@@ -55,18 +55,23 @@ def available() -> bool:
 
 
 def decode(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, num_splits=0,
-           impl="tc", workspace=None):
-    """Split-KV decode on contiguous KV; num_splits=0 picks the split count."""
-    return _module().decode(q, k, v, causal, scale, mask, out, lse, num_splits, impl, workspace)
+           impl="tc", workspace=None, split_counters=None):
+    """Split-KV decode on contiguous KV; num_splits=0 picks the split count. With split_counters
+    (int32, decode_counter_count of them, zero: each call leaves them zero) a split call is one
+    launch, the last split of each row tile combining the others; without, a combine kernel
+    follows the split kernel."""
+    return _module().decode(q, k, v, causal, scale, mask, out, lse, num_splits, impl, workspace,
+                            split_counters)
 
 
 def paged_decode(q, k_cache, v_cache, page_table, seqlens_k, *, causal=False, scale=None, mask=None,
                  out=None, lse=None, num_splits=0, impl="tc", workspace=None, check_seqlens=True,
-                 debug=False):
+                 debug=False, split_counters=None):
     """Split-KV decode on a paged cache; CUDA-graph capturable (no host synchronization when
-    check_seqlens is False or while capturing; pass num_splits + workspace for a fixed footprint)."""
+    check_seqlens is False or while capturing; pass num_splits + workspace for a fixed footprint,
+    split_counters for one launch: see decode)."""
     return _module().paged_decode(q, k_cache, v_cache, page_table, seqlens_k, causal, scale, mask, out, lse,
-                                  num_splits, impl, workspace, check_seqlens, debug)
+                                  num_splits, impl, workspace, check_seqlens, debug, split_counters)
 
 
 # The prefill kernels by impl name (the module docstring says what each is).
@@ -97,6 +102,11 @@ def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim) 
     """The split count decode and paged_decode pick for this shape on this GPU (paged KV:
     max_seqlen_k = max_pages * page_size)."""
     return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim)
+
+
+def decode_counter_count(batch, heads_kv, seqlen_q, group) -> int:
+    """Int32 split counters of a one-launch split decode call: one per (batch, kv head, 16 rows)."""
+    return _module().decode_counter_count(batch, heads_kv, seqlen_q, group)
 
 
 def decode_workspace_size(num_splits, batch, heads_q, seqlen_q, head_dim) -> int:
