@@ -487,6 +487,91 @@ def test_each_call_takes_the_kernel_its_inputs_call_for(cuda_on_cpu, monkeypatch
     assert run() == "paged_decode" and record["calls"][-1][1]["debug"] is False
 
 
+# ---- the ladder backend ---------------------------------------------------------------------------
+
+def hopper_call(**changes):
+    """A Call our ladder rung can run (dense bf16 prefill on sm_90), with `changes`."""
+    import dataclasses
+    import sys
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    call = module.Call("cuda", (9, 0), "h200", torch.bfloat16, 128, "prefill", False, False)
+    return dataclasses.replace(call, **changes)
+
+
+@pytest.mark.parametrize("changes,reason", [
+    ({}, None),
+    ({"phase": "decode", "dtype": torch.float16, "head_dim": 64}, None),
+    ({"device_type": "cpu", "capability": None}, "not on a CUDA device"),
+    ({"capability": (8, 9)}, "built for sm_90a, device is sm_89"),
+    ({"capability": (10, 0)}, "built for sm_90a, device is sm_100"),
+    ({"phase": "paged-decode"}, "paged-decode calls"),
+    ({"phase": "paged-prefill"}, "paged-prefill calls"),
+    ({"masked": True}, "boolean mask"),
+    ({"needs_grad": True}, "no backward"),
+    ({"dtype": torch.float32}, "dtype torch.float32"),
+    ({"head_dim": 96}, "head_dim 96"),
+])
+def test_the_ladder_backend_takes_dense_hopper_calls(changes, reason):
+    from kernels.extension.backend import ladder_path
+
+    found = ladder_path.unsupported(hopper_call(**changes))
+    assert found is None if reason is None else reason in found
+
+
+def test_the_ladder_backend_says_when_the_dsl_is_missing(monkeypatch):
+    from kernels.extension.backend import ladder_path
+
+    monkeypatch.setattr(ladder_path, "rung", lambda: "the CuTe DSL is not importable (no module)")
+    assert "not importable" in ladder_path.unsupported(hopper_call())
+
+
+@pytest.fixture
+def ladder_on_cpu(monkeypatch):
+    """attention() sending CPU bf16 calls to the ladder backend, whose rung computes the fp32
+    reference on contiguous tensors (as the real rung demands) and records each problem."""
+    import sys
+    import types
+
+    from kernels.extension.backend import ladder_path
+
+    module = sys.modules["kernels.extension.backend.attention"]
+    problems = []
+
+    def run_kernel(problem, q, k, v, out, lse=None):
+        assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and out.is_contiguous()
+        assert lse is None or lse.is_contiguous()
+        ref, ref_lse = reference_attention(q, k, v, causal=problem.causal, scale=problem.softmax_scale)
+        out.copy_(ref)
+        if lse is not None:
+            lse.copy_(ref_lse)
+
+    rung = types.SimpleNamespace(HEAD_DIMS=(64, 128), compile_kernel=lambda p: problems.append(p) or p,
+                                 run_kernel=run_kernel)
+    monkeypatch.setattr(ladder_path, "rung", lambda: rung)
+    monkeypatch.setitem(module._UNSUPPORTED, "ladder", lambda call: None)
+    return problems
+
+
+def test_the_ladder_backend_runs_the_rung_on_the_call(ladder_on_cpu):
+    """use_backend('ladder'): the rung's problem carries the call's shape, causal flag and scale;
+    strided inputs and outputs travel through contiguous copies; results match the reference."""
+    q, k, v = (t.bfloat16() for t in qkv(2, 37, 53, 8, 2, 64))
+    q_strided = torch.empty(2, 37, 8, 128, dtype=torch.bfloat16)[..., :64].copy_(q)
+    out = torch.empty(2, 37, 8, 128, dtype=torch.bfloat16)[..., :64]
+    lse = torch.empty(2, 37, 8).transpose(1, 2)  # [B, Hq, Sq], not contiguous
+    with use_backend("ladder"):
+        result = attention(q_strided, k, v, causal=True, scale=0.3, out=out, lse=lse)
+    [problem] = ladder_on_cpu
+    expected = AttentionProblem(2, 37, 53, 8, 2, 64, causal=True, dtype="bf16", scale=0.3)
+    assert problem == expected
+    ref, ref_lse = reference_attention(q, k, v, causal=True, scale=0.3)
+    assert result is out and rel_err(out.float(), ref) < 1e-2 and rel_err(lse, ref_lse) < 1e-3
+    with use_backend("ladder"):
+        assert attention(q[:, :0], k, v).shape == (2, 0, 8, 64)  # no query row: not the rung's
+    assert len(ladder_on_cpu) == 1
+
+
 # ---- autograd ------------------------------------------------------------------------------------
 
 def leaves(*tensors):

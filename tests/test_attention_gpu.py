@@ -637,16 +637,25 @@ def test_backend_follows_the_measured_routing():
     AttentionProblem(2, 130, 130, 8, 8, 64, causal=True),
     AttentionProblem(2, 130, 257, 8, 1, 256),
 ], ids=lambda p: p.label().replace(" ", "-"))
-def test_routed_attention_keeps_the_contract(dtype, problem):
-    """Whichever backend the routing picks: guarded, poisoned outputs, empty rows exactly zero
-    with LSE -inf, a repeated run bit-identical."""
+@pytest.mark.parametrize("strict", [None, "ladder"], ids=["routed", "ladder"])
+def test_routed_attention_keeps_the_contract(dtype, problem, strict):
+    """Whichever backend the routing picks, and the ladder's rung where it runs: guarded,
+    poisoned outputs, empty rows exactly zero with LSE -inf, a repeated run bit-identical."""
+    import contextlib
     from dataclasses import replace
+
+    from kernels.extension.backend import ladder_path
 
     backend = backend_module()
     problem = replace(problem, dtype=dtype)
+    if strict == "ladder" and isinstance(ladder_path.rung(), str):
+        pytest.skip(ladder_path.rung())
+    if strict == "ladder" and not HOPPER:
+        pytest.skip("the ladder's rung is built for sm_90a")
 
     def run(q, k, v, out, lse):
-        backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
+        with backend.use_backend(strict) if strict else contextlib.nullcontext():
+            backend.attention(q, k, v, causal=problem.causal, out=out, lse=lse)
 
     def picked() -> str:  # the backend's name, for the failure message only (an assert's message is lazy)
         q, k, v = qkv(problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,

@@ -113,16 +113,16 @@ def routes(rows=ROWS):
 def test_fastest_measured_backend_goes_first():
     table = routes()
     prefill = table["prefill", 128]
-    assert prefill.order == ("fa4", "cuda", "torch")
+    assert prefill.order == ("fa4", "cuda", "ladder", "torch")
     assert prefill.slowdown["fa4"] == 1.0
     assert prefill.slowdown["cuda"] == pytest.approx(math.sqrt(1.3 / 0.9 * 0.8 / 0.5))
     assert prefill.shapes == 2 and prefill.first_beaten == 0
-    assert table["paged-prefill", 128].order == ("fa4", "cuda", "torch")
+    assert table["paged-prefill", 128].order == ("fa4", "cuda", "ladder", "torch")
 
 
 def test_geometric_mean_decides_mixed_shapes():
     paged = routes()["paged-decode", 128]
-    assert paged.order == ("cuda", "fa4", "torch")
+    assert paged.order == ("cuda", "fa4", "ladder", "torch")
     assert paged.slowdown["cuda"] == pytest.approx(math.sqrt(1.0 * 1.2))
     assert paged.slowdown["fa4"] == pytest.approx(math.sqrt(2.0 * 1.0))
     assert paged.first_beaten == 1  # fa4 is faster at B 64: the table says so
@@ -139,7 +139,7 @@ def test_rows_that_are_not_attention_calls_are_ignored():
 def test_wrong_answers_send_a_backend_last_and_failed_runs_count_as_unmeasured():
     table = routes()
     d64 = table["prefill", 64]
-    assert d64.wrong == ("fa4",) and d64.order == ("cuda", "torch", "fa4")
+    assert d64.wrong == ("fa4",) and d64.order == ("cuda", "ladder", "torch", "fa4")
     d256 = table["prefill", 256]
     assert d256.order == DEFAULT and d256.measured == ("cuda",) and d256.wrong == ()
 
@@ -199,7 +199,7 @@ def test_unreadable_file_warns_and_keeps_the_default(tmp_path):
 def test_routes_are_read_once(results, monkeypatch):
     backend.backend_order(call())
     monkeypatch.setattr(routing, "routes_from_results", lambda doc: pytest.fail("read again"))
-    assert backend.backend_order(call()) == ("fa4", "cuda", "torch")
+    assert backend.backend_order(call()) == ("fa4", "cuda", "ladder", "torch")
 
 
 # ---- the choice --------------------------------------------------------------------------------
@@ -228,10 +228,10 @@ def test_missing_file_or_other_gpu_uses_the_default_order(tmp_path, monkeypatch,
 
 def test_overrides_win_over_measurements(results, hopper, monkeypatch):
     monkeypatch.setenv(backend.ENV_VAR, "cuda")
-    assert backend.backend_order(call()) == ("cuda", "fa4", "torch")
+    assert backend.backend_order(call()) == ("cuda", "fa4", "ladder", "torch")
     assert backend.choose_backend(call())[0] == "cuda"
     monkeypatch.setenv(backend.ENV_VAR, "torch")
-    assert backend.backend_order(call()) == ("torch", "fa4", "cuda")
+    assert backend.backend_order(call()) == ("torch", "fa4", "cuda", "ladder")
     monkeypatch.delenv(backend.ENV_VAR)
     with backend.use_backend("cuda"):
         assert backend.choose_backend(call()) == ("cuda", [])
@@ -261,7 +261,8 @@ def test_fp16_runs_on_our_kernels_where_measured_first(results, hopper):
 def test_other_architectures_skip_the_hopper_build(results, hopper):
     name, reasons = backend.choose_backend(call(phase="decode", capability=(8, 9), gpu="l40s"))
     assert name == "torch"
-    assert reasons == ["cuda: built for sm_90a, device is sm_89", "fa4: flash_attn.cute needs sm90 or sm100"]
+    assert reasons == ["cuda: built for sm_90a, device is sm_89", "fa4: flash_attn.cute needs sm90 or sm100",
+                       "ladder: the ladder's kernels are built for sm_90a, device is sm_89"]
 
 
 def test_cpu_calls_describe_themselves_and_run_on_torch():
@@ -313,9 +314,10 @@ def test_production_page_shows_the_routing_table(tmp_path):
     hook = load_docs_hook()
     data = hook.Data(results_dir=write_results(tmp_path / "results"))
     html = hook.render_markers("<!-- routing: gpu=h200 -->", "docs/production.md", data)
-    assert "| prefill | 128 | fa4 → cuda → torch | 2 | fa4 1.00, cuda 1.52 | 0 |" in html
-    assert "| decode | 128 | cuda → fa4 → torch | 1 | cuda (alone) | 0 |" in html
-    assert "| prefill | 64 | cuda → torch → fa4 | 2 | cuda 2.00, fa4 1.00; wrong answers: fa4 | 1 |" in html
+    assert "| prefill | 128 | fa4 → cuda → ladder → torch | 2 | fa4 1.00, cuda 1.52 | 0 |" in html
+    assert "| decode | 128 | cuda → fa4 → ladder → torch | 1 | cuda (alone) | 0 |" in html
+    assert ("| prefill | 64 | cuda → ladder → torch → fa4 | 2 | cuda 2.00, fa4 1.00; wrong answers: fa4 | 1 |"
+            in html)
     assert "results/h200/attention.json" in html
     write_results(tmp_path / "bare", rows=[row("torch-sdpa-flash", PREFILL, 1.0)])
     with pytest.raises(hook.MarkerError, match="no rows that time a backend"):

@@ -18,7 +18,8 @@ between its reads, and the replay's time divided by the calls); contiguous decod
 latency, and beside it `read-floor-graph` (one kernel that only reads the same K/V bytes from
 HBM, under graph replay: the floor for a decode of that size); prefill D 128 b4 s4096
 (TFLOP/s; the default kernel and, as `cuda-prefill-tc-cpasync`, the cp.async one it replaced
-on Hopper) with torch SDPA (cuDNN, flash) and FA4; prefill b1
+on Hopper) with torch SDPA (cuDNN, flash), FA4 and the ladder backend (`ladder`: the top rung
+as `attention()` runs it); prefill b1
 s16384 at D 64 / 128 / 256 (2048 / D heads, causal and not) against cuDNN and FA4; a ragged
 causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed. The checked rows of one problem (a decode batch
@@ -200,6 +201,7 @@ def _sdpa(q, k, v, causal, backend_name):
 
 
 def run(ctx) -> list[dict]:
+    from kernels.extension.backend import ladder_path
     from kernels.extension.backend.attention import attention
     from kernels.extension.backend.plan import DecodePlan
     from kernels.extension.ops import attention as ops
@@ -305,6 +307,9 @@ def run(ctx) -> list[dict]:
             calls += [(name, _sdpa(q, k, v, causal, backend)) for name, backend in SDPA_BACKENDS
                       if alternatives or name == "torch-sdpa-cudnn"]
             calls.append(("fa4", lambda: _first(fa4.flash_attn_func(q, k, v, causal=causal))))
+            if not isinstance(ladder_path.rung(), str):  # the ladder backend's runner, where the DSL is
+                calls.append(("ladder", lambda: ladder_path.run(q, k, v, causal, None, None, None, None, None,
+                                                                None, None)))
             rows += _timed_together(ctx, [_check(name, pdict, call, ref, flops) for name, call in calls])
             del ref
     small = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=16, heads_kv=16, head_dim=D)

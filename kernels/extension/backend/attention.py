@@ -2,14 +2,16 @@
 implementation by capability and by measurement.
 
 Backends: `cuda` (our kernels, kernels.extension.ops.attention), `fa4` (flash_attn.cute, when
-installed) and `torch` (scaled_dot_product_attention: any device, bf16, fp16 or fp32).
+installed), `ladder` (the top CuTe-DSL rung, `ladder_path`: dense bf16 / fp16 calls on Hopper,
+where the CuTe DSL is installed) and `torch` (scaled_dot_product_attention: any device, bf16,
+fp16 or fp32).
 
 How a call finds its backend:
 
 - Order. On a GPU with recorded results (`results/<gpu>/attention.json`), the order of the
   call's bucket (phase: decode, prefill, paged-decode or paged-prefill; head_dim) from
   `attention_routing`: fastest measured first. Elsewhere, and for buckets nothing measured,
-  the default order `cuda`, `fa4`, `torch`. `routing_table()` shows the measured orders.
+  the default order `cuda`, `fa4`, `ladder`, `torch`. `routing_table()` shows the measured orders.
 - Capability. The first backend of the order that can run the call runs it; the others are
   skipped with a reason (`select_backend` names the one that runs).
 - `KERNELS_ATTENTION_BACKEND=<name>` puts that backend first (the others stay fallbacks).
@@ -57,7 +59,7 @@ import torch
 
 from .. import loader
 from ..ops import attention as ops
-from . import attention_routing
+from . import attention_routing, ladder_path
 from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kernel
 from .torch_path import _run_torch
 from .validation import (
@@ -188,7 +190,8 @@ def _torch_unsupported(call: Call) -> str | None:
     return None
 
 
-_UNSUPPORTED = {"cuda": _cuda_unsupported, "fa4": _fa4_unsupported, "torch": _torch_unsupported}
+_UNSUPPORTED = {"cuda": _cuda_unsupported, "fa4": _fa4_unsupported, "ladder": ladder_path.unsupported,
+                "torch": _torch_unsupported}
 
 
 # ---- choice ----------------------------------------------------------------------------------
@@ -301,6 +304,8 @@ def _runner(name, q, k, page_table, cu_seqlens_q):
         return _run_torch
     if name == "fa4":
         return _run_fa4
+    if name == "ladder":
+        return ladder_path.run
     if name != "cuda":
         return _run_torch
     if cu_seqlens_q is not None:

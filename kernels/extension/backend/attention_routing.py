@@ -13,14 +13,14 @@ shape, each backend's median time is divided by the fastest backend's; a backend
 geometric mean of those ratios over the shapes where it was compared with another (1.0: fastest
 everywhere). Backends are tried in score order, then the ones no row compares in the default
 order, and last those with a wrong answer recorded in the bucket. A bucket, GPU or file without
-measurements keeps the default order (``cuda``, ``fa4``, ``torch``).
+measurements keeps the default order (``cuda``, ``fa4``, ``ladder``, ``torch``).
 
 Only rows that time exactly what a backend runs count (``ROW_BACKENDS``): our kernels as
-``attention()`` calls them and FlashAttention-4's entry points. The ``torch-sdpa-*`` rows are
-peers: torch SDPA forced onto one kernel (cuDNN, flash). The torch backend lets torch pick the
-kernel and masks what needs masking (lengths, pages, bottom-right causal), which no row times,
-so ``torch`` stays last. Rows of other variants (the FP32
-``-scalar`` kernels, CUDA-graph replays) are not what ``attention()`` runs and are ignored.
+``attention()`` calls them, FlashAttention-4's entry points and the ladder backend's runner.
+The ``torch-sdpa-*`` rows are peers: torch SDPA forced onto one kernel (cuDNN, flash). The
+torch backend lets torch pick the kernel and masks what needs masking (lengths, pages,
+bottom-right causal), which no row times, so ``torch`` stays last. Rows of other variants (the
+FP32 ``-scalar`` kernels, CUDA-graph replays) are not what ``attention()`` runs and are ignored.
 
 The routes ship with the package (``routing/<gpu>.json`` beside this module, package data):
 ``tools.bench --suite attention`` derives them from the results file it writes
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from ..ops import attention as ops
 
-DEFAULT_ORDER = ("cuda", "fa4", "torch")
+DEFAULT_ORDER = ("cuda", "fa4", "ladder", "torch")
 PHASES = ("decode", "prefill", "paged-decode", "paged-prefill")
 SUITE = "attention"
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"  # in a source checkout
@@ -62,6 +62,7 @@ ROW_BACKENDS = {
     "fa4": "fa4",
     "fa4-paged-decode": "fa4",
     "fa4-paged-prefill": "fa4",
+    "ladder": "ladder",
 }
 
 
