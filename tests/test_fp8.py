@@ -335,6 +335,54 @@ def test_delayed_scaling_follows_its_amax_history(monkeypatch, algo, margin):
     assert float(state.scale[1]) == float(state.scale[2]) == 1.0  # the other roles untouched
 
 
+@pytest.mark.parametrize("recipe", [fp8_strategy.DynamicScaling(), fp8_strategy.DelayedScaling()],
+                         ids=["dynamic", "delayed"])
+def test_inference_quantizes_the_weight_once_per_version(monkeypatch, recipe):
+    """Fp8Linear on CPU, the kernels emulated in torch: without gradients the weight is quantized
+    once with its own amax and kept until it changes (in place, or a new tensor); the input is
+    quantized on every call; the output is the emulated FP8 product. With gradients the weight
+    is quantized on every call."""
+    fp8_max = 448.0
+    quantized = []
+
+    def quantize(x, scale, fp8_dtype, rowwise, transpose):
+        quantized.append(x.shape)
+        x_q = (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8_dtype) if rowwise else None
+        x_t = x_q.t().contiguous() if transpose and x_q is not None else None
+        return x_q, x_t, x.abs().max().float()
+
+    def gemm(a, b, a_deq, b_deq, bias=None, *args):
+        out = (a.float() @ b.float().t()) * a_deq * b_deq
+        return (out if bias is None else out + bias.float()).bfloat16()
+
+    monkeypatch.setattr(torch.ops.kernels, "fp8_quantize", quantize)
+    monkeypatch.setattr(torch.ops.kernels, "fp8_gemm", gemm)
+    monkeypatch.setattr(fp8_strategy, "get_recipe", lambda: recipe)
+    layer = fp8_strategy.Fp8Linear(64, 32)
+    x = torch.randn(5, 64).bfloat16()
+    weight_shape = tuple(layer.weight.shape)
+
+    def weight_quantizations(fn):
+        before = len(quantized)
+        out = fn()
+        return sum(shape == weight_shape for shape in quantized[before:]), out
+
+    with torch.no_grad():
+        first, out = weight_quantizations(lambda: layer(x))
+        again, _ = weight_quantizations(lambda: layer(x))
+        assert (first, again) == (2, 0)  # amax, then quantize; then kept
+        w_q, w_deq = layer.quantized_weight(recipe)
+        expected = x.float() @ (w_q.float() * w_deq).t() + layer.bias.float()
+        assert (out.float() - expected).abs().max() < 0.1 * expected.abs().max()  # x's FP8 rounding
+        layer.weight.mul_(2)                                                      # in place
+        assert weight_quantizations(lambda: layer(x))[0] == 2
+        layer.weight = torch.nn.Parameter(layer.weight.detach().clone())          # a new tensor
+        assert weight_quantizations(lambda: layer(x))[0] == 2
+        assert weight_quantizations(lambda: layer(x))[0] == 0
+    if isinstance(recipe, fp8_strategy.DynamicScaling):  # training: the weight every call
+        assert [weight_quantizations(lambda: layer(x))[0] for _ in range(2)] == [2, 2]
+
+
 def test_linear_outside_autocast_is_plain():
     layer = fp8_strategy.Fp8Linear(32, 16, dtype=torch.float32)
     x = torch.randn(3, 32)

@@ -229,6 +229,15 @@ class _Fp8LinearFn(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
+def _check_linear_args(x, weight, bias) -> None:
+    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        raise TypeError(f"fp8_linear takes bf16 x and weight, got {x.dtype} and {weight.dtype}")
+    if bias is not None and bias.dtype != torch.bfloat16:
+        raise TypeError(f"bias must be bf16, got {bias.dtype}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x [..., {x.shape[-1]}] and weight {tuple(weight.shape)} disagree on K")
+
+
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                state: Fp8LinearState | None = None) -> torch.Tensor:
     """`x @ weight^T + bias` in FP8 under `fp8_autocast` (bf16 `F.linear` outside).
@@ -239,12 +248,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     recipe = get_recipe()
     if recipe is None:
         return torch.nn.functional.linear(x, weight, bias)
-    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
-        raise TypeError(f"fp8_linear takes bf16 x and weight, got {x.dtype} and {weight.dtype}")
-    if bias is not None and bias.dtype != torch.bfloat16:
-        raise TypeError(f"bias must be bf16, got {bias.dtype}")
-    if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"x [..., {x.shape[-1]}] and weight {tuple(weight.shape)} disagree on K")
+    _check_linear_args(x, weight, bias)
     if isinstance(recipe, DelayedScaling) and state is None:
         raise ValueError("DelayedScaling keeps per-layer state: pass state= or use Fp8Linear")
     x2 = x.reshape(-1, x.shape[-1])
@@ -255,6 +259,11 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 class Fp8Linear(torch.nn.Linear):
     """`nn.Linear` (bf16 parameters) whose forward runs in FP8 inside `fp8_autocast`.
 
+    Where no gradient is computed (inference: `torch.no_grad()`, or neither the input nor the
+    weight requires one) the weight is quantized once per weight version with its own amax, a
+    static scale whatever the recipe, and its FP8 copy kept (`quantized_weight`); each call then
+    quantizes only its input. With gradients both are quantized on every call, as the recipe says.
+
     Under `DelayedScaling` the layer keeps an amax history and multipliers per tensor role; they
     travel with `state_dict()` (its `_extra_state`: the recipe's fields and the two tensors), so a
     checkpoint resumes them, and follow the weight's device. A checkpoint without them (a plain
@@ -263,6 +272,19 @@ class Fp8Linear(torch.nn.Linear):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=torch.bfloat16):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self._fp8_state = None
+        self._weight_fp8 = None  # (the weight's identity and version, its e4m3 copy, dequant)
+
+    def quantized_weight(self, recipe) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the weight in the recipe's forward FP8 type, its dequant factor): quantized with the
+        weight's own amax once per weight version (an in-place update or a new tensor quantizes
+        again) and kept, an FP8 copy beside the bf16 weight."""
+        weight, fp8_dtype = self.weight, forward_dtype(recipe)
+        key = (weight.data_ptr(), weight._version, weight.device, fp8_dtype, recipe.margin)
+        if self._weight_fp8 is None or self._weight_fp8[0] != key:
+            with torch.no_grad():
+                w_q, _, w_deq, _ = quantize_dynamic(weight, fp8_dtype, recipe.margin)
+            self._weight_fp8 = (key, w_q, w_deq)
+        return self._weight_fp8[1], self._weight_fp8[2]
 
     def forward(self, x):
         recipe = get_recipe()
@@ -276,6 +298,15 @@ class Fp8Linear(torch.nn.Linear):
             elif state.history.device != self.weight.device:  # the module moved since
                 device = self.weight.device
                 state.history, state.scale = state.history.to(device), state.scale.to(device)
+        inference = not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+        if inference and not self.weight.is_inference():  # inference tensors keep no version
+            # No gradient to compute: the weight's FP8 copy is made once, not on every call.
+            _check_linear_args(x, self.weight, self.bias)
+            w_q, w_deq = self.quantized_weight(recipe)
+            x2 = x.reshape(-1, x.shape[-1])
+            x_q, _, x_deq = _quantize(recipe, state, "input", x2, forward_dtype(recipe))
+            out = torch.ops.kernels.fp8_gemm(x_q, w_q, x_deq, w_deq, self.bias)
+            return out.reshape(*x.shape[:-1], self.weight.shape[0])
         return fp8_linear(x, self.weight, self.bias, state)
 
     def get_extra_state(self):
