@@ -127,6 +127,23 @@ def test_readme_ladder_table_is_generated_and_current(tmp_path):
     assert all(f"[{n.upper()}](kernels/{n}.py)" in text for n in rung_names())
 
 
+def test_ladder_overview_divides_by_the_best_peer_of_the_same_dtype():
+    """The "% of" column takes the fastest peer of the rung's dtype in the same run, not one
+    named peer; a dtype without a measured peer gets "-"."""
+    def row(kernel, tflops, dtype="bf16"):
+        problem = {"batch": 1, "seqlen_q": 16384, "seqlen_k": 16384, "heads_q": 16, "heads_kv": 16,
+                   "head_dim": 128, "causal": False, "dtype": dtype}
+        return {"kernel": kernel, "problem": problem, "status": "ok", "tflops": tflops}
+
+    doc = {"meta": GOOD["meta"], "rows": [row("fa4", 600.0), row("sdpa-cudnn", 650.0), row("k13", 715.0),
+                                          row("k12", 900.0, "e4m3"), row("k11", 520.0)]}
+    headers, rows = report.ladder_overview(doc)
+    assert headers[-1] == "% of the best peer"
+    cells = {r[0].split("]")[0][1:]: r[-1] for r in rows}
+    assert (cells["K13"], cells["K11"], cells["K12"]) == ("110%", "80%", "-")
+    assert report.best_peer_note(doc) == "The best peer in that run: sdpa-cudnn at 650 TFLOP/s (bf16)."
+
+
 def test_provenance_leaves_out_versions_a_suite_does_not_use():
     meta = {**GOOD["meta"], "cutlass_dsl": None}
     text = report.provenance(meta)

@@ -497,26 +497,48 @@ HEADLINE = {"seqlen_q": 16384, "head_dim": 128, "causal": False}
 README_MARKERS = ("<!-- ladder-table -->", "<!-- /ladder-table -->")
 
 
+def best_peers(doc: dict) -> dict[str, dict]:
+    """dtype -> the fastest peer's row (registry kind "peer") at the headline shape of ``doc``."""
+    from kernels.registry import names
+
+    peers = set(names("peer"))
+    best: dict[str, dict] = {}
+    for r in select(doc, where=HEADLINE):
+        dtype = r["problem"].get("dtype", "bf16")
+        if r["kernel"] in peers and r["status"] == "ok" and r["tflops"] > best.get(dtype, {"tflops": 0})["tflops"]:
+            best[dtype] = r
+    return best
+
+
 def ladder_overview(doc: dict | None = None) -> tuple[list[str], list[list[str]]]:
-    """Rung, idea, TFLOP/s at the headline shape and % of FlashAttention-4 in the same run."""
+    """Rung, idea, TFLOP/s at the headline shape and % of the best peer of the same dtype in the
+    same run ("-" where no peer of that dtype was measured)."""
     from kernels.registry import get, rung_names
 
     headers = ["rung", "idea"]
-    measured = {}
+    measured, best = {}, {}
     if doc is not None:
-        headers += ["TFLOP/s (d128, 16k, H200)", "% of FA4"]
+        headers += ["TFLOP/s (d128, 16k, H200)", "% of the best peer"]
         measured = {r["kernel"]: r for r in select(doc, where=HEADLINE) if r["status"] == "ok"}
-    fa4 = measured.get("fa4")
+        best = best_peers(doc)
     rows = []
     for name in rung_names():
         row = [f"[{name.upper()}](kernels/{name}.py)", get(name).description]
         if doc is not None:
             r = measured.get(name)
             dtype = r["problem"].get("dtype", "bf16") if r else "bf16"
+            peer = best.get(dtype)
             row += [cell(r) + (f" ({dtype})" if dtype != "bf16" else ""),  # an FP8 rung says so
-                    f"{100 * r['tflops'] / fa4['tflops']:.0f}%" if r and fa4 else "-"]
+                    f"{100 * r['tflops'] / peer['tflops']:.0f}%" if r and peer else "-"]
         rows.append(row)
     return headers, rows
+
+
+def best_peer_note(doc: dict) -> str:
+    """Which peer each "% of the best peer" divides by, in words."""
+    best = best_peers(doc)
+    named = [f"{r['kernel']} at {r['tflops']:.0f} TFLOP/s ({dtype})" for dtype, r in sorted(best.items())]
+    return "The best peer in that run: " + ("; ".join(named) if named else "none measured") + "."
 
 
 def update_readme(path: Path | None = None) -> bool:
@@ -528,7 +550,8 @@ def update_readme(path: Path | None = None) -> bool:
         raise ValueError(f"{path.name}: markers {start} ... {end} not found")
     try:
         doc = load("ladder")
-        note = f"\n\nMeasured by `python -m tools.bench --suite ladder`: {provenance(doc['meta'])}."
+        note = (f"\n\nMeasured by `python -m tools.bench --suite ladder`: {provenance(doc['meta'])}. "
+                f"{best_peer_note(doc)}")
     except ResultsError:
         doc, note = None, ""
     table = markdown_table(*ladder_overview(doc)) + note
