@@ -572,6 +572,72 @@ def test_the_ladder_backend_runs_the_rung_on_the_call(ladder_on_cpu):
     assert len(ladder_on_cpu) == 1
 
 
+# ---- FP8 inputs ------------------------------------------------------------------------------------
+
+def fp8_qkv(b, sq, sk, hq, hkv, d, seed=0):
+    from kernels.harness import quantize_e4m3
+
+    return tuple(quantize_e4m3(t) for t in qkv(b, sq, sk, hq, hkv, d, seed=seed))
+
+
+def test_fp8_inputs_fall_back_to_torch_on_the_dequantized_values():
+    """Off Hopper (here: the CPU) Fp8Tensor q, k, v run on torch with their dequantized values;
+    the output is bf16 and the LSE fp32, the caller's out and lse filled in place."""
+    q, k, v = fp8_qkv(2, 37, 53, 8, 2, 64)
+    ref, ref_lse = reference_attention(q.dequantize(), k.dequantize(), v.dequantize(), causal=True, scale=0.2)
+    out = torch.full((2, 37, 8, 64), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full((2, 8, 37), float("nan"))
+    assert attention(q, k, v, causal=True, scale=0.2, out=out, lse=lse) is out
+    assert rel_err(out.float(), ref) < 1e-2 and rel_err(lse, ref_lse) < 1e-4
+    with use_backend("torch"):
+        assert attention(q, k, v).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda q, k, v: attention(q, k.dequantize(), v), TypeError, "Fp8Tensor q, k and v; k is Tensor"),
+    (lambda q, k, v: attention(q, k, v, mask=torch.ones(2, 53, dtype=bool)), ValueError, "without mask"),
+    (lambda q, k, v: attention(q, k, v, causal="yes"), TypeError, "causal"),
+    (lambda q, k, v: attention(q, k, v, scale=-1.0), ValueError, "scale"),
+    (lambda q, k, v: attention(q, k, v, out=torch.empty(2, 37, 8, 64)), ValueError, "out must have"),
+    (lambda q, k, v: attention(q, k, v, lse=torch.empty(2, 37, 8)), ValueError, "lse must be float32"),
+])
+def test_fp8_inputs_are_checked(call, error, message):
+    with pytest.raises(error, match=message):
+        call(*fp8_qkv(2, 37, 53, 8, 2, 64))
+
+
+def test_fp8_inputs_refuse_backends_without_fp8():
+    q, k, v = fp8_qkv(1, 4, 8, 2, 2, 64)
+    for name in ("cuda", "fa4"):
+        with use_backend(name), pytest.raises(RuntimeError, match="takes no FP8 inputs"):
+            attention(q, k, v)
+    with use_backend("ladder"), pytest.raises(RuntimeError, match="not on a CUDA device"):
+        attention(q, k, v)
+
+
+def test_fp8_inputs_run_the_fp8_rung_where_it_runs(monkeypatch):
+    """Where the FP8 rung can run (faked here), it gets the call's e4m3 problem and the
+    Fp8Tensors themselves, and writes a bf16 out."""
+    import types
+
+    from kernels.extension.backend import ladder_path
+
+    seen = []
+
+    def run_kernel(problem, q, k, v, out, lse=None):
+        seen.append((problem, q, lse))
+        out.fill_(1.0)
+
+    rung = types.SimpleNamespace(HEAD_DIMS=(64,), compile_kernel=lambda p: p, run_kernel=run_kernel)
+    monkeypatch.setattr(ladder_path, "_fp8_unsupported", lambda q, head_dim: None)
+    monkeypatch.setattr(ladder_path, "rung", lambda name=None: rung)
+    q, k, v = fp8_qkv(2, 37, 53, 8, 2, 64)
+    out = attention(q, k, v, causal=True)
+    [(problem, passed_q, lse)] = seen
+    assert problem == AttentionProblem(2, 37, 53, 8, 2, 64, causal=True, dtype="e4m3") and passed_q is q
+    assert out.dtype == torch.bfloat16 and bool((out == 1).all()) and lse is None
+
+
 # ---- autograd ------------------------------------------------------------------------------------
 
 def leaves(*tensors):

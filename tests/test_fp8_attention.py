@@ -144,6 +144,32 @@ def test_transpose_kernel_matches_the_torch_gather(head_dim):
         assert (beyond[..., fp8.padded_keys(seqlen_k):] == 0).all()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", [
+    AttentionProblem(2, 200, 300, 16, 4, 128, causal=True, dtype="e4m3"),
+    AttentionProblem(1, 130, 257, 8, 1, 64, dtype="e4m3"),
+    AttentionProblem(2, 1, 1000, 8, 8, 256, causal=True, dtype="e4m3"),
+], ids=lambda p: p.label().replace(" ", "-"))
+def test_attention_runs_fp8_inputs_on_the_fp8_rung(problem):
+    """attention() of Fp8Tensor inputs on a Hopper GPU: the FP8 rung (use_backend('ladder')
+    holds it there), within the FP8 tolerance of the reference on the dequantized values, its
+    bf16 out and fp32 LSE written in place."""
+    from kernels.extension.backend import attention, use_backend
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 rung is built for sm_90a")
+    q, k, v = make_inputs(problem, seed=11, device="cuda")
+    ref, ref_lse = reference_attention(q.dequantize(), k.dequantize(), v.dequantize(), causal=problem.causal)
+    out = torch.full((problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim), float("nan"),
+                     dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((problem.batch, problem.heads_q, problem.seqlen_q), float("nan"), device="cuda")
+    with use_backend("ladder"):
+        assert attention(q, k, v, causal=problem.causal, out=out, lse=lse) is out
+    assert rel_err(out.float(), ref) < E4M3_TOLERANCE, problem.label()
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(finite, torch.isfinite(lse)) and (lse - ref_lse)[finite].abs().max() < 0.05
+
+
 def test_relabelled_keys_leave_p_v_unchanged():
     """P's columns in slot order times V^T's keys in slot order is P V: the same sum over keys,
     reordered (equal to fp64 rounding)."""

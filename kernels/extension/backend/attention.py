@@ -270,7 +270,9 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
     The arguments, in brief:
 
     - `q`, `k`, `v`: [B, Sq, Hq, D] and [B, Sk, Hkv, D], or a paged cache [num_pages,
-      page_size, Hkv, D]; packed queries [total_q, Hq, D] with `cu_seqlens_q`. bf16, fp16 or fp32.
+      page_size, Hkv, D]; packed queries [total_q, Hq, D] with `cu_seqlens_q`. bf16, fp16 or fp32;
+      or `Fp8Tensor` q, k, v (e4m3 and a descale each, contiguous K/V): the FP8 rung where it
+      runs, else torch on the dequantized values, a bf16 output either way.
     - `causal`: bottom-right aligned (query i sees keys j <= i + Sk - Sq, per batch).
     - `scale`: the softmax scale, a positive number (default 1 / sqrt(D)).
     - `mask`: bool [B, Sk] or [B, Sq, Sk], True = keep.
@@ -284,6 +286,10 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
+    if type(q) is not torch.Tensor and ladder_path.is_fp8_tensor(q):  # e4m3 inputs
+        return ladder_path.run_fp8(q, k, v, causal=causal, scale=scale, mask=mask, page_table=page_table,
+                                   seqlens_k=seqlens_k, cu_seqlens_q=cu_seqlens_q, out=out, lse=lse,
+                                   strict=_strict_backend.get())
     if causal is not False and causal is not True:  # two identity tests: this runs on every call
         _check_causal(causal)
     if scale is not None and type(scale) is not float:
