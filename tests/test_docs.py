@@ -31,7 +31,7 @@ def synthetic_results(root: Path) -> Path:
     from kernels.registry import rung_names
     from tools.suites import ladder
 
-    speed = {"sdpa-flash": 330.0, "sdpa-cudnn": 550.0, "fa4": 600.0}
+    speed = {"sdpa-flash": 330.0, "sdpa-cudnn": 550.0, "fa4": 600.0, "cudnn-fe": 560.0}
     speed.update({r: 2.0 * 4 ** i for i, r in enumerate(rung_names())})
     rows = []
     for problem in ladder.problems():

@@ -167,3 +167,4 @@ def test_ladder_suite_runs_each_kernel_in_its_dtypes():
     assert [p for p in problems if ladder.runs("k12", p)] == e4m3
     for name in ("k10", "fa4", "sdpa-cudnn"):
         assert [p for p in problems if ladder.runs(name, p)] == bf16
+    assert [p for p in problems if ladder.runs("cudnn-fe", p)] == problems  # bf16 and its FP8 SDPA

@@ -1,8 +1,9 @@
 """The production attention suite: our CUDA kernels with their peers in the same run.
 
 Rows (docs/design.md schema): paged decode B in {1, 4, 16, 64}, Sk 4096, 32 q / 8 kv heads, D 128
-at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged and torch SDPA
-(cuDNN and flash backends) on the gathered dense KV; at page 64 also the same decode through
+at pages 16 and 64 (KV GB/s, target >= 85% of copy at B >= 16) with FA4 paged, FlashInfer's
+paged decode (`flashinfer-paged-decode`, pages of 64, eager and `-graph`, where installed) and
+torch SDPA (cuDNN and flash backends) on the gathered dense KV; at page 64 also the same decode through
 `attention()` with its defaults (`api-paged-decode`: one seqlens_k passed on every call, as the
 layers of a decode step pass it, so the check reads it back once: what a caller pays eagerly per
 layer), the same with a seqlens_k the check has not seen on every call
@@ -21,7 +22,8 @@ HBM, under graph replay: the floor for a decode of that size); prefill D 128 b4 
 on Hopper) with torch SDPA (cuDNN, flash), FA4 and the ladder backend (`ladder`: the top rung
 as `attention()` runs it); prefill b1
 s16384 at D 64 / 128 / 256 (2048 / D heads, causal and not) against cuDNN and FA4; a ragged
-causal paged-prefill row. Each row is checked against the fp32 reference before it is timed; a wrong
+causal paged-prefill row, with FA4's and FlashInfer's (`flashinfer-paged-prefill`, its Hopper
+backend, on our pages) beside it. Each row is checked against the fp32 reference before it is timed; a wrong
 answer is recorded as `wrong: ...`, never timed. The checked rows of one problem (a decode batch
 size: its paged rows at both page sizes, the dense ones and the read floor; a prefill shape: ours
 and the peers) are timed together, in interleaved rounds (``Context.time_together``).
@@ -36,6 +38,7 @@ import torch
 from kernels.harness.checks import rel_err
 from kernels.harness.inputs import paged_kv_cache
 from kernels.harness.timing import graph_copies, graph_replay
+from kernels.registry.production import PAGE_SIZE
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
@@ -117,7 +120,7 @@ def _timed_together(ctx, checked) -> list[dict]:
     return rows
 
 
-PEER_PREFIXES = ("fa4", "torch")
+PEER_PREFIXES = ("fa4", "torch", "flashinfer")
 
 
 def _read_floor(problem, nbytes):
@@ -166,6 +169,58 @@ def _first(x):
 
 
 SDPA_BACKENDS = (("torch-sdpa-cudnn", "CUDNN_ATTENTION"), ("torch-sdpa-flash", "FLASH_ATTENTION"))
+
+
+def _flashinfer_decode_checks(q, k_copies, problem, ref, kv_bytes):
+    """FlashInfer's paged decode (the registry's runner: its wrapper planned once, outside the
+    timing, on K/V viewed as its NHD pages) beside ours, eager and under graph replay, on the
+    dense copies in turn; rows that say why where it cannot run."""
+    from kernels.registry import get
+
+    runner = get("flashinfer-paged-decode")
+    pdict = {**problem.to_dict(), "page_size": PAGE_SIZE, "paged": True}
+    names = ("flashinfer-paged-decode", "flashinfer-paged-decode-graph")
+    reason = runner.unsupported(problem)
+    if reason is not None:
+        return [(_row(name, pdict, status=f"unsupported: {reason}"), None, None, kv_bytes, 1)
+                for name in names]
+    launch = runner.prepare(problem)
+    out = torch.empty_like(q)
+
+    def call(kc, vc):
+        launch(q, kc, vc, out)
+        return out
+
+    return [_check(names[0], pdict, _in_turn(call, k_copies), ref, nbytes=kv_bytes),
+            _graph_check(names[1], pdict, call, k_copies, ref, kv_bytes)]
+
+
+def _flashinfer_prefill_check(pdict, make, ref, flops):
+    """:func:`_check` of the call ``make()`` returns (its planning outside the timing); a row
+    that says why where FlashInfer is missing or refuses the problem."""
+    try:
+        call = make()
+    except Exception as exc:  # noqa: BLE001 (a row, as in _check)
+        status = f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return _row("flashinfer-paged-prefill", pdict, status=status), None, flops, None, 1
+    return _check("flashinfer-paged-prefill", pdict, call, ref, flops)
+
+
+def _flashinfer_ragged_prefill(q, k_cache, v_cache, table, cu, lens, page):
+    """FlashInfer's paged prefill on our ragged problem: the same pages (its NHD layout is our
+    cache's), the page table as its CSR, planned once; the Hopper backend (fa3) on Hopper."""
+    import flashinfer
+
+    n_pages = (lens + page - 1) // page
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=lens.device), n_pages.cumsum(0).int()])
+    indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
+    last_page_len = (lens - (n_pages - 1) * page).int()
+    workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=q.device)
+    backend = "fa3" if torch.cuda.get_device_capability()[0] == 9 else "auto"
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
+    wrapper.plan(cu, indptr, indices, last_page_len, q.shape[1], k_cache.shape[2], q.shape[2], page,
+                 causal=True, q_data_type=q.dtype, kv_data_type=k_cache.dtype)
+    return lambda: wrapper.run(q, (k_cache, v_cache))
 
 
 def _sdpa(q, k, v, causal, backend_name):
@@ -284,6 +339,7 @@ def run(ctx) -> list[dict]:
         # cuDNN's dense decode under graph replay too: the peer of our -graph rows
         checked.append(_graph_check("torch-sdpa-cudnn-graph", dense, lambda call: call(),
                                     sdpa_calls["torch-sdpa-cudnn"], ref, kv_bytes))
+        checked += _flashinfer_decode_checks(q, dense_copies, problem, ref, kv_bytes)
         checked.append(_read_floor(dense, kv_bytes))
         rows += _timed_together(ctx, checked)
     ctx.progress.advance(task)
@@ -341,6 +397,8 @@ def run(ctx) -> list[dict]:
             q, k_cache, v_cache, table, cu, lens, causal=True, check_seqlens=False), ref, flops),
         _check("fa4-paged-prefill", pdict, lambda: _first(fa4.flash_attn_varlen_func(
             q, k_cache, v_cache, cu_seqlens_q=cu, max_seqlen_q=max(lens_list), seqused_k=lens,
-            page_table=table, causal=True)), ref, flops)])
+            page_table=table, causal=True)), ref, flops),
+        _flashinfer_prefill_check(pdict, lambda: _flashinfer_ragged_prefill(
+            q, k_cache, v_cache, table, cu, lens, page), ref, flops)])
     ctx.progress.advance(task)
     return rows

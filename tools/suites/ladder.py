@@ -8,7 +8,8 @@ dtype.
 
 Each shape is measured in bf16 and in e4m3 (FP8 q, k, v with per-tensor descales, bf16 out;
 the problem's ``dtype`` says which). A kernel runs the dtypes it takes: the bf16 rungs and the
-peers the bf16 problems, an FP8 rung (K12) the e4m3 ones, on the same draws quantized
+peers the bf16 problems, an FP8 rung (K12) and cuDNN's FP8 SDPA (``cudnn-fe``) the e4m3 ones,
+on the same draws quantized
 (``make_inputs``), and each row's ``rel_err`` is against the reference on its own inputs. So
 an FP8 row's neighbour at the same shape is the bf16 top rung's and the peers' row: the docs
 put them side by side (``tools.report.shape_label``), which is the comparison FP8 is for.
@@ -22,8 +23,11 @@ from kernels.registry import names, rung_module
 SEQLENS = (1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (128, 64, 256)
 DTYPES = ("bf16", "e4m3")
-PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
-PEER_DTYPES = ("bf16",)  # kernels/registry/peers.py: no peer takes e4m3
+PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4", "cudnn-fe")
+# The dtypes each peer is timed in (kernels/registry/peers.py): cuDNN through its frontend also
+# runs its FP8 SDPA, beside K12 on the same e4m3 draws.
+PEER_DTYPES = {"sdpa-flash": ("bf16",), "sdpa-cudnn": ("bf16",), "fa4": ("bf16",),
+               "cudnn-fe": ("bf16", "e4m3")}
 SCALAR_RUNG_HEAD_DIMS = (128,)
 SCALAR_RUNG_SEQLENS = (1024, 4096, 16384)
 
@@ -43,8 +47,9 @@ def is_scalar_rung(name: str) -> bool:
 
 
 def takes_dtype(name: str, problem) -> bool:
-    """Whether kernel ``name`` takes ``problem``'s dtype: a rung its ``DTYPES``, the others bf16."""
-    dtypes = rung_module(name).DTYPES if name in names("rung") else PEER_DTYPES
+    """Whether kernel ``name`` takes ``problem``'s dtype: a rung its ``DTYPES``, a peer its
+    ``PEER_DTYPES`` (bf16 where it has none)."""
+    dtypes = rung_module(name).DTYPES if name in names("rung") else PEER_DTYPES.get(name, ("bf16",))
     return problem.dtype in dtypes
 
 
