@@ -85,7 +85,7 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .cute import epilogue, fmha, fp8, launch
+from .cute import epilogue, fmha, fp8, launch, schedulers
 from .cute import wgmma as wg
 from .cute.barriers import NamedBarrier
 from .cute.mask import FragmentMask, first_masked_block
@@ -254,24 +254,11 @@ class K12FMHA:
 
     @cute.jit
     def tile_coords(self, gmem: fmha.GmemArgs, slot: Int32, num_tiles: Int32, ctas: Int32) -> fmha.TileCoords:
-        """The tile a CTA takes at ``slot`` (its block index, then ``ctas`` further each time).
-        Without a mask the walk is K8's grid order: query tiles fastest, then heads, then
-        batches (neighbouring CTAs share a head's K and V in L2). Under the causal mask a tile's
-        work grows with its query index, so the walk goes by query tile, the last (the most
-        keys) first, heads and batches fastest, and every other full round of ``ctas`` tiles
-        is dealt in reverse: CTA 0 gets the round's longest tile, then its shortest."""
-        num_m_blocks, heads, batch = fmha.grid_shape(self.plan, gmem)
-        tile = slot
-        if const_expr(self.causal):
-            round_start = slot - slot % ctas
-            if (slot // ctas) % 2 == 1 and round_start + ctas <= num_tiles:
-                tile = round_start + ctas - 1 - slot % ctas
-        m_block = tile % num_m_blocks
-        head_batch = tile // num_m_blocks
-        if const_expr(self.causal):
-            m_block = num_m_blocks - 1 - tile // (heads * batch)
-            head_batch = tile % (heads * batch)
-        return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
+        """The tile a CTA takes at ``slot`` (its block index, then ``ctas`` further each time): the
+        static walk, every other round reversed under the causal mask, in K8's grid order
+        without it and longest first under it (``schedulers``)."""
+        tile = schedulers.static_walk_tile(slot, num_tiles, ctas, self.causal)
+        return schedulers.tile_order(self.plan, gmem, tile, self.causal)
 
     # ---- device roles --------------------------------------------------------------------------
     @cute.jit

@@ -76,7 +76,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.cute.runtime import make_fake_tensor
 
-from .cute import epilogue, fmha, launch
+from .cute import epilogue, fmha, launch, schedulers
 from .cute import wgmma as wg
 from .cute.barriers import NamedBarrier
 from .cute.mask import FragmentMask, first_masked_block
@@ -235,20 +235,10 @@ class K13FMHA:
 
     @cute.jit
     def tile_coords(self, gmem: fmha.GmemArgs, tile: Int32) -> fmha.TileCoords:
-        """The query tile, head and batch of tile index ``tile``. Without a mask, query tiles
-        fastest, then heads, then batches (neighbouring tiles share a head's K and V in L2).
-        Under the causal mask a tile's work grows with its query index: the longest first, in
-        sections of (head, batch) pairs whose K and V fit in L2 (``l2_heads``), the section's
-        pairs fastest."""
-        num_m_blocks, heads, batch = fmha.grid_shape(self.plan, gmem)
-        m_block = tile % num_m_blocks
-        head_batch = tile // num_m_blocks
-        if const_expr(self.causal):
-            section = heads * batch  # l2_heads=None: one section
-            if const_expr(self.l2_heads is not None):
-                section = fmha.l2_section_pairs(gmem, self.l2_heads, self.head_dim, self.dtype.width // 8)
-            m_block, head_batch = fmha.longest_first_in_sections(tile, num_m_blocks, heads * batch, section)
-        return fmha.tile_coords(gmem, m_block, head_batch % heads, head_batch // heads)
+        """The query tile, head and batch of tile index ``tile``: the order of K11's grid of one
+        CTA per tile (``schedulers.tile_order``: under the causal mask longest first, in L2
+        sections of ``l2_heads`` (head, batch) pairs)."""
+        return schedulers.tile_order(self.plan, gmem, tile, self.causal, self.l2_heads, self.dtype.width // 8)
 
     # ---- device roles --------------------------------------------------------------------------
     @cute.jit

@@ -2,8 +2,9 @@
 preamble, the TMA producer and the consumer's operand fragments.
 
 What differs between the rungs (the consumer's mainloop, who runs which role with how many
-registers, in which order the warpgroups issue their GEMMs, how the tile is scheduled and
-stored) stays in ``kernels/kN.py``; this module is everything around it, written once:
+registers, in which order the warpgroups issue their GEMMs, how the tile is stored) stays in
+``kernels/kN.py``, the persistent rungs' tile walks in :mod:`kernels.cute.schedulers`; this
+module is everything around them, written once:
 
 * :class:`TilePlan` -- compile-time shape of a CTA: consumer warpgroups (64 query rows each),
   keys per KV tile, pipeline stages, the producer warps; thread and byte counts derived from it.
@@ -228,38 +229,6 @@ def grid_shape(plan: TilePlan, gmem: GmemArgs):
     """One CTA per (query tile, head, batch)."""
     seqlen_q, _, heads_q, batch = gmem.mQ.shape
     return (cute.ceil_div(seqlen_q, plan.block_m), heads_q, batch)
-
-
-# Causal tile orders: (head, batch) pairs per L2 section, l2_heads=0 (K11, K13): the bytes their K
-# and V may fill.
-L2_KV_BYTES = 40 * 1024 * 1024
-
-
-@cute.jit
-def l2_section_pairs(gmem: GmemArgs, l2_heads: cutlass.Constexpr, head_dim: cutlass.Constexpr,
-                     dtype_bytes: cutlass.Constexpr) -> Int32:
-    """(head, batch) pairs per section of a causal tile order: ``l2_heads``, or with 0 the most
-    whose K and V fit in ``L2_KV_BYTES`` (a power of two, at least 1)."""
-    section = Int32(l2_heads)
-    if cutlass.const_expr(l2_heads == 0):
-        kv_bytes = cutlass.Int64(gmem.mK.shape[0]) * (2 * head_dim * dtype_bytes)  # K and V
-        fit = cutlass.max(L2_KV_BYTES // cutlass.max(kv_bytes, 1), 1)
-        section = Int32(1)
-        while section * 2 <= fit:
-            section = section * 2
-    return section
-
-
-@cute.jit
-def longest_first_in_sections(tile: Int32, num_m_blocks: Int32, pairs: Int32, section: Int32):
-    """``(m_block, head_batch)`` of tile index ``tile`` in a causal order: sections of
-    ``section`` (head, batch) pairs one after the other; inside one, the longest query tiles
-    (the most keys) first and the section's pairs fastest."""
-    section = cutlass.min(section, pairs)
-    first_pair = tile // (section * num_m_blocks) * section
-    size = cutlass.min(section, pairs - first_pair)
-    within = tile - first_pair * num_m_blocks
-    return num_m_blocks - 1 - within // size, first_pair + within % size
 
 
 # ---- device side: preamble and roles ----------------------------------------------------------
