@@ -159,3 +159,48 @@ def test_the_backend_is_chosen_as_attention_chooses(monkeypatch):
     assert plan.split_counters.dtype == torch.int32 and plan.split_counters.tolist() == [0, 0, 0]
     monkeypatch.setattr(plan_module, "backend_order", lambda call: ("fa4", "torch", "cuda"))
     assert DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ).backend == "torch"
+
+
+# ---- PrefillPlan: packed ragged queries on the paged cache ---------------------------------------
+
+def test_prefill_plan_runs_as_attention_does():
+    """Planned once, run per layer: the same result as attention() on the same call, for the
+    planned cache and a layer's own; a query of another shape is refused."""
+    from kernels.extension.backend import PrefillPlan, attention
+
+    _, k, v, k_cache, v_cache, table = paged_problem()
+    lens = torch.tensor([70, 33, 9], dtype=torch.int32)
+    q_lens = [5, 33, 2]
+    cu = torch.tensor([0, 5, 38, 40], dtype=torch.int32)
+    q = torch.randn(sum(q_lens), HQ, D, generator=torch.Generator().manual_seed(5))
+    plan = PrefillPlan(k_cache, v_cache, table, lens, cu, heads_q=HQ, total_q=q.shape[0], scale=0.2)
+    assert plan.backend == "torch" and "total_q=40" in repr(plan)
+    expected = attention(q, k_cache, v_cache, causal=True, scale=0.2, page_table=table, seqlens_k=lens,
+                         cu_seqlens_q=cu)
+    torch.testing.assert_close(plan.run(q), expected)
+    k2_cache, v2_cache = k_cache.flip(0).contiguous(), v_cache.flip(0).contiguous()  # another layer
+    out = torch.full_like(q, float("nan"))
+    assert plan.run(q, k_cache=k2_cache, v_cache=v2_cache, out=out) is out
+    torch.testing.assert_close(out, attention(q, k2_cache, v2_cache, causal=True, scale=0.2, page_table=table,
+                                              seqlens_k=lens, cu_seqlens_q=cu))
+    with pytest.raises(ValueError, match="q must be"):
+        plan.run(q[:-1])
+    with pytest.raises(ValueError, match="k_cache must be"):
+        plan.run(q, k_cache=k2_cache[:, :8])
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"heads_q": 0}, ValueError, "heads_q must be an int >= 1"),
+    ({"total_q": -1}, ValueError, "total_q must be an int >= 0"),
+    ({"causal": 1}, TypeError, "causal must be a bool"),
+    ({"heads_q": 3}, ValueError, "multiple of heads_kv"),
+])
+def test_prefill_plan_refuses_bad_arguments(kwargs, error, message):
+    from kernels.extension.backend import PrefillPlan
+
+    _, _, _, k_cache, v_cache, table = paged_problem()
+    lens = torch.full((BATCH,), SK, dtype=torch.int32)
+    cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    args = {"heads_q": HQ, "total_q": 3, **kwargs}
+    with pytest.raises(error, match=message):
+        PrefillPlan(k_cache, v_cache, table, lens, cu, **args)

@@ -4,8 +4,8 @@
 RMSNorms, the q/k/v/o projections, the MLPs, the LM head: the same weights, called, not
 copied) and replaces only what attention needs: rotary embedding through `apply_rotary_emb`
 with positions, K/V stored in a `PagedKVCache`, and attention on that cache (ragged paged
-prefill through `attention()`; paged decode through one `DecodePlan` per step, run by every
-layer). Both sides therefore compute the same function, which is what the tests check
+prefill and paged decode, each through one plan per step, `PrefillPlan` / `DecodePlan`, run by
+every layer). Both sides therefore compute the same function, which is what the tests check
 against transformers' own forward.
 
 Tokens travel packed, `[tokens, hidden]`, never padded: a prefill call is the prompts of a
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..extension.backend.attention import attention
 from ..extension.backend.fp8 import Fp8Linear
-from ..extension.backend.plan import DecodePlan
+from ..extension.backend.plan import DecodePlan, PrefillPlan
 from ..extension.backend.rotary import apply_rotary_emb
 
 # The benchmark model: a Llama-3-style shape (GQA 4:1, head_dim 128) at 8 layers.
@@ -141,11 +140,13 @@ class PagedLlama:
         rows = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else batch
         page_table, seqlens = cache.page_table[:rows], cache.seqlens[:rows]
         hidden = model.embed_tokens(tokens)
-        # Decode: one plan for the step (validation, backend, splits and workspace), run per layer.
-        plan = None
+        # One plan for the step (validation, backend; decode: splits and workspace), run per layer.
         if cu_seqlens_q is None:
             plan = DecodePlan(*cache.layer(0), page_table, seqlens, heads_q=self.heads_q, causal=True,
                               scale=self.scale)
+        else:
+            plan = PrefillPlan(*cache.layer(0), page_table, seqlens, cu_seqlens_q, heads_q=self.heads_q,
+                               total_q=total, causal=True, scale=self.scale)
         for index, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(hidden)
@@ -155,11 +156,8 @@ class PagedLlama:
             q, k = apply_rotary_emb(q, k, self.cos, self.sin, positions, inplace=True)
             cache.write(index, slots, k, v)
             k_cache, v_cache = cache.layer(index)
-            if plan is not None:  # decode: [B, 1, Hq, D], the paged decode kernel
-                o = plan.run(q.unsqueeze(1), k_cache=k_cache, v_cache=v_cache)
-            else:  # prefill: packed ragged queries, the paged prefill kernel
-                o = attention(q, k_cache, v_cache, causal=True, scale=self.scale, page_table=page_table,
-                              seqlens_k=seqlens, cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
+            # decode: [B, 1, Hq, D], the paged decode kernel; prefill: packed ragged queries
+            o = plan.run(q.unsqueeze(1) if cu_seqlens_q is None else q, k_cache=k_cache, v_cache=v_cache)
             hidden = hidden + attn.o_proj(o.reshape(total, self.heads_q * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         if logits_rows is not None:

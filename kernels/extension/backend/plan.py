@@ -1,4 +1,4 @@
-"""Plan once, run many: paged decode as a serving loop calls it.
+"""Plan once, run many: paged decode (and ragged prefill) as a serving loop calls them.
 
 A decode step calls attention once per layer with the same batch, page table and lengths,
 and the lengths change every step (each sequence grows by a token). ``attention()`` checks the
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..ops import attention as ops
-from .attention import _UNSUPPORTED, _strict_backend, backend_order, describe_call
+from .attention import _UNSUPPORTED, _runner, _strict_backend, backend_order, choose_backend, describe_call
 from .torch_path import _run_torch
 from .validation import _scale_number, check_seqlens_in_pages, validate_inputs
 
@@ -111,17 +111,10 @@ class DecodePlan:
     def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
         """Attention of ``q`` [B, 1, Hq, D] over the planned cache (or a layer's ``k_cache`` /
         ``v_cache`` of the planned shape, sharing the page table); returns out. O(1) checks."""
-        k_cache = self.k_cache if k_cache is None else k_cache
-        v_cache = self.v_cache if v_cache is None else v_cache
         if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
             raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
                              f"got {tuple(q.shape)} {q.dtype} on {q.device}")
-        if k_cache is not self.k_cache or v_cache is not self.v_cache:
-            for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-                if t.shape != self.k_cache.shape or t.dtype != self.dtype or t.device != self.device:
-                    raise ValueError(f"{name} must be {tuple(self.k_cache.shape)} {self.dtype} on "
-                                     f"{self.device} as planned, got {tuple(t.shape)} {t.dtype} "
-                                     f"on {t.device}")
+        k_cache, v_cache = _check_layer_cache(self, k_cache, v_cache)
         if self.backend == "cuda":
             return ops.paged_decode(q, k_cache, v_cache, self.page_table, self.seqlens_k, causal=self.causal,
                                     scale=self.scale, out=out, lse=lse, num_splits=self.num_splits,
@@ -136,3 +129,64 @@ class DecodePlan:
                 f"head_dim={head_dim}, page_size={self.k_cache.shape[1]}, backend={self.backend!r}, "
                 f"num_splits={self.num_splits}, max_seqlen_k={self.max_seqlen_k})")
 
+
+
+def _check_layer_cache(plan, k_cache, v_cache):
+    """A layer's cache of the planned shape, dtype and device (O(1)), or the planned one."""
+    k_cache = plan.k_cache if k_cache is None else k_cache
+    v_cache = plan.v_cache if v_cache is None else v_cache
+    if k_cache is not plan.k_cache or v_cache is not plan.v_cache:
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.shape != plan.k_cache.shape or t.dtype != plan.dtype or t.device != plan.device:
+                raise ValueError(f"{name} must be {tuple(plan.k_cache.shape)} {plan.dtype} on {plan.device} "
+                                 f"as planned, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    return k_cache, v_cache
+
+
+class PrefillPlan:
+    """Ragged prefill (packed queries) on a paged cache, planned once per step and run per layer.
+
+    ``PrefillPlan(k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, heads_q=, total_q=)``
+    validates the cache, the page table and the offsets' tensors once (no data read: the
+    lengths and offsets are the caller's contract, as with ``check_seqlens=False``) and picks the
+    backend and its kernel entry point as ``attention()`` would; ``run(q)`` checks that ``q``
+    [total_q, Hq, D] (and a layer's cache) has the planned shape, dtype and device, and launches.
+    """
+
+    def __init__(self, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, *, heads_q: int, total_q: int,
+                 causal: bool = True, scale: float | None = None):
+        for name, value, least in (("heads_q", heads_q, 1), ("total_q", total_q, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if causal is not True and causal is not False:
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
+            raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
+        self.q_shape = (total_q, heads_q, k_cache.shape[3])
+        # A query of the planned shape without its bytes: one row, expanded.
+        probe = torch.empty((1, 1, k_cache.shape[3]), dtype=k_cache.dtype, device=k_cache.device)
+        probe = probe.expand(self.q_shape)
+        validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
+                        cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
+        self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
+        self.cu_seqlens_q, self.causal = cu_seqlens_q, causal
+        self.scale = None if scale is None else _scale_number(scale)
+        self.dtype, self.device = k_cache.dtype, k_cache.device
+        call = describe_call(probe, k_cache, v_cache, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
+        self.backend = choose_backend(call)[0]
+        self._run = _runner(self.backend, probe, k_cache, page_table, cu_seqlens_q)
+
+    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
+        """Attention of the packed ``q`` [total_q, Hq, D] over the planned cache (or a layer's
+        ``k_cache`` / ``v_cache`` of the planned shape); returns out. O(1) checks."""
+        if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
+            raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
+                             f"got {tuple(q.shape)} {q.dtype} on {q.device}")
+        k_cache, v_cache = _check_layer_cache(self, k_cache, v_cache)
+        return self._run(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
+                         self.cu_seqlens_q, out, lse)
+
+    def __repr__(self) -> str:
+        total_q, heads_q, head_dim = self.q_shape
+        return (f"PrefillPlan(batch={self.page_table.shape[0]}, total_q={total_q}, heads_q={heads_q}, "
+                f"heads_kv={self.k_cache.shape[2]}, head_dim={head_dim}, backend={self.backend!r})")
