@@ -170,6 +170,38 @@ def test_attention_runs_fp8_inputs_on_the_fp8_rung(problem):
     assert torch.equal(finite, torch.isfinite(lse)) and (lse - ref_lse)[finite].abs().max() < 0.05
 
 
+def test_tensor_core_scores_cut_below_the_largest_addend():
+    """The FP8 tensor core's sum as modelled: exact where every addend fits the accumulator's
+    bits; a product 2^14 times smaller than the running sum is lost."""
+    from kernels.harness.reference import FP8_ACCUMULATOR_BITS, fp8_tensor_core_scores
+
+    q = torch.tensor([[1.0, 2.0, 3.0] + [0.0] * 29])
+    k = torch.tensor([[4.0, 5.0, 6.0] + [0.0] * 29])
+    assert fp8_tensor_core_scores(q, k).item() == 32.0
+    big, small = 2.0 ** 20, 2.0 ** (20 - FP8_ACCUMULATOR_BITS - 1)
+    q = torch.tensor([[big] + [0.0] * 31 + [small] + [0.0] * 31])
+    k = torch.ones(1, 64)
+    assert fp8_tensor_core_scores(q, k).item() == big  # the second step's product floored away
+    assert fp8_tensor_core_scores(q, k, bits=FP8_ACCUMULATOR_BITS + 2).item() == big + small
+
+
+def test_large_logits_cost_what_the_tensor_cores_sum_costs():
+    """The measured large-logit error of K12 (docs/worklog/k12.md, "Large logits") in the model:
+    with scores summed as the FP8 tensor core sums them, inputs of magnitude 30 move the output
+    many times more than exact scores do; at magnitude 1 the two agree."""
+    problem = AttentionProblem(1, 128, 160, 2, 1, 128, dtype="e4m3")
+    errors = {}
+    for magnitude in (1, 30):
+        q, k, v = make_inputs(problem, seed=1, device="cpu", magnitude=magnitude)
+        ref = reference_attention(q, k, v, scale=problem.softmax_scale, dtype=torch.float64)[0]
+        for tensor_cores in (False, True):
+            out = fp8_attention_model(q, k, v, scale=problem.softmax_scale, block_n=96,
+                                      tensor_core_scores=tensor_cores)
+            errors[magnitude, tensor_cores] = float((out.double() - ref).abs().max() / ref.abs().max())
+    assert errors[30, True] > 5 * errors[30, False]
+    assert errors[1, True] < 1.5 * errors[1, False]
+
+
 def test_relabelled_keys_leave_p_v_unchanged():
     """P's columns in slot order times V^T's keys in slot order is P V: the same sum over keys,
     reordered (equal to fp64 rounding)."""

@@ -141,8 +141,31 @@ def reference_attention_numpy(q, k, v, causal: bool = False, scale: float | None
     return out, lse
 
 
+# FP8 tensor cores add a k32 step's products to the accumulator in few bits (DeepSeek-V3's report:
+# about 14 on the H800): aligned to the largest addend and cut below it. Matched on an H100 by
+# torch._scaled_mm's fast accumulation (docs/worklog/k12.md, "Large logits").
+FP8_ACCUMULATOR_BITS = 13
+FP8_K_STEP = 32
+
+
+def fp8_tensor_core_scores(q8: torch.Tensor, k8: torch.Tensor, bits: int = FP8_ACCUMULATOR_BITS):
+    """``q8 @ k8^T`` ([M, D] x [N, D] of e4m3 values, as floats) as an FP8 tensor core sums it,
+    modelled: per k32 step, the accumulator and the step's 32 products aligned to the largest
+    magnitude among them, floored to ``bits`` bits below it, then added exactly (float64)."""
+    q8, k8 = q8.double(), k8.double()
+    acc = torch.zeros(q8.shape[0], k8.shape[0], dtype=torch.float64, device=q8.device)
+    for start in range(0, q8.shape[1], FP8_K_STEP):
+        step = slice(start, start + FP8_K_STEP)
+        addends = torch.cat([acc[..., None], q8[:, None, step] * k8[None, :, step]], dim=-1)
+        largest = addends.abs().amax(-1, keepdim=True).clamp_min(1e-300)
+        unit = torch.exp2(torch.floor(torch.log2(largest)) - bits)
+        acc = (torch.floor(addends / unit) * unit).sum(-1)
+    return acc
+
+
 def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = None, *, block_n: int = 128,
-                        max_offset: int = 8, round_p: bool = True, rescale_threshold: float = 0.0):
+                        max_offset: int = 8, round_p: bool = True, rescale_threshold: float = 0.0,
+                        tensor_core_scores: bool = False):
     """The arithmetic of the FP8 rungs (K12) in torch, rounding included: what their output
     should be, not what attention is. ``q, k, v``: ``Fp8Tensor`` (or float) BSHD.
 
@@ -153,7 +176,12 @@ def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = Non
     than that (``OnlineSoftmax``'s lazy rescale), so P reaches up to
     ``2^(max_offset + rescale_threshold)``. The mask
     and GQA as :func:`reference_attention` (rows that see no key: zeros). Returns fp32 BSHD.
+    ``tensor_core_scores``: S as the FP8 tensor core sums it (:func:`fp8_tensor_core_scores`,
+    ``q`` and ``k`` then ``Fp8Tensor``) instead of exactly: the error large logits carry.
     """
+    if tensor_core_scores:
+        descale = q.descale * k.descale
+        q8, k8 = q.data.float(), k.data.float()
     q, k, v = (dequantize(t).float() for t in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -169,7 +197,10 @@ def fp8_attention_model(q, k, v, causal: bool = False, scale: float | None = Non
             acc = torch.zeros(seqlen_q, head_dim, device=q.device)
             for start in range(0, seqlen_k, block_n):
                 keys = slice(start, min(start + block_n, seqlen_k))
-                s = (q[b, :, h] @ k[b, keys, hk].T) * scale_log2
+                if tensor_core_scores:
+                    s = (fp8_tensor_core_scores(q8[b, :, h], k8[b, keys, hk]) * descale).float() * scale_log2
+                else:
+                    s = (q[b, :, h] @ k[b, keys, hk].T) * scale_log2
                 if keep is not None:
                     s = s.masked_fill(~keep[:, keys], -math.inf)
                 new_max = torch.maximum(row_max, s.max(dim=1).values)
