@@ -69,6 +69,7 @@ def test_run_refuses_a_query_it_was_not_planned_for(change, message):
     ({"heads_q": 7}, ValueError, "multiple"),
     ({"heads_q": 0}, ValueError, "positive"),
     ({"heads_q": HQ, "causal": "yes"}, TypeError, "causal"),
+    ({"heads_q": HQ, "one_launch": 1}, TypeError, "one_launch must be a bool"),
     ({"heads_q": HQ, "max_seqlen_k": 10_000}, ValueError, "max_seqlen_k"),
     ({"heads_q": HQ, "scale": -1.0}, ValueError, "scale"),
 ])
@@ -113,7 +114,8 @@ def test_the_kernel_path_launches_with_the_planned_splits_and_no_length_check(mo
 
 
 @pytest.mark.gpu
-def test_kernel_plan_under_graph_replay_follows_the_lengths():
+@pytest.mark.parametrize("one_launch", [False, True], ids=["combine-kernel", "one-launch"])
+def test_kernel_plan_under_graph_replay_follows_the_lengths(one_launch):
     """Our paged decode through a plan, captured once and replayed while the lengths change in
     place: each replay matches the reference at that step's lengths."""
     from kernels.extension import loader
@@ -122,7 +124,7 @@ def test_kernel_plan_under_graph_replay_follows_the_lengths():
         pytest.skip("the attention module is not built: python -m tools.build_ext")
     q, k, v, k_cache, v_cache, table = paged_problem("cuda", torch.bfloat16)
     lens = torch.tensor([70, 33, 1], dtype=torch.int32, device="cuda")
-    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ, one_launch=one_launch)
     assert plan.backend == "cuda"
     out = torch.full_like(q, float("nan"))
     plan.run(q, out=out)  # compile / warm up outside the capture
@@ -156,6 +158,8 @@ def test_the_backend_is_chosen_as_attention_chooses(monkeypatch):
     monkeypatch.setattr(plan_module.ops, "decode_counter_count", lambda *shape: 3)
     plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ)
     assert (plan.backend, plan.num_splits, plan.workspace.numel()) == ("cuda", 4, 10)
+    assert plan.split_counters is None  # a combine kernel after the split kernel
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ, one_launch=True)
     assert plan.split_counters.dtype == torch.int32 and plan.split_counters.tolist() == [0, 0, 0]
     monkeypatch.setattr(plan_module, "backend_order", lambda call: ("fa4", "torch", "cuda"))
     assert DecodePlan(k_cache, v_cache, table, lens, heads_q=HQ).backend == "torch"

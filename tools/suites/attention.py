@@ -12,7 +12,7 @@ the seqlens check (`api-paged-decode-unchecked`), through a `DecodePlan` made on
 layer (`plan-paged-decode`) or made anew on every call with new lengths
 (`plan-paged-decode-new-lengths`: a step's planning and its first layer), and replayed from
 a CUDA graph (`cuda-paged-decode-graph`: no host work at all, a split call's combine kernel
-after the split kernel; `plan-paged-decode-graph`: the plan's run, a split call in one launch;
+after the split kernel; `plan-paged-decode-graph`: a `one_launch` plan's run, a split call in one launch;
 at page 16 too for the former; as the read floor,
 GRAPH_CALLS calls in one graph on K/V caches taken in turn, enough of them that L2 holds none
 between its reads, and the replay's time divided by the calls); contiguous decode
@@ -302,10 +302,11 @@ def run(ctx) -> list[dict]:
             checked.append(_check("plan-paged-decode-new-lengths", pdict, _in_turn(
                 lambda kc, vc: DecodePlan(kc, vc, table, next(turns), heads_q=q.shape[2]).run(q), copies),
                 ref, nbytes=kv_bytes))
-            # the plan's run replayed: a split call in one launch (the last split combines)
+            # a one-launch plan's run replayed: the last split combines, no combine kernel
+            one_launch = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2], one_launch=True)
             checked.append(_graph_check("plan-paged-decode-graph", pdict,
-                                        lambda kc, vc: plan.run(q, k_cache=kc, v_cache=vc), copies, ref,
-                                        kv_bytes))
+                                        lambda kc, vc: one_launch.run(q, k_cache=kc, v_cache=vc), copies,
+                                        ref, kv_bytes))
         checked.append(_graph_check("cuda-paged-decode-graph", pdict, ours, copies, ref, kv_bytes))
         # the peer under the same replay, so that a comparison need not set a graph row against
         # an eager one (FA4's eager calls are host-bound at small batches)

@@ -12,9 +12,10 @@ the caller knows it is due:
 
 ``DecodePlan(...)`` validates the cache, the page table and the lengths' tensor once, picks the
 backend as ``attention()`` would (our paged decode or torch's path; FlashAttention-4's is not
-planned), and fixes the split count, its workspace and its arrival counters for the longest
-length the plan may see (``max_seqlen_k``, default: what the page table holds): a split call
-is one launch, the last split of each row tile combining the others. ``run()`` checks only
+planned), and fixes the split count and its workspace for the longest length the plan may see
+(``max_seqlen_k``, default: what the page table holds); with ``one_launch=True`` also the
+arrival counters that make a split call one launch (the last split of each row tile combines
+the others). ``run()`` checks only
 that ``q`` (and a layer's cache, if given) has the planned shape, dtype and device, and
 launches: it never reads the lengths on the host, so it can be captured in a CUDA graph and
 replayed step after step while the caller updates ``seqlens_k`` (and the page table) in place.
@@ -47,14 +48,18 @@ class DecodePlan:
     - `causal`, `scale`: as `attention()` (one query row sees every key of its sequence either way).
     - `max_seqlen_k`: the longest length any run of this plan will see, which sets the split
       count (default: max_pages * page_size).
+    - `one_launch`: a split call in one launch, the last split CTA of each row tile combining
+      the others (arrival counters the plan keeps), instead of the split kernel and a combine
+      kernel (default).
     """
 
     def __init__(self, k_cache, v_cache, page_table, seqlens_k, *, heads_q: int, causal: bool = False,
-                 scale: float | None = None, max_seqlen_k: int | None = None):
+                 scale: float | None = None, max_seqlen_k: int | None = None, one_launch: bool = False):
         if not isinstance(heads_q, int) or isinstance(heads_q, bool) or heads_q < 1:
             raise ValueError(f"heads_q must be a positive int, got {heads_q!r}")
-        if causal is not True and causal is not False:
-            raise TypeError(f"causal must be a bool, got {causal!r}")
+        for name, flag in (("causal", causal), ("one_launch", one_launch)):
+            if flag is not True and flag is not False:
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
         if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
             raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
         batch, heads_kv, head_dim = page_table.shape[0], k_cache.shape[2], k_cache.shape[3]
@@ -86,7 +91,7 @@ class DecodePlan:
             size = ops.decode_workspace_size(self.num_splits, batch, heads_q, 1, head_dim)
             if size:
                 self.workspace = torch.empty(size, dtype=torch.float32, device=self.device)
-                # zero once; every run leaves them zero: the split call is one launch
+            if size and one_launch:  # zeroed once; every run leaves them zero
                 self.split_counters = torch.zeros(ops.decode_counter_count(batch, heads_kv, 1, group),
                                                   dtype=torch.int32, device=self.device)
 
