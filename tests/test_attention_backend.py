@@ -522,7 +522,7 @@ def test_the_ladder_backend_takes_dense_hopper_calls(changes, reason):
 def test_the_ladder_backend_says_when_the_dsl_is_missing(monkeypatch):
     from kernels.extension.backend import ladder_path
 
-    monkeypatch.setattr(ladder_path, "rung", lambda: "the CuTe DSL is not importable (no module)")
+    monkeypatch.setattr(ladder_path, "rung", lambda name=None: "the CuTe DSL is not importable (no module)")
     assert "not importable" in ladder_path.unsupported(hopper_call())
 
 
@@ -548,7 +548,7 @@ def ladder_on_cpu(monkeypatch):
 
     rung = types.SimpleNamespace(HEAD_DIMS=(64, 128), compile_kernel=lambda p: problems.append(p) or p,
                                  run_kernel=run_kernel)
-    monkeypatch.setattr(ladder_path, "rung", lambda: rung)
+    monkeypatch.setattr(ladder_path, "rung", lambda name=None: rung)
     monkeypatch.setitem(module._UNSUPPORTED, "ladder", lambda call: None)
     return problems
 

@@ -468,6 +468,24 @@ window.addEventListener("load", () => setTimeout(() => {
 """
 
 
+def browser_report(probe: Path, report_id: str, window: str, *flags: str) -> dict:
+    """Load ``probe`` (a page with a script that appends ``<pre id=report_id>`` JSON) in headless
+    Chromium, in a window of ``window`` ("W,H"), and return that JSON. The profile folder sits
+    beside the probe, one per process (pytest-xdist's workers share the site)."""
+    profile = probe.parent / f".chromium-profile-{report_id}-{os.getpid()}"
+    try:
+        result = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
+                                 "--disable-background-networking", "--disable-component-update",
+                                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                                 "--hide-scrollbars", *flags, f"--window-size={window}", "--dump-dom",
+                                 probe.as_uri()], capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    found = re.search(rf'<pre id="{report_id}">(.*?)</pre>', result.stdout, re.S)
+    assert found, f"the probe did not run in {probe}:\n{result.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
 def overflow_report(page: Path, width: int = WIDTH, extra_html: str = "") -> dict:
     """Load a built page (plus ``extra_html`` at the end of its article) in headless Chromium
     at ``width`` px and return the probe's report: every block checked and the ones cut."""
@@ -478,20 +496,10 @@ def overflow_report(page: Path, width: int = WIDTH, extra_html: str = "") -> dic
     # beside the page, so that its assets resolve; one per process (pytest-xdist's workers share the site)
     probe = page.with_name(f"overflow-probe-{os.getpid()}.html")
     probe.write_text(text.replace("</body>", OVERFLOW_PROBE + "</body>"))
-    profile = page.parent / f".chromium-profile-{os.getpid()}"
     try:
-        result = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
-                                 "--disable-background-networking", "--disable-component-update",
-                                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                                 "--hide-scrollbars", "--virtual-time-budget=5000",
-                                 f"--window-size={width},2000", "--dump-dom", probe.as_uri()],
-                                capture_output=True, text=True, timeout=180)
+        return browser_report(probe, "overflow-report", f"{width},2000", "--virtual-time-budget=5000")
     finally:
         probe.unlink()
-        shutil.rmtree(profile, ignore_errors=True)
-    found = re.search(r'<pre id="overflow-report">(.*?)</pre>', result.stdout, re.S)
-    assert found, f"the probe did not run in {page}:\n{result.stderr[-2000:]}"
-    return json.loads(html.unescape(found.group(1)))
 
 
 def needs_browser():
@@ -588,22 +596,13 @@ def phone_report(site: Path, page: str, extra_html: str = "") -> dict:
     frame = site / f"phone-probe-{os.getpid()}.html"
     frame.write_text(PHONE_PROBE.replace("PAGE", target.relative_to(site).as_posix())
                      .replace("WIDTH", str(PHONE_WIDTH)))
-    profile = site / f".chromium-profile-phone-{os.getpid()}"
     try:
-        result = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
-                                 "--disable-background-networking", "--disable-component-update",
-                                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                                 "--hide-scrollbars", "--allow-file-access-from-files",
-                                 "--virtual-time-budget=8000", "--window-size=800,900", "--dump-dom",
-                                 frame.as_uri()], capture_output=True, text=True, timeout=180)
+        return browser_report(frame, "phone-report", "800,900", "--allow-file-access-from-files",
+                              "--virtual-time-budget=8000")
     finally:
         frame.unlink()
-        shutil.rmtree(profile, ignore_errors=True)
         if extra_html:
             target.unlink()
-    found = re.search(r'<pre id="phone-report">(.*?)</pre>', result.stdout, re.S)
-    assert found, f"the phone probe did not run on {page}:\n{result.stderr[-2000:]}"
-    return json.loads(html.unescape(found.group(1)))
 
 
 @pytest.mark.parametrize("page", ["index.html", "results/index.html", "production/index.html",

@@ -211,11 +211,13 @@ def _flashinfer_ragged_prefill(q, k_cache, v_cache, table, cu, lens, page):
     cache's), the page table as its CSR, planned once; the Hopper backend (fa3) on Hopper."""
     import flashinfer
 
+    from kernels.registry.peers import FLASHINFER_WORKSPACE_BYTES
+
     n_pages = (lens + page - 1) // page
     indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=lens.device), n_pages.cumsum(0).int()])
     indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
     last_page_len = (lens - (n_pages - 1) * page).int()
-    workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=q.device)
+    workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
     backend = "fa3" if torch.cuda.get_device_capability()[0] == 9 else "auto"
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
     wrapper.plan(cu, indptr, indices, last_page_len, q.shape[1], k_cache.shape[2], q.shape[2], page,

@@ -40,7 +40,7 @@ Forward only: autograd does not cross the ring. Typical use, under `torchrun`:
 
 ```python
 import torch.distributed as dist
-from .context_parallel import gather_sequence, ring_attention, zigzag_shard
+from kernels.extension.backend.context_parallel import gather_sequence, ring_attention, zigzag_shard
 
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()

@@ -42,13 +42,31 @@ def rung(name: str = LADDER_RUNG):
         return f"the CuTe DSL is not importable ({exc})"
 
 
+def _target_reason(device_type: str, capability) -> str | None:
+    """Why the ladder's kernels cannot run on this device, or None."""
+    if device_type != "cuda":
+        return "inputs are not on a CUDA device"
+    if capability != HOPPER:
+        major, minor = capability
+        return f"the ladder's kernels are built for sm_90a, device is sm_{major}{minor}"
+    return None
+
+
+def _rung_reason(name: str, head_dim: int) -> str | None:
+    """Why rung ``name`` cannot be imported or take ``head_dim``, or None."""
+    module = rung(name)
+    if isinstance(module, str):
+        return module
+    if head_dim not in module.HEAD_DIMS:
+        return f"head_dim {head_dim} (supported: {module.HEAD_DIMS})"
+    return None
+
+
 def unsupported(call) -> str | None:
     """Why the ladder's rung cannot run ``call`` (a backend.attention.Call), or None."""
-    if call.device_type != "cuda":
-        return "inputs are not on a CUDA device"
-    if call.capability != HOPPER:
-        major, minor = call.capability
-        return f"the ladder's kernels are built for sm_90a, device is sm_{major}{minor}"
+    reason = _target_reason(call.device_type, call.capability)
+    if reason is not None:
+        return reason
     if call.phase not in LADDER_PHASES:
         return f"{call.phase} calls (the rung reads contiguous K/V only)"
     if call.masked:
@@ -57,12 +75,7 @@ def unsupported(call) -> str | None:
         return "autograd is recording the call and the rung has no backward"
     if call.dtype not in _DTYPE_NAMES:
         return f"dtype {call.dtype} (the rung takes bf16 and fp16)"
-    module = rung()
-    if isinstance(module, str):
-        return module
-    if call.head_dim not in module.HEAD_DIMS:
-        return f"head_dim {call.head_dim} (supported: {module.HEAD_DIMS})"
-    return None
+    return _rung_reason(LADDER_RUNG, call.head_dim)
 
 
 def run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
@@ -99,18 +112,8 @@ def is_fp8_tensor(t) -> bool:
 
 def _fp8_unsupported(q, head_dim: int) -> str | None:
     """Why the FP8 rung cannot run e4m3 inputs like ``q`` (data on its device), or None."""
-    if q.device.type != "cuda":
-        return "inputs are not on a CUDA device"
-    capability = torch.cuda.get_device_capability(q.device)
-    if capability != HOPPER:
-        major, minor = capability
-        return f"the ladder's kernels are built for sm_90a, device is sm_{major}{minor}"
-    module = rung(FP8_RUNG)
-    if isinstance(module, str):
-        return module
-    if head_dim not in module.HEAD_DIMS:
-        return f"head_dim {head_dim} (supported: {module.HEAD_DIMS})"
-    return None
+    capability = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else None
+    return _target_reason(q.device.type, capability) or _rung_reason(FP8_RUNG, head_dim)
 
 
 def run_fp8(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,

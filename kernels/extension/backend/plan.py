@@ -36,7 +36,58 @@ from .validation import _scale_number, check_seqlens_in_pages, validate_inputs
 PLAN_BACKENDS = ("cuda", "torch")  # what a plan can run (FlashAttention-4's paged decode: not yet)
 
 
-class DecodePlan:
+def _check_plan_args(counts, flags, k_cache) -> None:
+    """What a plan checks before validate_inputs: (name, value, least) ints, (name, value) bools,
+    the cache's rank (the query's shape is derived from it)."""
+    for name, value, least in counts:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            positive = " (positive)" if least else ""
+            raise ValueError(f"{name} must be an int >= {least}{positive}, got {value!r}")
+    for name, flag in flags:
+        if flag is not True and flag is not False:
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
+        raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
+
+
+class _PagedPlan:
+    """What both plans share: the inputs validated once on a stand-in query of the planned shape
+    (no bytes, no data read), the cache, page table and lengths held, and each run's query and
+    layer cache checked in O(1)."""
+
+    def _hold(self, q_shape, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, causal, scale):
+        """Validate and keep the planned inputs; returns the stand-in query (for routing)."""
+        self.q_shape = q_shape
+        probe = torch.empty(q_shape[-1:], dtype=k_cache.dtype, device=k_cache.device).expand(q_shape)
+        validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
+                        cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
+        for name, t in (("page_table", page_table), ("seqlens_k", seqlens_k), ("cu_seqlens_q", cu_seqlens_q)):
+            if t is not None and t.device != k_cache.device:
+                raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
+        self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
+        self.cu_seqlens_q, self.causal = cu_seqlens_q, causal
+        self.scale = None if scale is None else _scale_number(scale)
+        self.dtype, self.device = k_cache.dtype, k_cache.device
+        return probe
+
+    def _check_run(self, q, k_cache, v_cache):
+        """The planned query's shape, dtype and device, and a layer's cache of the planned one's
+        (or the planned cache): O(1). Returns the caches to run on."""
+        if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
+            raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
+                             f"got {tuple(q.shape)} {q.dtype} on {q.device}")
+        k_cache = self.k_cache if k_cache is None else k_cache
+        v_cache = self.v_cache if v_cache is None else v_cache
+        if k_cache is not self.k_cache or v_cache is not self.v_cache:
+            for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if t.shape != self.k_cache.shape or t.dtype != self.dtype or t.device != self.device:
+                    raise ValueError(f"{name} must be {tuple(self.k_cache.shape)} {self.dtype} on "
+                                     f"{self.device} as planned, got {tuple(t.shape)} {t.dtype} "
+                                     f"on {t.device}")
+        return k_cache, v_cache
+
+
+class DecodePlan(_PagedPlan):
     """Paged decode (one query token per sequence) planned once; see the module docstring.
 
     The arguments, in brief:
@@ -55,34 +106,20 @@ class DecodePlan:
 
     def __init__(self, k_cache, v_cache, page_table, seqlens_k, *, heads_q: int, causal: bool = False,
                  scale: float | None = None, max_seqlen_k: int | None = None, one_launch: bool = False):
-        if not isinstance(heads_q, int) or isinstance(heads_q, bool) or heads_q < 1:
-            raise ValueError(f"heads_q must be a positive int, got {heads_q!r}")
-        for name, flag in (("causal", causal), ("one_launch", one_launch)):
-            if flag is not True and flag is not False:
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
-        if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
-            raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
+        _check_plan_args((("heads_q", heads_q, 1),), (("causal", causal), ("one_launch", one_launch)),
+                         k_cache)
         batch, heads_kv, head_dim = page_table.shape[0], k_cache.shape[2], k_cache.shape[3]
         if heads_q % heads_kv:
             raise ValueError(f"heads_q ({heads_q}) must be a multiple of the cache's kv heads ({heads_kv})")
-        self.q_shape = (batch, 1, heads_q, head_dim)
-        probe = torch.empty(self.q_shape, dtype=k_cache.dtype, device=k_cache.device)
-        # The checks attention() makes, once, on a query of the planned shape (no data read).
-        validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
-                        check_seqlens=False)
-        for name, t in (("page_table", page_table), ("seqlens_k", seqlens_k)):
-            if t.device != k_cache.device:
-                raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
+        probe = self._hold((batch, 1, heads_q, head_dim), k_cache, v_cache, page_table, seqlens_k, None,
+                           causal, scale)
         capacity = page_table.shape[1] * k_cache.shape[1]
         if max_seqlen_k is None:
             max_seqlen_k = capacity
         if not isinstance(max_seqlen_k, int) or not 0 <= max_seqlen_k <= capacity:
             raise ValueError(f"max_seqlen_k must be an int in [0, {capacity}] (the page table's "
                              f"capacity), got {max_seqlen_k!r}")
-        self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
-        self.causal, self.max_seqlen_k = causal, max_seqlen_k
-        self.scale = None if scale is None else _scale_number(scale)
-        self.dtype, self.device = k_cache.dtype, k_cache.device
+        self.max_seqlen_k = max_seqlen_k
         self.backend = self._choose_backend(probe)
         self.num_splits, self.workspace, self.split_counters = 1, None, None
         if self.backend == "cuda":
@@ -116,10 +153,7 @@ class DecodePlan:
     def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
         """Attention of ``q`` [B, 1, Hq, D] over the planned cache (or a layer's ``k_cache`` /
         ``v_cache`` of the planned shape, sharing the page table); returns out. O(1) checks."""
-        if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
-            raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
-                             f"got {tuple(q.shape)} {q.dtype} on {q.device}")
-        k_cache, v_cache = _check_layer_cache(self, k_cache, v_cache)
+        k_cache, v_cache = self._check_run(q, k_cache, v_cache)
         if self.backend == "cuda":
             return ops.paged_decode(q, k_cache, v_cache, self.page_table, self.seqlens_k, causal=self.causal,
                                     scale=self.scale, out=out, lse=lse, num_splits=self.num_splits,
@@ -135,20 +169,7 @@ class DecodePlan:
                 f"num_splits={self.num_splits}, max_seqlen_k={self.max_seqlen_k})")
 
 
-
-def _check_layer_cache(plan, k_cache, v_cache):
-    """A layer's cache of the planned shape, dtype and device (O(1)), or the planned one."""
-    k_cache = plan.k_cache if k_cache is None else k_cache
-    v_cache = plan.v_cache if v_cache is None else v_cache
-    if k_cache is not plan.k_cache or v_cache is not plan.v_cache:
-        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if t.shape != plan.k_cache.shape or t.dtype != plan.dtype or t.device != plan.device:
-                raise ValueError(f"{name} must be {tuple(plan.k_cache.shape)} {plan.dtype} on {plan.device} "
-                                 f"as planned, got {tuple(t.shape)} {t.dtype} on {t.device}")
-    return k_cache, v_cache
-
-
-class PrefillPlan:
+class PrefillPlan(_PagedPlan):
     """Ragged prefill (packed queries) on a paged cache, planned once per step and run per layer.
 
     ``PrefillPlan(k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, heads_q=, total_q=)``
@@ -160,23 +181,9 @@ class PrefillPlan:
 
     def __init__(self, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, *, heads_q: int, total_q: int,
                  causal: bool = True, scale: float | None = None):
-        for name, value, least in (("heads_q", heads_q, 1), ("total_q", total_q, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        if causal is not True and causal is not False:
-            raise TypeError(f"causal must be a bool, got {causal!r}")
-        if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
-            raise ValueError("k_cache must be a 4-D tensor [num_pages, page_size, Hkv, D]")
-        self.q_shape = (total_q, heads_q, k_cache.shape[3])
-        # A query of the planned shape without its bytes: one row, expanded.
-        probe = torch.empty((1, 1, k_cache.shape[3]), dtype=k_cache.dtype, device=k_cache.device)
-        probe = probe.expand(self.q_shape)
-        validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
-                        cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
-        self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
-        self.cu_seqlens_q, self.causal = cu_seqlens_q, causal
-        self.scale = None if scale is None else _scale_number(scale)
-        self.dtype, self.device = k_cache.dtype, k_cache.device
+        _check_plan_args((("heads_q", heads_q, 1), ("total_q", total_q, 0)), (("causal", causal),), k_cache)
+        probe = self._hold((total_q, heads_q, k_cache.shape[3]), k_cache, v_cache, page_table, seqlens_k,
+                           cu_seqlens_q, causal, scale)
         call = describe_call(probe, k_cache, v_cache, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
         self.backend = choose_backend(call)[0]
         self._run = _runner(self.backend, probe, k_cache, page_table, cu_seqlens_q)
@@ -184,10 +191,7 @@ class PrefillPlan:
     def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
         """Attention of the packed ``q`` [total_q, Hq, D] over the planned cache (or a layer's
         ``k_cache`` / ``v_cache`` of the planned shape); returns out. O(1) checks."""
-        if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
-            raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
-                             f"got {tuple(q.shape)} {q.dtype} on {q.device}")
-        k_cache, v_cache = _check_layer_cache(self, k_cache, v_cache)
+        k_cache, v_cache = self._check_run(q, k_cache, v_cache)
         return self._run(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
                          self.cu_seqlens_q, out, lse)
 
