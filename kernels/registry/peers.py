@@ -405,13 +405,20 @@ def _flashinfer_pages(problem: AttentionProblem):
     return workspace, *(t.to("cuda") for t in table)
 
 
-def flashinfer_decode(problem: AttentionProblem) -> Launch:
+def flashinfer_decode(problem: AttentionProblem, cuda_graph: bool = False) -> Launch:
+    """FlashInfer's paged decode, planned once. ``cuda_graph``: the wrapper FlashInfer's docs give
+    for capture (its page-table buffers fixed at construction); a call of the plain wrapper
+    captured in a graph replays onto buffers the wrapper may free or reuse."""
     import flashinfer
 
     p = problem
     workspace, indptr, indices, last_page_len = _flashinfer_pages(p)
     tensor_cores = p.group_size >= DECODE_TENSOR_CORE_GROUP
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
+    buffers = dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr.clone(),
+                   paged_kv_indices_buffer=indices.clone(),
+                   paged_kv_last_page_len_buffer=last_page_len.clone()) if cuda_graph else {}
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores,
+                                                            **buffers)
     wrapper.plan(indptr, indices, last_page_len, p.heads_q, p.heads_kv, p.head_dim, PAGE_SIZE,
                  q_data_type=p.torch_dtype, kv_data_type=p.torch_dtype, sm_scale=p.softmax_scale)
 

@@ -184,15 +184,19 @@ def _flashinfer_decode_checks(q, k_copies, problem, ref, kv_bytes):
     if reason is not None:
         return [(_row(name, pdict, status=f"unsupported: {reason}"), None, None, kv_bytes, 1)
                 for name in names]
-    launch = runner.prepare(problem)
-    out = torch.empty_like(q)
+    from kernels.registry.peers import flashinfer_decode
 
-    def call(kc, vc):
-        launch(q, kc, vc, out)
-        return out
+    def caller(launch):
+        out = torch.empty_like(q)
 
-    return [_check(names[0], pdict, _in_turn(call, k_copies), ref, nbytes=kv_bytes),
-            _graph_check(names[1], pdict, call, k_copies, ref, kv_bytes)]
+        def call(kc, vc):
+            launch(q, kc, vc, out)
+            return out
+        return call
+
+    eager, captured = caller(runner.prepare(problem)), caller(flashinfer_decode(problem, cuda_graph=True))
+    return [_check(names[0], pdict, _in_turn(eager, k_copies), ref, nbytes=kv_bytes),
+            _graph_check(names[1], pdict, captured, k_copies, ref, kv_bytes)]
 
 
 def _flashinfer_prefill_check(pdict, make, ref, flops):
@@ -304,10 +308,9 @@ def run(ctx) -> list[dict]:
             checked.append(_check("plan-paged-decode-new-lengths", pdict, _in_turn(
                 lambda kc, vc: DecodePlan(kc, vc, table, next(turns), heads_q=q.shape[2]).run(q), copies),
                 ref, nbytes=kv_bytes))
-            # a one-launch plan's run replayed: the last split combines, no combine kernel
-            one_launch = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2], one_launch=True)
+            # the plan's run replayed, as a serving loop that captures its decode step does
             checked.append(_graph_check("plan-paged-decode-graph", pdict,
-                                        lambda kc, vc: one_launch.run(q, k_cache=kc, v_cache=vc), copies,
+                                        lambda kc, vc: plan.run(q, k_cache=kc, v_cache=vc), copies,
                                         ref, kv_bytes))
         checked.append(_graph_check("cuda-paged-decode-graph", pdict, ours, copies, ref, kv_bytes))
         # the peer under the same replay, so that a comparison need not set a graph row against
