@@ -40,6 +40,25 @@ def test_run_matches_the_reference_and_follows_lengths_changed_in_place():
     torch.testing.assert_close(plan.run(q).double(), reference(q, k, v, [17, 70, 64]), atol=1e-5, rtol=1e-5)
 
 
+def test_update_hands_over_new_tensors_and_refuses_other_shapes():
+    q, k, v, k_cache, v_cache, table = paged_problem()
+    plan = DecodePlan(k_cache, v_cache, table, torch.full((BATCH,), SK, dtype=torch.int32), heads_q=HQ)
+    new = torch.tensor([5, 70, 40], dtype=torch.int32)  # a step's lengths, a new tensor
+    assert plan.update(new) is plan and plan.seqlens_k is new
+    torch.testing.assert_close(plan.run(q).double(), reference(q, k, v, [5, 70, 40]), atol=1e-5, rtol=1e-5)
+    flipped = table.flip(0).contiguous()  # sequence b now reads sequence (B - 1 - b)'s pages
+    plan.update(page_table=flipped)
+    torch.testing.assert_close(plan.run(q).double(), reference(q, k.flip(0), v.flip(0), [5, 70, 40]),
+                               atol=1e-5, rtol=1e-5)
+    for bad, message in ((new.long(), "seqlens_k must be"), (new[:2], "seqlens_k must be"),
+                         ([5, 70, 40], "seqlens_k must be .* got list")):
+        with pytest.raises(ValueError, match=message):
+            plan.update(bad)
+    with pytest.raises(ValueError, match="page_table must be"):
+        plan.update(torch.tensor([1, 2, 3], dtype=torch.int32), page_table=table[:, :1])
+    assert plan.seqlens_k is new and plan.page_table is flipped  # a refused update changes nothing
+
+
 def test_run_writes_out_and_a_layers_own_cache():
     q, k, v, k_cache, v_cache, table = paged_problem()
     lens = torch.full((BATCH,), SK, dtype=torch.int32)

@@ -9,11 +9,12 @@ layers of a decode step pass it, so the check reads it back once: what a caller 
 layer), the same with a seqlens_k the check has not seen on every call
 (`api-paged-decode-new-lengths`: a step's first layer, one device->host copy), the same without
 the seqlens check (`api-paged-decode-unchecked`), through a `DecodePlan` made once and run per
-layer (`plan-paged-decode`) or made anew on every call with new lengths
-(`plan-paged-decode-new-lengths`: a step's planning and its first layer), and replayed from
-a CUDA graph (`cuda-paged-decode-graph`: no host work at all, a split call's combine kernel
-after the split kernel; `plan-paged-decode-graph`: a `one_launch` plan's run, a split call in one launch;
-at page 16 too for the former; as the read floor,
+layer (`plan-paged-decode`), given new lengths on every call (`plan-paged-decode-new-lengths`:
+`update`, a step's first layer) or made anew for them (`plan-paged-decode-new-plan`), and replayed
+from a CUDA graph (`cuda-paged-decode-graph`: no host work at all, a split call's combine kernel
+after the split kernel; `plan-paged-decode-graph`: a plan's run; `plan-paged-decode-one-launch-graph`:
+a `one_launch` plan's, a split call in one launch; at page 16 too for the first;
+as the read floor,
 GRAPH_CALLS calls in one graph on K/V caches taken in turn, enough of them that L2 holds none
 between its reads, and the replay's time divided by the calls); contiguous decode
 latency, and beside it `read-floor-graph` (one kernel that only reads the same K/V bytes from
@@ -304,14 +305,22 @@ def run(ctx) -> list[dict]:
             plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2])
             checked.append(_check("plan-paged-decode", pdict, _in_turn(
                 lambda kc, vc: plan.run(q, k_cache=kc, v_cache=vc), copies), ref, nbytes=kv_bytes))
-            # and planned anew on every call, with new lengths: a step's plan and its first layer
+            # new lengths on every call: handed to the plan (a step's update and its first layer) ...
+            stepped = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2])
             checked.append(_check("plan-paged-decode-new-lengths", pdict, _in_turn(
+                lambda kc, vc: stepped.update(next(turns)).run(q, k_cache=kc, v_cache=vc), copies),
+                ref, nbytes=kv_bytes))
+            # ... or a plan made anew for them (the validation and routing a plan does once)
+            checked.append(_check("plan-paged-decode-new-plan", pdict, _in_turn(
                 lambda kc, vc: DecodePlan(kc, vc, table, next(turns), heads_q=q.shape[2]).run(q), copies),
                 ref, nbytes=kv_bytes))
-            # the plan's run replayed, as a serving loop that captures its decode step does
-            checked.append(_graph_check("plan-paged-decode-graph", pdict,
-                                        lambda kc, vc: plan.run(q, k_cache=kc, v_cache=vc), copies,
-                                        ref, kv_bytes))
+            # the plan's run replayed, as a serving loop that captures its decode step does; and a
+            # one-launch plan's (the last split CTA combines, no combine kernel)
+            one_launch = DecodePlan(k_cache, v_cache, table, lens, heads_q=q.shape[2], one_launch=True)
+            for name, planned in (("plan-paged-decode-graph", plan),
+                                  ("plan-paged-decode-one-launch-graph", one_launch)):
+                checked.append(_graph_check(name, pdict, lambda kc, vc, planned=planned: planned.run(
+                    q, k_cache=kc, v_cache=vc), copies, ref, kv_bytes))
         checked.append(_graph_check("cuda-paged-decode-graph", pdict, ours, copies, ref, kv_bytes))
         # the peer under the same replay, so that a comparison need not set a graph row against
         # an eager one (FA4's eager calls are host-bound at small batches)

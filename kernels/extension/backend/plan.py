@@ -10,6 +10,9 @@ the caller knows it is due:
     for layer in layers:
         out = plan.run(q, k_cache=layer.k, v_cache=layer.v)                  # per layer
 
+A step whose lengths arrive as new tensors hands them over with ``plan.update(seqlens_k)``
+(O(1) checks), instead of planning anew.
+
 ``DecodePlan(...)`` validates the cache, the page table and the lengths' tensor once, picks the
 backend as ``attention()`` would (our paged decode or torch's path; FlashAttention-4's is not
 planned), and fixes the split count and its workspace for the longest length the plan may see
@@ -142,6 +145,25 @@ class DecodePlan(_PagedPlan):
                 return name
         raise RuntimeError(f"DecodePlan runs {' or '.join(PLAN_BACKENDS)}; neither runs this call "
                            + (f"with use_backend({strict!r})" if strict is not None else ""))
+
+    def update(self, seqlens_k=None, page_table=None) -> DecodePlan:
+        """This step's lengths (and page table), new tensors of the planned shape, dtype and
+        device, for the runs that follow: O(1) checks, no data read, the split count and
+        workspace kept (planned for ``max_seqlen_k``). Tensors updated in place need no call.
+        A CUDA graph captured from ``run`` keeps reading the tensors it was captured with."""
+        given = {name: new for name, new in (("seqlens_k", seqlens_k), ("page_table", page_table))
+                 if new is not None}
+        for name, new in given.items():  # every check before any change: a refused update changes nothing
+            old = getattr(self, name)
+            if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype \
+                    or new.device != old.device:
+                got = f"{tuple(new.shape)} {new.dtype} on {new.device}" if isinstance(new, torch.Tensor) \
+                    else type(new).__name__
+                raise ValueError(f"{name} must be {tuple(old.shape)} {old.dtype} on {old.device} as "
+                                 f"planned, got {got}")
+        for name, new in given.items():
+            setattr(self, name, new)
+        return self
 
     def check_lengths(self) -> None:
         """The lengths within the page table and within ``max_seqlen_k``: one device->host copy."""
