@@ -3,8 +3,9 @@
 // tile index"). The producer waits on *empty* (bar.sync 7), stores, and arrives on *full*
 // (bar.arrive 6); the consumers wait on *full* (bar.sync 6), load, and arrive on *empty*
 // (bar.arrive 7). PTX orders each store before the loads that follow the other side's bar.sync.
-// `sync` mode makes the producer bar.sync on *full* as well (no overlap left), the pattern
-// every tool models. Build and run on a GPU, then under the sanitizer:
+// `sync` mode makes the producer bar.sync on *full* as well (no overlap left), the textbook
+// pattern; racecheck reports both modes (docs/worklog/k13.md). Build and run on a GPU, then
+// under the sanitizer:
 //   python -m tools.nvcc csrc/tests/named_barrier_racecheck.cu && build/csrc-tests/named_barrier_racecheck
 //   compute-sanitizer --tool racecheck build/csrc-tests/named_barrier_racecheck [arrive|sync]
 // Exit status 0 when every consumer read every index the producer wrote.
