@@ -746,7 +746,7 @@ def test_dtype_errors_name_the_inputs():
 
 def _binding_arg_names(entry_point: str) -> list[str]:
     """The py::arg names of `entry_point` in the attention binding, in order."""
-    source = (ROOT / "csrc" / "kernels" / "attention" / "attention.cu").read_text()
+    source = (ROOT / "csrc" / "kernels" / "attention" / "attention.cpp").read_text()
     definition = re.search(rf'm\.def\("{entry_point}",(.*?)\);\n', source, re.S)
     assert definition, entry_point
     return re.findall(r'py::arg\("(\w+)"\)', definition.group(1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -38,8 +39,9 @@ def torch_free_units() -> list[Path]:
 
 
 def binding_units() -> list[Path]:
-    """The pybind11 bindings: the translation units that include torch (one per module)."""
-    return sorted(p for p in CSRC.rglob("*.cu") if TORCH_INCLUDE.search(p.read_text()))
+    """The pybind11 bindings: the translation units that include torch (one per module), host
+    C++ (.cpp, the host compiler's) or, where the module's kernels live in it, CUDA (.cu)."""
+    return sorted(p for suffix in ("*.cu", "*.cpp") for p in CSRC.rglob(suffix) if TORCH_INCLUDE.search(p.read_text()))
 
 
 # Headers that torch's CUDA headers include and a CPU machine lacks: the CUDA math libraries'
@@ -59,11 +61,17 @@ TORCH_CUDA_HEADER_STUBS = {
 BINDING_GENCODE = f"-gencode=arch=compute_{nvcc.HOPPER_ARCH},code=compute_{nvcc.HOPPER_ARCH}"
 
 
+def host_compiler() -> str:
+    """The C++ compiler CMake takes for the .cpp bindings: $CXX, else c++."""
+    return os.environ.get("CXX") or shutil.which("c++") or "g++"
+
+
 def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A binding compiled as the extension build compiles it (csrc/CMakeLists.txt: the module's
     name, TORCH_API_INCLUDE_EXTENSION_H, torch's and Python's headers), against the installed
-    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing; the host side is
-    checked, not compiled to an object, and the device side compiled to PTX, not to SASS."""
+    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing; checked, not
+    compiled to an object (-fsyntax-only). A .cpp binding goes to the host compiler with the CUDA
+    toolkit's headers; a .cu one to nvcc, its device side compiled to PTX, not to SASS."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -73,10 +81,15 @@ def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.Complet
         (stubs / name).parent.mkdir(parents=True, exist_ok=True)
         (stubs / name).write_text("#pragma once\n" + text)
     includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    defines = (f"-DTORCH_EXTENSION_NAME={path.stem}", "-DTORCH_API_INCLUDE_EXTENSION_H")
+    if path.suffix == ".cpp":
+        toolkit_include = Path(NVCC).resolve().parents[1] / "include"
+        cmd = [host_compiler(), f"-std=c++{nvcc.cxx_standard()}", "-fsyntax-only", *includes,
+               f"-isystem{toolkit_include}", f"-I{nvcc.INCLUDE_DIR}", f"-idirafter{stubs}", *defines, str(path)]
+        return path, subprocess.run(cmd, capture_output=True, text=True)
     # The host compiler checks the code without generating any (-fsyntax-only): a binding's
     # errors are in what it says to torch's headers, not in the code generated for it.
-    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", "-Xcompiler=-fsyntax-only", "-Xcicc", "-O0",
-             f"-DTORCH_EXTENSION_NAME={path.stem}", "-DTORCH_API_INCLUDE_EXTENSION_H")
+    extra = (*includes, f"-Xcompiler=-idirafter,{stubs}", "-Xcompiler=-fsyntax-only", "-Xcicc", "-O0", *defines)
     cmd = nvcc.command([path], out_dir / (path.stem + ".o"), nvcc=NVCC, compile_only=True, extra=extra)
     # Device code to unoptimized PTX only (-Xcicc -O0 above): ptxas's work on the kernels is the
     # torch-free units' check.
@@ -438,14 +451,15 @@ def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(tmp_path_factory):
 
 
 @needs_nvcc
-def test_attention_host_math():
+def test_attention_host_math(tmp_path_factory):
     """Host code of the attention launchers: build and run csrc/tests/attn_host_test.cu, which
     checks that the decode split heuristic picks the split counts measured best on the H200,
     that FastDivmod divides exactly and which calls the warp-specialized prefill takes (no GPU
     needed)."""
+    _, decode_object = compiled(tmp_path_factory, CSRC / "kernels" / "attention" / "attn_decode.cu")
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "attn_host_test"
-        sources = [CSRC / "tests" / "attn_host_test.cu", CSRC / "kernels" / "attention" / "attn_decode.cu"]
+        sources = [CSRC / "tests" / "attn_host_test.cu", decode_object]  # the unit's object, compiled once
         build = subprocess.run(nvcc.command(sources, exe, nvcc=NVCC), capture_output=True, text=True)
         assert build.returncode == 0, build.stderr[-3000:]
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
@@ -471,7 +485,7 @@ def test_nvcc_flags_are_written_once():
     cmake = (CSRC / "CMakeLists.txt").read_text()
     assert "nvcc.flags" in cmake and not FLAG_SPELLINGS.search(cmake)
     offenders = []
-    for path in [*(ROOT / "tools").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *CSRC.rglob("*.cu*"),
+    for path in [*(ROOT / "tools").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *CSRC.rglob("*.cu*"), *CSRC.rglob("*.cpp"),
                  *CSRC.rglob("*.h"), ROOT / "Makefile", ROOT / "pyproject.toml"]:
         if path in (ROOT / "tools" / "nvcc.py", Path(__file__).resolve()):
             continue

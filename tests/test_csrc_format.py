@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUFFIXES = (".cu", ".cuh", ".h")
+SUFFIXES = (".cu", ".cpp", ".cuh", ".h")
 
 
 def clang_format() -> str:

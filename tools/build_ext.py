@@ -32,7 +32,7 @@ from tools.nvcc import CSRC, find_nvcc
 ROOT = Path(__file__).resolve().parents[1]
 LIB_DIR = ROOT / "kernels" / "extension" / "lib"
 BUILD_DIR = ROOT / "build" / "csrc"
-SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".txt", ".flags")
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cuh", ".h", ".txt", ".flags")
 
 
 def device_arch(torch) -> str | None:

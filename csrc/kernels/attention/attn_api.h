@@ -1,5 +1,5 @@
 // Host entry points of the attention kernels. Torch-free: included by the pybind11 binding
-// (attention.cu) and by the standalone tests (csrc/tests/attn_*.cu). Errors as in
+// (attention.cpp) and by the standalone tests (csrc/tests/attn_*.cu). Errors as in
 // common/errors.h: kernels::ValueError for an unsupported configuration (the message lists
 // what is supported), kernels::CudaError for a failed CUDA call or launch.
 #pragma once

@@ -1,6 +1,6 @@
-// What the torch bindings (attention.cu, rotary.cu, fp8.cu) share: tensor checks in one message
+// What the torch bindings (attention.cpp, rotary.cpp, fp8.cu) share: tensor checks in one message
 // style, the device's SM count, and the Python names of the launchers' exceptions. Includes
-// torch: only a binding translation unit (the one .cu with PYBIND11_MODULE) may include this.
+// torch: only a binding translation unit (the one file with PYBIND11_MODULE) may include this.
 //
 // Errors, as in errors.h: a bad argument raises ValueError, a wrong dtype TypeError, through
 // torch's TORCH_CHECK_VALUE / TORCH_CHECK_TYPE here and kernels::ValueError / TypeError in the

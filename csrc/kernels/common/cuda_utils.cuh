@@ -62,6 +62,7 @@ inline bool current_device_is_sm90() {
   return sm90;
 }
 
+#ifdef __CUDACC__  // device code: a host-only translation unit (a binding) includes this header too
 template <int kWidth = 32>
 __device__ __forceinline__ float warp_reduce_max(float x) {
 #pragma unroll
@@ -79,6 +80,7 @@ __device__ __forceinline__ float warp_reduce_sum(float x) {
   }
   return x;
 }
+#endif  // __CUDACC__
 
 }  // namespace kernels
 

@@ -1,5 +1,5 @@
 // Rotary embedding: the plain parameters shared by the kernel, its launcher, the torch
-// binding (rotary.cu) and the standalone test (csrc/tests/rotary_test.cu). No torch here.
+// binding (rotary.cpp) and the standalone test (csrc/tests/rotary_test.cu). No torch here.
 //
 // Math (rotary_dim R, pair index i in [0, R/2), c = cos[row][i], s = sin[row][i]):
 //   out_a = x_a * c - x_b * s

@@ -37,7 +37,7 @@ from .. import loader
 MODULE = "attention"
 
 # The kernels' limits, defined once for Python (the backend's capability checks, the registry
-# and the tests read them here). The binding enforces the same values (csrc attention.cu
+# and the tests read them here). The binding enforces the same values (csrc attention.cpp
 # check_head_dim and element_type, configs.cuh); it could report them as module attributes,
 # which would then replace these constants.
 HEAD_DIMS = (64, 128, 256)

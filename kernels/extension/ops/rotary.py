@@ -1,4 +1,4 @@
-"""Stateless wrapper of the rotary CUDA module (csrc/kernels/rotary/rotary.cu).
+"""Stateless wrapper of the rotary CUDA module (csrc/kernels/rotary/rotary.cpp).
 
 Normalises shapes, allocates outputs and calls the binding; raises when the module is not
 built. Policy (when to use the kernel, the torch path, autograd) is in

@@ -1,13 +1,14 @@
-// Torch binding of the rotary kernel: guard the device, check inputs, fill RotaryParams,
-// launch. Shape normalisation (3-D token inputs, broadcast positions, output allocation)
-// lives in kernels/extension/ops/rotary.py; this file trusts nothing it is given. Errors in
-// the style of common/binding.h; the launcher's (common/errors.h) reach Python the same way.
+// Torch binding of the rotary kernel (host C++; the kernels are rotary_launch.cu's): guard the
+// device, check inputs, fill RotaryParams, launch. Shape normalisation (3-D token inputs,
+// broadcast positions, output allocation) lives in kernels/extension/ops/rotary.py; this file
+// trusts nothing it is given. Errors in the style of common/binding.h; the launcher's
+// (common/errors.h) reach Python the same way.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
 #include "../common/binding.h"
-#include "rotary_kernel.cuh"
+#include "rotary_api.h"
 
 namespace {
 
@@ -121,11 +122,8 @@ void rotary_apply(const at::Tensor& q, const c10::optional<at::Tensor>& k, const
 
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (q.scalar_type() == at::kBFloat16) {
-    rotary::launch_rotary<__nv_bfloat16>(p, binding::sm_count(), stream);
-  } else {
-    rotary::launch_rotary<__half>(p, binding::sm_count(), stream);
-  }
+  const auto element = q.scalar_type() == at::kBFloat16 ? rotary::Element::kBFloat16 : rotary::Element::kFloat16;
+  rotary::run_rotary(p, element, binding::sm_count(), stream);
 }
 
 }  // namespace
