@@ -24,6 +24,27 @@ def fresh_length_checks():
         module.forget_checked_lengths()
 
 
+def pytest_configure(config):
+    """One compile-report cache for the whole run (tools/inspect.py, $KERNELS_INSPECT_CACHE): set
+    by the process that starts the run, inherited by pytest-xdist's workers and the notebooks'
+    kernels, removed when the run ends. A cache set from outside is left as it is."""
+    if hasattr(config, "workerinput") or os.environ.get("KERNELS_INSPECT_CACHE"):
+        return
+    import tempfile
+
+    config._inspect_cache = tempfile.mkdtemp(prefix="inspect-cache-")
+    os.environ["KERNELS_INSPECT_CACHE"] = config._inspect_cache
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_inspect_cache", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("KERNELS_INSPECT_CACHE", None)
+
+
 def cuda_available() -> bool:
     try:
         import torch

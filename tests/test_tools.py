@@ -244,3 +244,28 @@ def test_sanitize_reads_each_tools_summary(monkeypatch):
     for text, code, clean in cases:
         monkeypatch.setattr(sanitize.subprocess, "run", fake_run(text, code))
         assert sanitize.run_tool("racecheck", "k13", 128)[0] is clean, text
+
+
+def test_inspect_reads_a_report_made_with_the_same_arguments(tmp_path, monkeypatch):
+    """$KERNELS_INSPECT_CACHE: a report made once is read back by any later call with the same
+    rung, problem and knobs (the run's workers and notebooks share it); other arguments compile."""
+    from kernels.harness import AttentionProblem
+
+    made = []
+
+    def fake(name, problem, has_lse, knobs):
+        made.append((name, has_lse, dict(knobs)))
+        return {"kernel": name, "registers": len(made), "facts": (1, 2)}
+
+    monkeypatch.setattr(inspect, "_inspect", fake)
+    monkeypatch.setenv(inspect.REPORT_CACHE_ENV, str(tmp_path))
+    first = inspect.inspect("k4", AttentionProblem(head_dim=64))
+    assert first == {"kernel": "k4", "registers": 1, "facts": [1, 2]}  # as JSON keeps it, every time
+    assert inspect.inspect("k4", AttentionProblem(head_dim=64)) == first and len(made) == 1
+    inspect.inspect("k4", AttentionProblem(head_dim=64), pingpong=False)
+    inspect.inspect("k4", AttentionProblem(head_dim=128))
+    inspect.inspect("k4", AttentionProblem(head_dim=64), has_lse=True)
+    assert len(made) == 4 and len(list(tmp_path.glob("*.json"))) == 4
+    monkeypatch.delenv(inspect.REPORT_CACHE_ENV)
+    inspect.inspect("k4", AttentionProblem(head_dim=64))
+    assert len(made) == 5  # no folder, no cache

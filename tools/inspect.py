@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import functools
+import hashlib
 import json
 import os
 import re
@@ -258,13 +260,49 @@ def native_problem(name: str, problem: AttentionProblem | None = None) -> Attent
     return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
+# A folder where compile reports are kept across processes: the test run sets it (tests/conftest.py)
+# so that the SASS tests, the notebooks and the record check compile each rung once between them.
+REPORT_CACHE_ENV = "KERNELS_INSPECT_CACHE"
+
+
+@functools.cache
+def _sources_digest() -> str:
+    """What a compile report depends on besides its arguments: every kernels/ source, the DSL's
+    version and the target."""
+    import cutlass
+
+    target = f"{getattr(cutlass, '__version__', '?')} {os.environ.get('CUTE_DSL_ARCH')}"
+    digest = hashlib.sha256(target.encode())
+    for path in sorted((ROOT / "kernels").rglob("*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def inspect(name: str, problem: AttentionProblem | None = None, *, has_lse: bool = False, **knobs) -> dict:
     """Compile rung ``name`` for sm_90a (no GPU) and return its compile report (of the variant
-    that also writes the LSE with ``has_lse``; ``knobs``: the rung's constructor keywords)."""
-    from kernels.registry import rung_module
-
+    that also writes the LSE with ``has_lse``; ``knobs``: the rung's constructor keywords).
+    Where $KERNELS_INSPECT_CACHE names a folder, a report made there from the same sources and
+    arguments is read instead (reports are JSON: the same values either way)."""
     os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
     problem = problem or AttentionProblem(head_dim=128)
+    folder = os.environ.get(REPORT_CACHE_ENV)
+    if not folder:
+        return _inspect(name, problem, has_lse, knobs)
+    key = json.dumps([name, problem.to_dict(), has_lse, sorted(knobs.items()), _sources_digest()],
+                     default=str)
+    path = Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    report = json.loads(json.dumps(_inspect(name, problem, has_lse, knobs)))
+    partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # written whole, then renamed
+    partial.write_text(json.dumps(report))
+    os.replace(partial, path)
+    return report
+
+
+def _inspect(name: str, problem: AttentionProblem, has_lse: bool, knobs: dict) -> dict:
+    from kernels.registry import rung_module
+
     module = rung_module(name)
     reason = module.can_implement(problem)
     if reason:
