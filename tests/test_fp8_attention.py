@@ -202,6 +202,45 @@ def test_large_logits_cost_what_the_tensor_cores_sum_costs():
     assert errors[1, True] < 1.5 * errors[1, False]
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_score_error_estimate_bounds_the_tensor_core_sums(head_dim):
+    """fp8_score_error_estimate, from the descales alone, against the largest logit error of the
+    modelled FP8 sums (fp8_tensor_core_scores) on normal inputs of spread 1 to 30: above it at
+    every spread, and within a factor 4 of it (an estimate, not a vacuous bound)."""
+    from kernels.harness.reference import fp8_score_error_estimate, fp8_tensor_core_scores
+
+    gen = torch.Generator().manual_seed(head_dim)
+    scale = 1 / math.sqrt(head_dim)
+    for spread in (1.0, 3.0, 10.0, 30.0):
+        q8, k8 = (quantize_e4m3(torch.randn(rows, head_dim, generator=gen) * spread) for rows in (48, 192))
+        exact = (q8.dequantize().double() @ k8.dequantize().double().T) * scale
+        summed = fp8_tensor_core_scores(q8.data.float(), k8.data.float()) * q8.descale * k8.descale * scale
+        measured = float((summed - exact).abs().max())
+        estimate = fp8_score_error_estimate(q8.descale, k8.descale, head_dim, scale)
+        assert measured <= estimate <= 4 * measured, (spread, measured, estimate)
+
+
+def test_fp8_calls_warn_where_the_score_sums_may_err():
+    """The FP8 kernel path warns (Fp8AccuracyWarning) on inputs whose descales put the estimated
+    logit error past FP8_SCORE_ERROR_WARN_NATS (spread 30 at d128) and not on ordinary ones."""
+    import warnings
+
+    from kernels.extension.backend.ladder_path import (
+        FP8_SCORE_ERROR_WARN_NATS,
+        Fp8AccuracyWarning,
+        warn_if_fp8_scores_err,
+    )
+
+    gen = torch.Generator().manual_seed(0)
+    q1, k1 = (quantize_e4m3(torch.randn(1, 64, 2, 128, generator=gen)) for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_if_fp8_scores_err(q1, k1, 128, None) < FP8_SCORE_ERROR_WARN_NATS
+    q30, k30 = (quantize_e4m3(30 * torch.randn(1, 64, 2, 128, generator=gen)) for _ in range(2))
+    with pytest.warns(Fp8AccuracyWarning, match="use_backend"):
+        assert warn_if_fp8_scores_err(q30, k30, 128, None) > FP8_SCORE_ERROR_WARN_NATS
+
+
 def test_relabelled_keys_leave_p_v_unchanged():
     """P's columns in slot order times V^T's keys in slot order is P V: the same sum over keys,
     reordered (equal to fp64 rounding)."""
@@ -454,3 +493,19 @@ def test_fp8_accuracy_suite_rows(monkeypatch):
     merged = report.pivot({"rows": rows}, where={"inputs": "outliers"}, value="rel_err_source",
                           label=report.shape_label)
     assert len(merged[1]) == 1 and merged[0][1:] == suite.kernels()
+
+
+@pytest.mark.gpu
+def test_attention_warns_on_fp8_inputs_with_large_logits():
+    """attention() of Fp8Tensor inputs of spread 30 on the FP8 rung: Fp8AccuracyWarning, and the
+    output still the kernel's (finite, bf16)."""
+    from kernels.extension.backend import attention, use_backend
+    from kernels.extension.backend.ladder_path import Fp8AccuracyWarning
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 rung is built for sm_90a")
+    problem = AttentionProblem(1, 256, 256, 4, 2, 128, dtype="e4m3")
+    q, k, v = make_inputs(problem, seed=3, device="cuda", magnitude=30)
+    with use_backend("ladder"), pytest.warns(Fp8AccuracyWarning):
+        out = attention(q, k, v)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()

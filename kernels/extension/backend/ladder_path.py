@@ -31,6 +31,13 @@ FP8_RUNG = "k12"     # the e4m3 rung
 LADDER_PHASES = ("prefill", "decode")  # dense queries on contiguous K/V
 HOPPER = (9, 0)
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+# The largest logit error (nats) the FP8 rung may make before a call warns (fp8_score_error_estimate):
+# at 0.1 a key's weight may be off by a tenth, beside the 6% of P's e4m3 rounding.
+FP8_SCORE_ERROR_WARN_NATS = 0.1
+
+
+class Fp8AccuracyWarning(UserWarning):
+    """An FP8 attention call whose inputs' scales put its score error past FP8_SCORE_ERROR_WARN_NATS."""
 
 
 @functools.cache
@@ -157,6 +164,7 @@ def run_fp8(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, se
             return result.to(torch.bfloat16)
         out.copy_(result)
         return out
+    warn_if_fp8_scores_err(q, k, head_dim, scale)
     module = rung(FP8_RUNG)
     problem = AttentionProblem(batch=batch, seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads_q=heads_q,
                                heads_kv=k.shape[2], head_dim=head_dim, causal=causal, dtype="e4m3",
@@ -164,3 +172,23 @@ def run_fp8(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, se
     result = out if out is not None else torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     module.run_kernel(module.compile_kernel(problem), q, k, v, result, lse)
     return result
+
+
+def warn_if_fp8_scores_err(q, k, head_dim: int, scale: float | None) -> float:
+    """Warn (Fp8AccuracyWarning) where the FP8 tensor cores' score accumulation is expected to err
+    by more than FP8_SCORE_ERROR_WARN_NATS on inputs of these descales (the estimate, from the
+    descales alone, is returned): large logits (docs/worklog/k12.md, "Large logits")."""
+    import math
+    import warnings
+
+    from ...harness.reference import fp8_score_error_estimate
+
+    softmax_scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    estimate = fp8_score_error_estimate(q.descale, k.descale, head_dim, softmax_scale)
+    if estimate > FP8_SCORE_ERROR_WARN_NATS:
+        warnings.warn(
+            f"FP8 attention: with descales {q.descale:.3g} (q) and {k.descale:.3g} (k) the FP8 tensor "
+            f"cores' score sums may be off by up to ~{estimate:.2g} nats (a logit's error; "
+            f"{FP8_SCORE_ERROR_WARN_NATS} is where this warns); run the call in bf16, or on the dequantized "
+            "values with use_backend('torch'), where that matters", Fp8AccuracyWarning, stacklevel=3)
+    return estimate
