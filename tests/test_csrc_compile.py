@@ -493,6 +493,42 @@ def test_nvcc_flags_are_written_once():
     assert not offenders, "nvcc flags spelled outside csrc/nvcc.flags:\n" + "\n".join(offenders)
 
 
+@needs_nvcc
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None, reason="cmake or ninja not found")
+def test_cmake_configures_and_builds_bindings_with_the_host_compiler(tmp_path, monkeypatch):
+    """csrc/CMakeLists.txt as build_ext configures it (torch given by hand: the CPU wheel has no
+    CUDA libraries, empty stand-ins take their place), with this machine's CMake: it generates,
+    and the .cpp bindings are compiled by the C++ compiler at the standard of nvcc.flags, the
+    .cu units by nvcc. Configure errors otherwise show first on the GPU host."""
+    import torch
+    import torch.utils.cpp_extension as cpp
+
+    libs = tmp_path / "torch-libs"
+    libs.mkdir()
+    real = Path(cpp.library_paths()[0])
+    for name in ("c10", "torch", "torch_cpu", "torch_python"):
+        (libs / f"lib{name}.so").symlink_to(real / f"lib{name}.so")
+    for name in ("c10_cuda", "torch_cuda"):
+        (libs / f"lib{name}.so").write_bytes(b"")  # found, never linked here
+    monkeypatch.setattr(cpp, "library_paths", lambda *args, **kwargs: [str(libs)])
+    monkeypatch.setattr(build_ext, "LIB_DIR", tmp_path / "lib")
+    build = tmp_path / "build"
+    result = build_ext.cmake_configure(build, "90a", NVCC, torch, manual=True)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    commands = subprocess.run(["ninja", "-C", str(build), "-t", "commands"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+    def compile_line(source: Path) -> list[str]:
+        found = [c.split() for c in commands if str(source) in c.split() and "-c" in c.split()]
+        assert len(found) == 1, f"one compile of {source.name} expected, got {len(found)}"
+        return found[0]
+
+    for binding in (p for p in binding_units() if p.suffix == ".cpp"):
+        line = compile_line(binding)
+        assert "nvcc" not in Path(line[0]).name and f"-std=c++{nvcc.cxx_standard()}" in line, line
+    for unit in ("attention/attn_decode.cu", "rotary/rotary_launch.cu"):
+        assert Path(compile_line(CSRC / "kernels" / unit)[0]).name == "nvcc"
+
+
 # ---- build_ext --if-stale (make test) -----------------------------------------------------------
 
 class FakeTorch:
