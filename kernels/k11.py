@@ -65,8 +65,8 @@ Constraints
     and under the causal mask L2 sections, ``l2_heads=0``), ``separate_o`` (default: where it
     fits), ``pv_wait_after_row_scale`` (the wait for the warpgroup's own P V behind the row
     factors; default: at D = 128, where it measured faster: the constructor says why). Lab
-    knobs, off: ``pin_pv_wait``, ``pv_wait_after_row_sum``, ``rescale_threshold`` (the lazy
-    rescale; slower at D = 128, the page).
+    knob, off: ``rescale_threshold`` (the lazy rescale; slower at D = 128, the page). Two other
+    places for that wait lost and left the rung; the page keeps their measurements.
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -97,8 +97,8 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pin_pv_wait",
-         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pv_wait_after_row_scale",
+         "rescale_threshold")
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -141,24 +141,17 @@ class K11FMHA:
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
-                 separate_o: bool | None = None, l2_heads: int | None = None, pin_pv_wait: bool = False,
-                 pv_wait_after_row_scale: bool | None = None, pv_wait_after_row_sum: bool = False,
-                 rescale_threshold: float = 0.0):
+                 separate_o: bool | None = None, l2_heads: int | None = None,
+                 pv_wait_after_row_scale: bool | None = None, rescale_threshold: float = 0.0):
         self.head_dim = head_dim
-        self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
         # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
         # after the row max, where Nsight's stall sampling finds K11 waiting and FA4 not: FA4's
-        # loop waits after the row factors. Both knobs hold the wait behind a value with an
-        # arrive that never runs (fmha.hold_pv_wait_behind); K's stage is released where it was
-        # (pin_pv_wait moves it too). pv_wait_after_row_scale: behind the row factors (FA4's
-        # order); pv_wait_after_row_sum: behind the whole softmax. Default: behind the row
-        # factors at D = 128 only, where it measured faster (the page's "Kept" list).
+        # loop waits after the row factors. The knob holds the wait behind them with an arrive
+        # that never runs (fmha.hold_pv_wait_behind); K's stage is released where it was.
+        # Default: at D = 128 only, where it measured faster (the page's "Kept" list).
         if pv_wait_after_row_scale is None:
-            pv_wait_after_row_scale = head_dim == 128 and not (pin_pv_wait or pv_wait_after_row_sum)
-        if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
-            raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
+            pv_wait_after_row_scale = head_dim == 128
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
-        self.pv_wait_after_row_sum = pv_wait_after_row_sum
         # Under the causal mask, walk the tiles in sections of (head, batch) pairs whose K and V
         # fit in L2 (FA4's LPT scheduler): 0 = as many as fit (a power of two), n = n. On by
         # default only with one CTA per tile (launch_shape_knobs): the persistent walk measured
@@ -366,20 +359,15 @@ class K11FMHA:
 
         # ---- 2b. S_n has landed (the older of the two groups); P V may still be running
         warpgroup.wait_group(1)
-        if const_expr(not self.pin_pv_wait):
-            ctx.pipeline_k.consumer_release(kv_state)
+        ctx.pipeline_k.consumer_release(kv_state)
 
         # ---- 2c. mask and online softmax of tile n, under P_{n-1} V_{n-1}
         acc_S_mn = wg.acc_rows_view(acc_S)  # (2 rows, Bc/4 columns)
         if const_expr(masked):
             mask.apply(acc_S_mn, n_block)
         row_scale = softmax.update(acc_S_mn)
-        if const_expr(self.pin_pv_wait):
-            fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
         if const_expr(self.pv_wait_after_row_scale):  # the wait for P V behind the row factors
             fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, row_scale[0] + row_scale[1])
-        if const_expr(self.pv_wait_after_row_sum):  # lab: ... behind the whole softmax
-            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, softmax.row_sum[0] + softmax.row_sum[1])
 
         # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
         warpgroup.wait_group(0)

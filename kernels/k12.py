@@ -63,8 +63,8 @@ Constraints
     ``rescale_before_pv`` (default: False; K11's except at D = 256), ``ctas`` (default: the
     GPU's SM count), ``rescale_threshold`` (K11's lazy rescale in whole log2 units: default 2,
     0 with ``rescale_before_pv``, which it cannot join; P's offset gives way to it). Lab knobs, off:
-    ``pin_pv_wait``, ``exp2_fma_every``, ``pv_wait_after_row_scale`` and
-    ``pv_wait_after_row_sum`` (K11's; K11 takes the first by default at D = 128).
+    ``exp2_fma_every``, ``pv_wait_after_row_scale`` (K11's, its default at D = 128) and
+    ``qk_accumulators`` (the page's "Large logits").
 
 Run and inspect
     compiled = compile_kernel(problem)     # problem.dtype == "e4m3"
@@ -97,8 +97,8 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("e4m3",)
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "pin_pv_wait", "exp2_fma_every",
-         "pv_wait_after_row_scale", "pv_wait_after_row_sum", "rescale_threshold", "qk_accumulators")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "exp2_fma_every", "pv_wait_after_row_scale",
+         "rescale_threshold", "qk_accumulators")
 
 # K11's CTA shapes; e4m3 tiles take half the shared memory, which leaves room for O's bf16
 # buffer at D = 256 and for 128-key tiles there (block_n: a multiple of 32, the k32 of P V).
@@ -153,9 +153,8 @@ class K12FMHA:
 
     def __init__(self, head_dim: int, causal: bool, dtype: type[cutlass.Numeric], *,
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
-                 rescale_before_pv: bool | None = None, ctas: int | None = None, pin_pv_wait: bool = False,
-                 exp2_fma_every: int = 0, pv_wait_after_row_scale: bool = False,
-                 pv_wait_after_row_sum: bool = False, rescale_threshold: int | None = None,
+                 rescale_before_pv: bool | None = None, ctas: int | None = None, exp2_fma_every: int = 0,
+                 pv_wait_after_row_scale: bool = False, rescale_threshold: int | None = None,
                  qk_accumulators: int = 1):
         self.head_dim = head_dim
         # S = Q K^T in this many fp32 accumulators, k-blocks dealt round-robin, added up after
@@ -164,14 +163,10 @@ class K12FMHA:
         if qk_accumulators not in (1, 2, 4) or isinstance(qk_accumulators, bool):
             raise ValueError(f"qk_accumulators: 1, 2 or 4, got {qk_accumulators!r}")
         self.qk_accumulators = qk_accumulators
-        self.pin_pv_wait = pin_pv_wait  # lab: fmha.release_k_after_softmax
-        # Lab, off: the wait for the warpgroup's own P V held behind the row factors or the row
-        # sums (fmha.hold_pv_wait_behind), K's release left in place: K11's default at D = 128.
-        # On K12 behind the row factors measured no better (the page).
-        if sum((pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum)) > 1:
-            raise ValueError("pin_pv_wait, pv_wait_after_row_scale, pv_wait_after_row_sum: one at most")
+        # Lab, off: the wait for the warpgroup's own P V held behind the row factors
+        # (fmha.hold_pv_wait_behind), K's release left in place: K11's default at D = 128.
+        # On K12 it measured no better (the page).
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
-        self.pv_wait_after_row_sum = pv_wait_after_row_sum
         self.exp2_fma_every = exp2_fma_every  # lab: softmax.exp2_fma for one exponential in every n
         # K11's lazy rescale (OnlineSoftmax.rescale_threshold, whole log2 units; 0: off): O's
         # rescale waits until a row's max has grown by 2^threshold. K11 leaves it off; K12's
@@ -381,8 +376,7 @@ class K12FMHA:
 
         # ---- 2b. S_n has landed (the older of the two groups); P V may still be running
         warpgroup.wait_group(1)
-        if const_expr(not self.pin_pv_wait):
-            ctx.pipeline_k.consumer_release(kv_state)
+        ctx.pipeline_k.consumer_release(kv_state)
         self.add_scores(acc_S, acc_S_more)
 
         # ---- 2c. mask and online softmax of tile n, under P_{n-1} V_{n-1}
@@ -390,12 +384,8 @@ class K12FMHA:
         if const_expr(masked):
             mask.apply(acc_S_mn, n_block)
         row_scale = softmax.update(acc_S_mn)
-        if const_expr(self.pin_pv_wait):
-            fmha.release_k_after_softmax(ctx.pipeline_k, kv_state, softmax.row_sum)
         if const_expr(self.pv_wait_after_row_scale):  # lab: the wait for P V behind the row factors
             fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, row_scale[0] + row_scale[1])
-        if const_expr(self.pv_wait_after_row_sum):  # lab: ... behind the whole softmax
-            fmha.hold_pv_wait_behind(ctx.pipeline_k, kv_state, softmax.row_sum[0] + softmax.row_sum[1])
 
         # ---- 2d. P V done: V stage free, tOrP free for P_n; tile n's factor for O kept for 2a
         warpgroup.wait_group(0)

@@ -105,21 +105,6 @@ def test_rung_without_pingpong(name):
     assert result, f"{name} {problem.label()}: {result.reason}"
 
 
-@pytest.mark.parametrize("name", [n for n in rung_names() if "pin_pv_wait" in rung_module(n).KNOBS])
-@pytest.mark.parametrize("head_dim", (64, 128, 256))
-@pytest.mark.parametrize("causal", (False, True))
-def test_rung_with_pinned_pv_wait(name, head_dim, causal):
-    """The lab knob that moves K's release behind the softmax: the same answer (tails, GQA,
-    Sq != Sk), with LSE, and bit-identical on a repeat."""
-    module = rung_module(name)
-    shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=1111, heads_q=4, heads_kv=2, head_dim=head_dim,
-                             causal=causal)
-    problem = native_problem(name, shape)
-    compiled = module.compile_kernel(problem, pin_pv_wait=True)
-    result = verify_attention(runner(module, compiled), problem, seed=7, with_lse=True)
-    assert result, f"{name} {problem.label()}: {result.reason}"
-
-
 def _long_keys_problem(name, head_dim, causal):
     shape = AttentionProblem(batch=2, seqlen_q=333, seqlen_k=rung_module(name).LONG_KEYS + 37, heads_q=4,
                              heads_kv=2, head_dim=head_dim, causal=causal)
@@ -170,25 +155,25 @@ def test_k13_tile_counter_is_zero_after_every_launch(head_dim, causal, ctas):
     assert result, f"k13 ctas={ctas} on a side stream: {result.reason}"
 
 
-PV_WAIT_KNOBS = ("pv_wait_after_row_scale", "pv_wait_after_row_sum")
 # (causal, Sq, Sk): tails and Sq != Sk; under the mask with Sq > Sk the first rows see no key.
 PV_WAIT_SHAPES = ((False, 333, 1111), (True, 333, 1111), (True, 1111, 333))
 
 
-@pytest.mark.parametrize("name", [n for n in rung_names() if set(PV_WAIT_KNOBS) <= set(rung_module(n).KNOBS)])
-@pytest.mark.parametrize("knob", PV_WAIT_KNOBS)
+@pytest.mark.parametrize("name", [n for n in rung_names()
+                                  if "pv_wait_after_row_scale" in rung_module(n).KNOBS])
+@pytest.mark.parametrize("knob", [True, False], ids=["held", "free"])
 @pytest.mark.parametrize("head_dim", (64, 128, 256))
 @pytest.mark.parametrize("causal,seqlen_q,seqlen_k", PV_WAIT_SHAPES, ids=lambda v: str(v))
 def test_rung_with_pv_wait_held(name, knob, head_dim, causal, seqlen_q, seqlen_k):
-    """The lab knobs that hold the wait for the warpgroup's own P V behind the row factors or
-    the row sums (an mbarrier arrive that must never run, kernels.cute.fmha.hold_pv_wait_behind):
+    """The knob that holds the wait for the warpgroup's own P V behind the row factors (an
+    mbarrier arrive that must never run, kernels.cute.fmha.hold_pv_wait_behind), on and off:
     the same answer (tails, GQA, Sq != Sk, rows without keys), with LSE, and bit-identical on a
     repeat; a stray arrive on K's ring would show as a wrong or moving result, or a hang."""
     module = rung_module(name)
     shape = AttentionProblem(batch=2, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=4, heads_kv=2,
                              head_dim=head_dim, causal=causal)
     problem = native_problem(name, shape)
-    compiled = module.compile_kernel(problem, **{knob: True})
+    compiled = module.compile_kernel(problem, pv_wait_after_row_scale=knob)
     result = verify_attention(runner(module, compiled), problem, seed=7, with_lse=True)
     assert result, f"{name} {knob} {problem.label()}: {result.reason}"
 

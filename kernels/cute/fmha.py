@@ -466,20 +466,7 @@ class RegisterSplit(NamedTuple):
 REGISTER_SPLITS = {1: RegisterSplit(256, 56), 2: RegisterSplit(240, 24), 3: RegisterSplit(160, 32)}
 
 
-# ---- pinning the wait for P V behind the softmax (lab knob of K11 and K12) -------------------------
-@cute.jit
-def release_k_after_softmax(pipeline_k, kv_state, row_sum: cute.Tensor):
-    """Release K's stage once the softmax's row sums exist. ptxas keeps mbarrier arrives and the
-    wait for the warpgroup's GEMMs (P V) in program order, but hoists that wait above float
-    work it does not depend on, to right after the row max: the exponentials then run after
-    this warpgroup's own P V instead of under it. A release that depends on the row sums holds
-    the wait behind the whole softmax. The condition holds for every sum, NaN included: a
-    skipped release would leave the producer waiting forever."""
-    total = row_sum[0] + row_sum[1]
-    if total >= Float32(0.0) or total != total:
-        pipeline_k.consumer_release(kv_state)
-
-
+# ---- holding the wait for P V behind the softmax's row factors (K11; a lab knob of K12) --------------
 @cute.jit
 def hold_pv_wait_behind(pipeline_k, kv_state, anchor: Float32):
     """Hold the next wait for the warpgroup's GEMMs (its own P V) behind the float work that
@@ -487,7 +474,7 @@ def hold_pv_wait_behind(pipeline_k, kv_state, anchor: Float32):
     ``anchor`` in program order and before the wait, that never runs. ``anchor`` must be a sum
     of exponentials (the row factors, the row sums): ``>= 0`` or NaN, so ``anchor < 0`` never
     holds; ptxas cannot prove that, keeps the arrive (predicated off: no branch) and keeps it in
-    front of the wait, as it keeps ``release_k_after_softmax``'s. Three SASS instructions per
+    front of the wait, as it keeps any arrive's. Three SASS instructions per
     tile (a compare, a predicate, the arrive); if ptxas ever folded the condition the arrive
     would go and the wait with it, the answer unchanged (``tests/test_rungs_compile.py`` checks
     the wait's place)."""
