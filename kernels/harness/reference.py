@@ -163,8 +163,9 @@ def fp8_tensor_core_scores(q8: torch.Tensor, k8: torch.Tensor, bits: int = FP8_A
     return acc
 
 
-# Envelope of the largest score error over FP8_SCORE_ERROR_UNIT (below) on normal inputs, read
-# off fp8_tensor_core_scores across head dims and scales (tests/test_fp8_attention.py checks it).
+# Above the largest logit error per unit of fp8_score_error_estimate (below) that the modelled
+# sums (fp8_tensor_core_scores) make on normal inputs across head dims and spreads (3.8 at most):
+# the estimate is then 1.3-3x the error it meets; tests/test_fp8_attention.py holds it in 1-4x.
 FP8_SCORE_ERROR_ENVELOPE = 5.0
 
 
@@ -173,7 +174,7 @@ def fp8_score_error_estimate(descale_q: float, descale_k: float, head_dim: int, 
     softmax logit, from the per-tensor descales alone (no data read): each k32 step floors its
     addends 13 bits below the largest, a product of up to ``448 descale_q * 448 descale_k`` or the
     running sum, which grows with the steps: (head_dim / 32)^1.5 of them, the growth measured;
-    times FP8_SCORE_ERROR_ENVELOPE, the largest error measured over that unit on normal inputs."""
+    times FP8_SCORE_ERROR_ENVELOPE."""
     amax_q, amax_k = 448.0 * descale_q, 448.0 * descale_k
     unit = amax_q * amax_k * scale * 2.0 ** -FP8_ACCUMULATOR_BITS * (head_dim / FP8_K_STEP) ** 1.5
     return FP8_SCORE_ERROR_ENVELOPE * unit

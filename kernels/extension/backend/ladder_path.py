@@ -190,5 +190,6 @@ def warn_if_fp8_scores_err(q, k, head_dim: int, scale: float | None) -> float:
             f"FP8 attention: with descales {q.descale:.3g} (q) and {k.descale:.3g} (k) the FP8 tensor "
             f"cores' score sums may be off by up to ~{estimate:.2g} nats (a logit's error; "
             f"{FP8_SCORE_ERROR_WARN_NATS} is where this warns); run the call in bf16, or on the dequantized "
-            "values with use_backend('torch'), where that matters", Fp8AccuracyWarning, stacklevel=3)
+            "values with use_backend('torch'), where that matters", Fp8AccuracyWarning,
+            stacklevel=4)  # the caller of attention(): here, run_fp8, attention()
     return estimate
