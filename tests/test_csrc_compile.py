@@ -189,8 +189,8 @@ def test_no_kernel_serializes_its_wgmmas(path, tmp_path_factory):
     """ptxas serializes every WGMMA of a kernel it cannot prove safe to pipeline (a call in the
     kernel, accumulators touched while in flight, a wait it cannot match to its group) and says
     so in a "Potential Performance Loss" line (C7514, C7517, C7518, ...): the kernel would then
-    run, slowly, with nothing overlapped. Every unit: the attention kernels and, through
-    csrc/tests/fp8_test.cu, every FP8 GEMM instance launch_gemm builds."""
+    run, slowly, with nothing overlapped. Every unit: the attention kernels, every FP8 GEMM
+    instance launch_gemm builds (fp8_launch.cu) and the lab tiles of csrc/tests/fp8_test.cu."""
     result, _ = compiled(tmp_path_factory, path)
     warnings = [f"{path.relative_to(ROOT)}: {line.strip()}" for line in (result.stdout + result.stderr).splitlines()
                 if "wgmma" in line.lower() or "Performance Loss" in line]
@@ -367,9 +367,9 @@ def test_ws_prefill_pv_wait_after_row_factors(paged, ws_kernels):
     assert all(exp2 >= 2 and ffma >= 32 for exp2, ffma in steps), steps
 
 
-# ---- the FP8 GEMV (csrc/kernels/fp8/gemm/gemv.cuh), as fp8_test.cu instantiates it ---------------
+# ---- the FP8 GEMV (csrc/kernels/fp8/gemm/gemv.cuh), as the binding's kernels unit builds it ------
 
-FP8_TEST_UNIT = CSRC / "tests" / "fp8_test.cu"
+FP8_LAUNCH_UNIT = CSRC / "kernels" / "fp8" / "fp8_launch.cu"
 
 
 @needs_nvcc
@@ -378,7 +378,7 @@ def test_fp8_gemv_runs_on_the_tensor_cores(tmp_path_factory):
     HMMAs (no fp8 mma.sync of its own), B and A in 16-byte loads, no spills, no local memory."""
     from tools.inspect import _tool, opcode_mix
 
-    result, obj = compiled(tmp_path_factory, FP8_TEST_UNIT)
+    result, obj = compiled(tmp_path_factory, FP8_LAUNCH_UNIT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_ptxas(result.stdout + result.stderr)
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
@@ -397,7 +397,7 @@ def test_fp8_gemv_runs_on_the_tensor_cores(tmp_path_factory):
         assert len(re.findall(r"\bLDG\.E\.(?:EF\.)?(?:CONSTANT\.)?128\b", text)) >= 8, "B and A in 16-byte loads"
 
 
-# ---- the swap-AB TMA GEMV (csrc/kernels/fp8/gemm/gemv_tma.cuh), as fp8_test.cu instantiates it -----
+# ---- the swap-AB TMA GEMV (csrc/kernels/fp8/gemm/gemv_tma.cuh), as the binding's kernels unit builds it
 
 FP8_NAMES = {"0": "E4M3", "1": "E5M2"}
 
@@ -413,7 +413,7 @@ def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(tmp_path_factory):
     spills, no local memory, no calls, within the registers of 384 (168) or 256 threads (255)."""
     from tools.inspect import _tool, opcode_mix
 
-    result, obj = compiled(tmp_path_factory, FP8_TEST_UNIT)
+    result, obj = compiled(tmp_path_factory, FP8_LAUNCH_UNIT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_ptxas(result.stdout + result.stderr)
     sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout

@@ -201,7 +201,7 @@ def test_gemm_plan_checks_take_only_plain_ints():
 
 
 def test_cpp_kernel_refuses_what_the_python_checks_refuse():
-    """The C++ CUDA kernel (fp8.cu gemm_call_passes) tests the plan arguments against literals,
+    """The C++ CUDA kernel (fp8.cpp gemm_call_passes) tests the plan arguments against literals,
     the Python checks against PATHS, BLOCK_NS, PERSISTENT, MAX_SPLIT_K and GEMV_TMA_MAX_ROWS: a
     value one side takes and the other refuses would either skip the Python messages or reach
     the launcher unchecked. Read from the sources, so it runs without a GPU."""
@@ -209,18 +209,19 @@ def test_cpp_kernel_refuses_what_the_python_checks_refuse():
     from pathlib import Path
 
     csrc = Path(__file__).resolve().parents[1] / "csrc" / "kernels" / "fp8"
-    passes = (csrc / "fp8.cu").read_text().split("bool gemm_call_passes(")[1].split("\n}\n")[0]
+    passes = (csrc / "fp8.cpp").read_text().split("bool gemm_call_passes(")[1].split("\n}\n")[0]
     block_ns = {int(v) for v in re.findall(r"block_n == (\d+)", passes)}
     lo, hi = map(int, re.search(r"path < (-?\d+) \|\| path > (\d+)", passes).groups())
     p_lo, p_hi = map(int, re.search(r"persistent < (-?\d+) \|\| persistent > (\d+)", passes).groups())
     assert block_ns == set(fp8_ops.BLOCK_NS)
     assert tuple(range(lo, hi + 1)) == fp8_ops.PATHS
     assert tuple(range(p_lo, p_hi + 1)) == fp8_ops.PERSISTENT
-    assert "split_k > fp8::gemm::kMaxSplitK" in passes and "m > fp8::gemm::GemvTmaPolicy::kMaxRows" in passes
-    plan, policy = (csrc / "gemm" / "plan.cuh").read_text(), (csrc / "gemm" / "policy.cuh").read_text()
-    assert int(re.search(r"constexpr int kMaxSplitK = (\d+);", plan).group(1)) == fp8_ops.MAX_SPLIT_K
-    gemv_tma = policy.split("struct GemvTmaPolicy {")[1]
-    assert int(re.search(r"kMaxRows = (\d+);", gemv_tma).group(1)) == fp8_ops.GEMV_TMA_MAX_ROWS
+    assert "split_k > fp8::gemm::kMaxSplitK" in passes and "m > fp8::gemm::kGemvTmaMaxRows" in passes
+    request = (csrc / "gemm" / "request.h").read_text()
+    assert int(re.search(r"constexpr int kMaxSplitK = (\d+);", request).group(1)) == fp8_ops.MAX_SPLIT_K
+    assert int(re.search(r"constexpr int kGemvTmaMaxRows = (\d+);", request).group(1)) == fp8_ops.GEMV_TMA_MAX_ROWS
+    policy = (csrc / "gemm" / "policy.cuh").read_text().split("struct GemvTmaPolicy {")[1]
+    assert "static constexpr int kMaxRows = kGemvTmaMaxRows;" in policy
 
 
 def test_quantize_bad_inputs_raise():
@@ -705,12 +706,12 @@ def test_gemm_accuracy_vs_scaled_mm(shape, guards):
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["fp8_gemm", "fp8_quantize"])
 def test_cuda_kernels_are_the_modules(op):
-    """With the module built, the operators' CUDA kernels are the module's C++ ones (fp8.cu), not
+    """With the module built, the operators' CUDA kernels are the module's C++ ones (fp8.cpp), not
     the Python fallbacks, which take twice the host time per call."""
     _need_module()
     dump = torch._C._dispatch_dump(f"kernels::{op}")
     cuda = [line for line in dump.splitlines() if line.startswith("CUDA:")]
-    assert len(cuda) == 1 and "fp8.cu" in cuda[0], cuda
+    assert len(cuda) == 1 and "fp8.cpp" in cuda[0], cuda
 
 
 @pytest.mark.gpu

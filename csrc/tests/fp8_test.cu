@@ -1,5 +1,6 @@
 // Standalone test of the FP8 quantize and GEMM launchers (no torch), against CPU references.
-//   python -m tools.nvcc csrc/tests/fp8_test.cu -Xptxas -v && timeout 300 build/csrc-tests/fp8_test
+//   python -m tools.nvcc csrc/tests/fp8_test.cu csrc/kernels/fp8/fp8_launch.cu -Xptxas -v
+//   timeout 300 build/csrc-tests/fp8_test
 // Prints one line per correctness case (every planner variant: block_n, accumulation mode,
 // promotion interval, clusters, persistence, fast stores, split-K, with M / N / K tails and
 // odd tile counts in the cluster dimension), then checks the timed GEMM variants at 4096^3

@@ -1,4 +1,4 @@
-// What the torch bindings (attention.cpp, rotary.cpp, fp8.cu) share: tensor checks in one message
+// What the torch bindings (attention.cpp, rotary.cpp, fp8.cpp) share: tensor checks in one message
 // style, the device's SM count, and the Python names of the launchers' exceptions. Includes
 // torch: only a binding translation unit (the one file with PYBIND11_MODULE) may include this.
 //

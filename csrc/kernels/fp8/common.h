@@ -1,5 +1,5 @@
 // FP8 family: the plain parameters and format traits shared by quantize, the GEMM collective
-// pieces (gemm/), the host planner (gemm.cuh), the torch binding (fp8.cu) and the standalone
+// pieces (gemm/), the host planner (gemm.cuh), the torch binding (fp8.cpp) and the standalone
 // test (csrc/tests/fp8_test.cu). No torch here. The launchers report errors as in
 // common/errors.h.
 #pragma once

@@ -389,43 +389,13 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
       concat("fp8 gemm: no kernel instantiated for block_n ", plan.block_n, ", accum ", accum_name(plan.accum)));
 }
 
-// Runtime formats -> template instance, in one place. The plan must come from plan_gemm
-// for the same device; the checks run again here so no caller can skip them. A split-K plan
-// needs gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in
-// `workspace`, owned by the caller and not used by anything else until this GEMM completes
-// on `stream` (no zeroing needed).
-inline void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
-                        void* workspace = nullptr, size_t workspace_bytes = 0) {
-  check_gemm(p, cc_major, cc_minor);
-  check<NotImplementedError>(
-      (plan.path != Path::kWgmma && plan.path != Path::kGemvTma) || (cc_major == 9 && cc_minor == 0), "fp8 gemm: the ",
-      path_name(plan.path), " path needs sm_90a, the device is sm_", cc_major, cc_minor);
-  check_plan_supported(plan);
-  // every split needs a k-block (the mainloops assume at least one); plan_gemm caps its splits so
-  check(plan.split_k == 1 || plan.split_k <= ceil_div<int64_t>(p.k, 128), "fp8 gemm: split_k (", plan.split_k,
-        ") must not exceed the k-blocks of 128 (", ceil_div<int64_t>(p.k, 128), " at K = ", p.k, ")");
-  if (p.m == 0 || p.n == 0) return;
-  const size_t needed = p.k > 0 ? gemm_workspace_bytes(plan, p.m, p.n) : 0;
-  if (needed > 0) {
-    check(workspace != nullptr && workspace_bytes >= needed, "fp8 gemm: a split-K plan (split_k ", plan.split_k,
-          ") needs a workspace of gemm_workspace_bytes(plan, m, n) = ", needed, " bytes, got ",
-          workspace == nullptr ? size_t(0) : workspace_bytes);
-    check(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "fp8 gemm: the split-K workspace must be 16-byte aligned");
-  }
-  if (p.k == 0 && (plan.path == Path::kWgmma || plan.path == Path::kGemvTma)) {
-    // no K extent to describe to TMA; the mma.sync kernel writes the epilogue of a zero sum
-    PlanRequest req;
-    req.force_path = int(Path::kMmaSync);
-    req.persistent = 0;
-    const GemmPlan fallback = plan_gemm(p.m, p.n, p.k, plan.grid, cc_major, cc_minor, req);
-    return launch_gemm(p, fallback, cc_major, cc_minor, stream);
-  }
-  float* ws = static_cast<float*>(workspace);
-  if (p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3)
-    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, ws, stream);
-  if (p.a_format == Format::kE4M3 && p.b_format == Format::kE5M2)
-    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, ws, stream);
-  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream);
-}
+// Runtime formats -> template instance. The plan must come from plan_gemm for the same device;
+// the checks run again here so no caller can skip them. A split-K plan needs
+// gemm_workspace_bytes(plan, m, n) bytes of 16-byte aligned device memory in `workspace`, owned
+// by the caller and not used by anything else until this GEMM completes on `stream` (no zeroing
+// needed). Defined in fp8_launch.cu, the one translation unit that instantiates the planner's
+// kernels (the binding and csrc/tests/fp8_test.cu link it).
+void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
+                 void* workspace = nullptr, size_t workspace_bytes = 0);
 
 }  // namespace kernels::fp8::gemm

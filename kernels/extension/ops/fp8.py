@@ -1,10 +1,10 @@
-"""Stateless FP8 primitives over the fp8 CUDA module (csrc/kernels/fp8/fp8.cu), registered as
+"""Stateless FP8 primitives over the fp8 CUDA module (csrc/kernels/fp8/fp8.cpp), registered as
 torch operators (a schema, a CUDA kernel and a fake (meta) implementation) so they trace under
 `torch.compile` and run on meta tensors. They are registered on the dispatcher directly
 (`torch.library.Library`), not through `torch.library.custom_op`, whose Python wrapper (autograd
 and aliasing checks on every call) costs about three times as much host time per call: a
 decode step calls them once per linear layer, where the host is all there is. For the same
-reason their CUDA kernels are C++ (`gemm_kernel` and `quantize_kernel` in fp8.cu, registered as the
+reason their CUDA kernels are C++ (`gemm_kernel` and `quantize_kernel` in fp8.cpp, registered as the
 module loads, which this module does on import where the module is built); their checks stay here.
 
 * `torch.ops.kernels.fp8_quantize(x, scale, fp8_dtype, rowwise, transpose)

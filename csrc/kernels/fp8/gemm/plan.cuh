@@ -10,6 +10,7 @@
 #include "../common.h"
 #include "epilogue.cuh"
 #include "policy.cuh"
+#include "request.h"
 
 namespace kernels::fp8::gemm {
 
@@ -69,9 +70,6 @@ struct PlannerDefaults {
   static constexpr int kSplitTwoMinKBlocks = 32;
 };
 
-// Largest split count a request may force (each split needs at least one k-block as well).
-constexpr int kMaxSplitK = 64;
-
 struct GemmPlan {
   Path path = Path::kWgmma;
   int block_m = 128, block_n = 128;
@@ -84,19 +82,6 @@ struct GemmPlan {
   int group_m = PlannerDefaults::kGroupM;
   int store = PlannerDefaults::kStore;  // StoreMode
   int split_k = 1;                      // K splits per tile (> 1: fp32 partials + splitk_reduce_kernel)
-};
-
-struct PlanRequest {
-  int force_path = -1;    // -1 auto, else Path
-  int force_block_n = 0;  // 0 auto, else 64 / 128 / 176 / 192 / 256 (WGMMA path)
-  int persistent = -1;    // -1 auto, 0 one block (cluster) per tile, 1 grid = SM count
-  int accum = -1;         // -1 auto, else AccumMode (WGMMA path)
-  int promote_every = 0;  // 0 auto, else 1 or 2 k-blocks per promotion (AccumMode::kPromote)
-  int stagger = -1;       // -1 auto, 0 / 1: the second consumer's intervals offset by one k-block
-  int cluster = -1;       // -1 auto, else ClusterMode (WGMMA path)
-  int group_m = 0;        // 0 auto, else raster group height in tiles
-  int store = -1;         // -1 auto, else StoreMode: checked / interior pairs / rows / TMA / TMA in 64-column chunks
-  int split_k = 0;        // 0 auto, 1 none, n: n splits of K (WGMMA path; capped at the k-blocks)
 };
 
 // The (block_n, accumulation) pairs with a compiled sm_90a kernel (launch_formats).

@@ -4,6 +4,7 @@
 
 #include "../common.h"
 #include "epilogue.cuh"
+#include "request.h"
 
 namespace kernels::fp8::gemm {
 
@@ -139,7 +140,7 @@ struct Sm89Policy {
 // GemvTiles against them.
 template <int kNTiles_ = 2, int kWarps_ = 8, int kUnroll_ = 4>
 struct GemvTiles {
-  static constexpr int kMaxRows = 16;     // M up to this takes the GEMV path (one m16 MMA row tile)
+  static constexpr int kMaxRows = kGemvMaxRows;
   static constexpr int kWarps = kWarps_;  // per block, each a slice of K
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kNTiles = kNTiles_;  // n8 tiles per block (B rows a warp streams side by side)
@@ -217,7 +218,7 @@ struct GemvTmaTiles {
 // What the widths share: the rows they take, the rows of B per block, the split count and the
 // width for M.
 struct GemvTmaPolicy {
-  static constexpr int kMaxRows = 128;  // M up to this: the widest WGMMA n of GemvTmaTiles
+  static constexpr int kMaxRows = kGemvTmaMaxRows;
   static constexpr int kBM = 128;       // output columns per block, unless rows_for takes kNarrowBM
   static constexpr int kNarrowBM = 64;  // one consumer warpgroup
   static constexpr int kBK = 128;

@@ -1,16 +1,15 @@
-// Torch binding of the FP8 family (the module's only .cu): guard the device, check inputs,
-// fill QuantizeParams / GemmParams, plan, launch; and the CUDA kernels of the operators
-// torch.ops.kernels.fp8_gemm and fp8_quantize (gemm_kernel, quantize_kernel: outputs allocated,
-// x flattened to [rows, K]). Errors in the style of common/binding.h; the
-// launchers' (common/errors.h) reach Python the same way.
+// Torch binding of the FP8 family: guard the device, check inputs, fill QuantizeParams /
+// GemmParams and call the kernels' entry points (fp8_api.h, compiled apart in fp8_launch.cu);
+// and the CUDA kernels of the operators torch.ops.kernels.fp8_gemm and fp8_quantize
+// (gemm_kernel, quantize_kernel: outputs allocated, x flattened to [rows, K]). Host C++. Errors
+// in the style of common/binding.h; the launchers' (common/errors.h) reach Python the same way.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
 #include "../common/binding.h"
-#include "gemm.cuh"
-#include "quantize.cuh"
+#include "fp8_api.h"
 
 namespace {
 
@@ -83,14 +82,14 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
     p.amax = amax->data_ptr<float>();
   }
   const c10::cuda::CUDAGuard guard(x.device());
-  fp8::launch_quantize(p, binding::sm_count(), at::cuda::getCurrentCUDAStream());
+  fp8::run_quantize(p, binding::sm_count(), at::cuda::getCurrentCUDAStream());
 }
 
 fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every,
                                int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 3,
-                    "path must be -1 (auto), 0 (wgmma), 1 (mma_sync), 2 (gemv, M <= ", fp8::gemm::GemvPolicy::kMaxRows,
-                    ") or 3 (gemv_tma: swap-AB WGMMA, M <= ", fp8::gemm::GemvTmaPolicy::kMaxRows, ", sm_90a)");
+                    "path must be -1 (auto), 0 (wgmma), 1 (mma_sync), 2 (gemv, M <= ", fp8::gemm::kGemvMaxRows,
+                    ") or 3 (gemv_tma: swap-AB WGMMA, M <= ", fp8::gemm::kGemvTmaMaxRows, ", sm_90a)");
   TORCH_CHECK_VALUE(
       block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256,
       "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
@@ -119,27 +118,26 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
 pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block_n, int64_t persistent, int64_t accum,
                     int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl =
-      fp8::gemm::plan_gemm(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
-                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
-  const bool wgmma = pl.path == fp8::gemm::Path::kWgmma;
+  const fp8::GemmPlanSummary pl =
+      fp8::plan_summary(m, n, k, prop->multiProcessorCount, prop->major, prop->minor,
+                        request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   pybind11::dict d;
-  d["path"] = fp8::gemm::path_name(pl.path);
+  d["path"] = pl.path;
   d["block_m"] = pl.block_m;
   d["block_n"] = pl.block_n;
   d["tiles"] = pl.tiles;
   d["grid"] = pl.grid;
   d["persistent"] = pl.persistent;
-  d["accum"] = wgmma ? fp8::gemm::accum_name(pl.accum) : "fp32";
+  d["accum"] = pl.accum;
   d["promote_every"] = pl.promote_every;
-  d["cluster"] = fp8::gemm::cluster_name(pl.cluster);
+  d["cluster"] = pl.cluster;
   d["group_m"] = pl.group_m;
   d["split_k"] = pl.split_k;
   // fp32 partials the binding allocates per call when split_k > 1
-  d["workspace_bytes"] = fp8::gemm::gemm_workspace_bytes(pl, m, n);
-  d["supported"] = fp8::gemm::plan_supported(pl);
+  d["workspace_bytes"] = pl.workspace_bytes;
+  d["supported"] = pl.supported;
   // the WGMMA accumulator only, no fp32 promotion (block_n = 256 or accum = fast)
-  d["fast_accum"] = wgmma && pl.accum == fp8::gemm::AccumMode::kFast;
+  d["fast_accum"] = pl.fast_accum;
   return d;
 }
 
@@ -187,17 +185,15 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
 
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const auto pl =
-      fp8::gemm::plan_gemm(p.m, p.n, p.k, prop->multiProcessorCount, prop->major, prop->minor,
-                           request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k));
   // Split-K partials: from the caching allocator on the current stream (stream-ordered reuse,
   // capturable in CUDA graphs); released when this returns, after the launches are queued.
-  const size_t workspace_bytes = p.k > 0 ? fp8::gemm::gemm_workspace_bytes(pl, p.m, p.n) : 0;
   at::Tensor workspace;
-  if (workspace_bytes > 0)
-    workspace = at::empty({int64_t(workspace_bytes / sizeof(float))}, a.options().dtype(at::kFloat));
-  fp8::gemm::launch_gemm(p, pl, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
-                         workspace_bytes > 0 ? workspace.data_ptr() : nullptr, workspace_bytes);
+  fp8::run_gemm(p, request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k),
+                prop->multiProcessorCount, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
+                [&](size_t bytes) {
+                  workspace = at::empty({int64_t(bytes / sizeof(float))}, a.options().dtype(at::kFloat));
+                  return workspace.data_ptr();
+                });
 }
 
 // ---- the CUDA kernels of torch.ops.kernels.fp8_gemm and fp8_quantize ----------------------
@@ -255,7 +251,7 @@ bool gemm_call_passes(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   const bool block_n_passes =
       block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256;
   if (path < -1 || path > 3 || !block_n_passes || persistent < -1 || persistent > 1 || split_k < 0 ||
-      split_k > fp8::gemm::kMaxSplitK || (path == 3 && m > fp8::gemm::GemvTmaPolicy::kMaxRows)) {
+      split_k > fp8::gemm::kMaxSplitK || (path == 3 && m > fp8::gemm::kGemvTmaMaxRows)) {
     return false;
   }
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
