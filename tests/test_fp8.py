@@ -218,8 +218,11 @@ def test_cpp_kernel_refuses_what_the_python_checks_refuse():
     assert tuple(range(p_lo, p_hi + 1)) == fp8_ops.PERSISTENT
     assert "split_k > fp8::gemm::kMaxSplitK" in passes and "m > fp8::gemm::kGemvTmaMaxRows" in passes
     request = (csrc / "gemm" / "request.h").read_text()
-    assert int(re.search(r"constexpr int kMaxSplitK = (\d+);", request).group(1)) == fp8_ops.MAX_SPLIT_K
-    assert int(re.search(r"constexpr int kGemvTmaMaxRows = (\d+);", request).group(1)) == fp8_ops.GEMV_TMA_MAX_ROWS
+    def constant(name: str) -> int:
+        return int(re.search(rf"constexpr int {name} = (\d+);", request).group(1))
+
+    assert constant("kMaxSplitK") == fp8_ops.MAX_SPLIT_K
+    assert constant("kGemvTmaMaxRows") == fp8_ops.GEMV_TMA_MAX_ROWS
     policy = (csrc / "gemm" / "policy.cuh").read_text().split("struct GemvTmaPolicy {")[1]
     assert "static constexpr int kMaxRows = kGemvTmaMaxRows;" in policy
 
