@@ -231,17 +231,27 @@ def sass_functions(sass: str) -> dict[str, list[str]]:
     return functions
 
 
+def compiled_sass(tmp_path_factory, path: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """(ptxas's report, {kernel: SASS lines}) of ``path``, compiled and disassembled once per run."""
+    from tools.inspect import _tool
+
+    result, obj = compiled(tmp_path_factory, path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def dump(folder: Path):
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True)
+        (folder / "sass.txt").write_text(sass.stdout)
+
+    sass = (run_once(tmp_path_factory, f"csrc-sass-{path.stem}", dump) / "sass.txt").read_text()
+    return parse_ptxas(result.stdout + result.stderr), sass_functions(sass)
+
+
 @pytest.fixture(scope="module")
 def ws_kernels(tmp_path_factory):
     """The warp-specialized kernels of attn_prefill_ws.cu: {(head_dim, dtype, paged): (ptxas info, SASS lines)}."""
-    from tools.inspect import _tool
-
-    result, obj = compiled(tmp_path_factory, WS_UNIT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = parse_ptxas(result.stdout + result.stderr)
-    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+    report, functions = compiled_sass(tmp_path_factory, WS_UNIT)
     kernels = {}
-    for name, lines in sass_functions(sass).items():
+    for name, lines in functions.items():
         m = re.search(r"attn_prefill_ws_kernelINS0_15PrefillWsConfigILi(\d+)EEE(\w+?)Lb([01])EEEv", name)
         if m:
             key = (int(m.group(1)), "fp16" if "half" in m.group(2) else "bf16", m.group(3) == "1")
@@ -257,9 +267,11 @@ def test_ws_prefill_instantiations(ws_kernels):
 @needs_nvcc
 def test_ws_prefill_watchdog_build_compiles(tmp_path):
     """The debug build for a hang on the GPU (-DKERNELS_PREFILL_WS_WATCHDOG, prefill_ws_sm90.cuh)
-    stays buildable: it is what one reaches for first when the kernel hangs."""
-    cmd = nvcc.command([WS_UNIT], tmp_path / "watchdog.o", nvcc=NVCC, compile_only=True,
-                       extra=("-DKERNELS_PREFILL_WS_WATCHDOG=100000000",))
+    stays buildable: it is what one reaches for first when the kernel hangs. To PTX: what the
+    macro adds (clock reads, printf, trap) is C++ and PTX that ptxas takes; the spill and SASS
+    checks are the release build's."""
+    cmd = nvcc.command([WS_UNIT], tmp_path / "watchdog.ptx", nvcc=NVCC,
+                       extra=("-ptx", "-DKERNELS_PREFILL_WS_WATCHDOG=100000000"))
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -376,13 +388,10 @@ FP8_LAUNCH_UNIT = CSRC / "kernels" / "fp8" / "fp8_launch.cu"
 def test_fp8_gemv_runs_on_the_tensor_cores(tmp_path_factory):
     """Every format pair's GEMV kernel: its fp8 mma.sync on Hopper is fp8 -> f16 unpacks and f16
     HMMAs (no fp8 mma.sync of its own), B and A in 16-byte loads, no spills, no local memory."""
-    from tools.inspect import _tool, opcode_mix
+    from tools.inspect import opcode_mix
 
-    result, obj = compiled(tmp_path_factory, FP8_LAUNCH_UNIT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = parse_ptxas(result.stdout + result.stderr)
-    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
-    gemv = {name: lines for name, lines in sass_functions(sass).items() if "gemv_kernel" in name}
+    report, functions = compiled_sass(tmp_path_factory, FP8_LAUNCH_UNIT)
+    gemv = {name: lines for name, lines in functions.items() if "gemv_kernel" in name}
     # The planner's tiles (GemvPolicy = GemvTiles<2, 8, 4>, GemvLongK at long K) for every format
     # pair (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3); fp8_test times other tiles on e4m3 x e4m3.
     for policy in ("GemvTilesILi2ELi8ELi4E", "GemvLongK"):
@@ -411,13 +420,10 @@ def test_fp8_gemv_tma_runs_on_wgmma_fed_by_tma(tmp_path_factory):
     of 64 accumulators would spill 384 threads' 168 registers), TMA loads, the totals through
     shared memory (STS / LDS, not generic stores), cluster barriers for the split-K sum, no
     spills, no local memory, no calls, within the registers of 384 (168) or 256 threads (255)."""
-    from tools.inspect import _tool, opcode_mix
+    from tools.inspect import opcode_mix
 
-    result, obj = compiled(tmp_path_factory, FP8_LAUNCH_UNIT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = parse_ptxas(result.stdout + result.stderr)
-    sass = subprocess.run([_tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
-    kernels = {name: lines for name, lines in sass_functions(sass).items() if "gemv_tma_kernel" in name}
+    report, functions = compiled_sass(tmp_path_factory, FP8_LAUNCH_UNIT)
+    kernels = {name: lines for name, lines in functions.items() if "gemv_tma_kernel" in name}
     instances = set()
     for name, lines in kernels.items():
         info = report[name]
