@@ -66,7 +66,6 @@ Run and inspect
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -74,7 +73,6 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.cute.runtime import make_fake_tensor
 
 from .cute import epilogue, fmha, launch, schedulers
 from .cute import wgmma as wg
@@ -89,8 +87,6 @@ DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
 KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pv_wait_after_row_scale")
-# The tile counter's two words: tickets taken, CTAs whose walk has ended.
-TICKETS, FINISHED = 0, 1
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -100,7 +96,7 @@ TILE_CONFIGS = {
 }
 
 
-# Where the default rescales O before the P V, inside the turn (K11's choice).
+# Where K11's default rescales O before the P V after all, inside the turn (the constructor says why).
 RESCALE_BEFORE_PV_HEAD_DIMS = (256,)
 
 # Q descriptors held in uniform registers, one per k-block, up to this many k-blocks (D = 128).
@@ -136,7 +132,11 @@ class K13FMHA:
                  separate_o: bool | None = None, l2_heads: int | None = 0,
                  pv_wait_after_row_scale: bool | None = None):
         self.head_dim = head_dim
-        # The wait for the warpgroup's own P V behind the row factors: K11's default, at D = 128.
+        # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
+        # after the row max, where Nsight's stall sampling finds K11 waiting and FA4 not: FA4's
+        # loop waits after the row factors. The knob holds the wait behind them with an arrive
+        # that never runs (fmha.hold_pv_wait_behind); K's stage is released where it was.
+        # Default: at D = 128 only, where it measured faster (K11's page, its "Kept" list).
         if pv_wait_after_row_scale is None:
             pv_wait_after_row_scale = head_dim == 128
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
@@ -149,6 +149,10 @@ class K13FMHA:
         self.plan = (plan or default).check(head_dim, default.producer_warps)
         self.registers = fmha.REGISTER_SPLITS[self.plan.consumer_warpgroups]
         self.pingpong = pingpong and self.plan.consumer_warpgroups > 1
+        # K9's placement (under the S GEMM, inside the turn) lengthens the turn at every head
+        # dim; K11's default keeps the turn to the GEMM issues except at D = 256, where O's
+        # multiplies after the wait for P V cost more than the longer turn (K11's page,
+        # "Launch shape by key count").
         if rescale_before_pv is None:
             rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
         self.rescale_before_pv = rescale_before_pv
@@ -159,9 +163,9 @@ class K13FMHA:
 
     def fake_arguments(self, has_lse: bool, tvm_ffi: bool) -> tuple:
         """The host function's arguments at compile time: every rung's, and the tile counter
-        (two int32, :data:`TICKETS` and :data:`FINISHED`) after the softmax scale."""
+        (``schedulers.tile_counter``) after the softmax scale."""
         *head, scale, stream = launch.default_fake_arguments(self.dtype, has_lse, tvm_ffi)
-        return (*head, scale, make_fake_tensor(Int32, (2,), (1,), assumed_align=4), stream)
+        return (*head, scale, schedulers.fake_tile_counter(), stream)
 
     # ---- host side: shared-memory plan, TMA descriptors, MMAs, grid, launch ------------------
     @cute.jit
@@ -215,23 +219,10 @@ class K13FMHA:
                 # Asked for only now, after the tile's last load: the producer would wait for
                 # a free stage anyway, and a later ticket deals the last tiles to the CTAs that
                 # finish first.
-                tile = ctas + self.take_ticket(mTileCounter, TICKETS)
+                tile = ctas + schedulers.take_ticket(mTileCounter, schedulers.TICKETS)
         fmha.publish_tile(self.plan, ctx, tile)  # past the last tile: the end
         if const_expr(self.ctas != ONE_TILE_PER_CTA):
-            # Count this CTA out; the last one resets the counter for the next launch (every
-            # ticket of every CTA was taken before its count: the acquire-release orders them).
-            finished = self.take_ticket(mTileCounter, FINISHED, sem="acq_rel")
-            if finished == ctas - 1 and cute.arch.lane_idx() == 0:
-                mTileCounter[TICKETS] = Int32(0)
-                mTileCounter[FINISHED] = Int32(0)
-
-    @cute.jit
-    def take_ticket(self, mTileCounter: cute.Tensor, word: cutlass.Constexpr[int], sem=None) -> Int32:
-        """``atomicAdd(counter[word], 1)`` by lane 0, its old value to every lane of the warp."""
-        ticket = Int32(0)
-        if cute.arch.lane_idx() == 0:
-            ticket = cute.arch.atomic_add(mTileCounter.iterator + word, Int32(1), sem=sem, scope="gpu")
-        return cute.arch.shuffle_sync(ticket, 0)
+            schedulers.count_out(mTileCounter, ctas)
 
     @cute.jit
     def tile_coords(self, gmem: fmha.GmemArgs, tile: Int32) -> fmha.TileCoords:
@@ -441,23 +432,6 @@ def launch_shape_knobs(problem) -> dict:
     return {"ctas": ONE_TILE_PER_CTA}
 
 
-@functools.cache
-def _tile_counter(device_index: int, stream: int):
-    import torch
-
-    return torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", device_index))
-
-
-def tile_counter(device):
-    """The tile counter of ``device`` and torch's current stream on it: zeros when made, and
-    zeros again after every launch (the last CTA resets it)."""
-    import torch
-
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    return _tile_counter(index, torch.cuda.current_stream(index).cuda_stream)
-
-
 class K13API(launch.RungAPI):
     def compile_kernel(self, problem, **knobs) -> launch.CompiledFMHA:
         if "ctas" not in knobs:
@@ -467,7 +441,8 @@ class K13API(launch.RungAPI):
     @staticmethod
     def run_kernel(compiled: launch.CompiledFMHA, q, k, v, out, lse=None) -> None:
         """out[...] = attention(q, k, v) on torch's current stream; lse (fp32 [B, Hq, Sq]) if given."""
-        launch.run_fmha(compiled, q, k, v, out, lse, extra_args=lambda q: (tile_counter(q.device),))
+        launch.run_fmha(compiled, q, k, v, out, lse,
+                        extra_args=lambda q: (schedulers.tile_counter(q.device),))
 
 
 _API = K13API(RUNG, K13FMHA, HEAD_DIMS, DTYPES, TILE_CONFIGS)

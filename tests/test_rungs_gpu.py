@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from kernels.cute import schedulers
 from kernels.harness import (
     BF16_TOLERANCE,
     AttentionProblem,
@@ -144,13 +145,13 @@ def test_k13_tile_counter_is_zero_after_every_launch(head_dim, causal, ctas):
 
     def run_and_check_counter(q, k, v, out, lse):
         module.run_kernel(compiled, q, k, v, out, lse)
-        assert module.tile_counter(q.device).tolist() == [0, 0]
+        assert schedulers.tile_counter(q.device).tolist() == [0, 0]
 
     result = verify_attention(run_and_check_counter, problem, seed=5, with_lse=True)
     assert result, f"k13 ctas={ctas} {problem.label()}: {result.reason}"
-    default_counter = module.tile_counter("cuda")
+    default_counter = schedulers.tile_counter("cuda")
     with torch.cuda.stream(torch.cuda.Stream()):
-        assert module.tile_counter("cuda").data_ptr() != default_counter.data_ptr()
+        assert schedulers.tile_counter("cuda").data_ptr() != default_counter.data_ptr()
         result = verify_attention(run_and_check_counter, problem, seed=6, with_lse=False)
     assert result, f"k13 ctas={ctas} on a side stream: {result.reason}"
 

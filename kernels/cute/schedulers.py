@@ -4,9 +4,10 @@ A persistent CTA walks tile *indices*; the rungs differ in who picks the next in
 
 * the static walk (K10, K11, K12: :func:`static_walk_tile`): CTA ``c`` takes ``c``, ``c + ctas``,
   ... fixed before the launch, every other full round dealt in reverse under the causal mask;
-* dynamic tickets (K13: ``kernels/k13.py``): each CTA's producer takes the next index from a
-  counter in global memory once it has issued a tile's loads, and hands it to the consumers in
-  shared memory (``fmha.publish_tile``).
+* dynamic tickets (K13: :func:`take_ticket`): each CTA's producer takes the next index from a
+  counter in global memory (:func:`tile_counter`) once it has issued a tile's loads, and hands
+  it to the consumers in shared memory (``fmha.publish_tile``); the last CTA to finish resets
+  the counter (:func:`count_out`).
 
 :func:`tile_order` says which (query tile, head, batch) an index stands for. Without a mask it
 is K8's grid order: query tiles fastest, then heads, then batches (neighbouring tiles share a
@@ -16,9 +17,12 @@ sections of (head, batch) pairs whose K and V fit in L2 (``l2_heads``, K11 and K
 :func:`l2_section_pairs`, :func:`longest_first_in_sections`).
 """
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, const_expr
+from cutlass.cute.runtime import make_fake_tensor
 
 from .fmha import GmemArgs, TileCoords, grid_shape, tile_coords
 
@@ -83,3 +87,49 @@ def longest_first_in_sections(tile: Int32, num_m_blocks: Int32, pairs: Int32, se
     size = cutlass.min(section, pairs - first_pair)
     within = tile - first_pair * num_m_blocks
     return num_m_blocks - 1 - within // size, first_pair + within % size
+
+
+# ---- dynamic tickets (K13) ------------------------------------------------------------------
+# The tile counter's two int32 words in global memory: tickets taken, CTAs whose walk has ended.
+TICKETS, FINISHED = 0, 1
+
+
+def fake_tile_counter():
+    """The counter's stand-in at compile time (no GPU)."""
+    return make_fake_tensor(Int32, (2,), (1,), assumed_align=4)
+
+
+@cute.jit
+def take_ticket(counter: cute.Tensor, word: cutlass.Constexpr[int], sem: cutlass.Constexpr = None) -> Int32:
+    """``atomicAdd(counter[word], 1)`` by lane 0, its old value to every lane of the warp."""
+    ticket = Int32(0)
+    if cute.arch.lane_idx() == 0:
+        ticket = cute.arch.atomic_add(counter.iterator + word, Int32(1), sem=sem, scope="gpu")
+    return cute.arch.shuffle_sync(ticket, 0)
+
+
+@cute.jit
+def count_out(counter: cute.Tensor, ctas: Int32):
+    """A CTA's walk has ended: count it out; the last one resets the counter for the next launch
+    (every ticket of every CTA was taken before its count: the acquire-release orders them)."""
+    finished = take_ticket(counter, FINISHED, sem="acq_rel")
+    if finished == ctas - 1 and cute.arch.lane_idx() == 0:
+        counter[TICKETS] = Int32(0)
+        counter[FINISHED] = Int32(0)
+
+
+@functools.cache
+def _tile_counter(device_index: int, stream: int):
+    import torch
+
+    return torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", device_index))
+
+
+def tile_counter(device):
+    """The tile counter of ``device`` and torch's current stream on it: zeros when made, and
+    zeros again after every launch (:func:`count_out`), so launches on two streams never share one."""
+    import torch
+
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    return _tile_counter(index, torch.cuda.current_stream(index).cuda_stream)
