@@ -64,9 +64,9 @@ Constraints
     sections below ``LONG_KEYS`` keys; from there one CTA per query tile, ``ONE_TILE_PER_CTA``,
     and under the causal mask L2 sections, ``l2_heads=0``), ``separate_o`` (default: where it
     fits), ``pv_wait_after_row_scale`` (the wait for the warpgroup's own P V behind the row
-    factors; default: at D = 128, where it measured faster: the constructor says why). Lab
-    knob, off: ``rescale_threshold`` (the lazy rescale; slower at D = 128, the page). Two other
-    places for that wait lost and left the rung; the page keeps their measurements.
+    factors; default: at D = 128, where it measured faster: the constructor says why). The lazy
+    rescale and two other places for that wait lost and left the rung; the page keeps their
+    measurements (K12 takes the lazy rescale).
 
 Run and inspect
     compiled = compile_kernel(problem); run_kernel(compiled, q, k, v, out, lse)
@@ -97,8 +97,7 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "fp16")
 SUPPORTS_LSE = True
 # keyword arguments of the constructor
-KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pv_wait_after_row_scale",
-         "rescale_threshold")
+KNOBS = ("plan", "pingpong", "rescale_before_pv", "ctas", "separate_o", "l2_heads", "pv_wait_after_row_scale")
 
 # FlashAttention-3's shapes, now that the registers allow them; a producer warpgroup.
 TILE_CONFIGS = {
@@ -142,7 +141,7 @@ class K11FMHA:
                  plan: fmha.TilePlan | None = None, pingpong: bool = True,
                  rescale_before_pv: bool | None = None, ctas: int | None = None,
                  separate_o: bool | None = None, l2_heads: int | None = None,
-                 pv_wait_after_row_scale: bool | None = None, rescale_threshold: float = 0.0):
+                 pv_wait_after_row_scale: bool | None = None):
         self.head_dim = head_dim
         # Where the wait for the warpgroup's own P V lands. Left to itself, ptxas puts it right
         # after the row max, where Nsight's stall sampling finds K11 waiting and FA4 not: FA4's
@@ -170,10 +169,6 @@ class K11FMHA:
         if rescale_before_pv is None:
             rescale_before_pv = head_dim in RESCALE_BEFORE_PV_HEAD_DIMS
         self.rescale_before_pv = rescale_before_pv
-        # Lab: the production prefill's lazy rescale (OnlineSoftmax.rescale_threshold, in log2
-        # units; 0: off). With the rescale after the wait for P V, a warp whose rows all kept
-        # their max skips O's multiplies (a warp vote); before the P V they always run.
-        self.rescale_threshold = rescale_threshold
         self.ctas = launch.persistent_ctas(ctas)
         # O staged in a buffer of its own where shared memory allows (D <= 128): then Q's stage
         # is free at the end of the mainloop, and the next Q loads while O leaves.
@@ -266,8 +261,7 @@ class K11FMHA:
         # acc_O: ((2, 2, D/8), 1, 1) fp32 -- rows 16 w + l/4 (+8), columns 8 j + 2 (l%4) (+1)
         acc_O = ops.output_fragment()
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row,
-                                rescale_threshold=self.rescale_threshold)
+        softmax = OnlineSoftmax(scale_log2, wg.rows_per_thread(acc_O), self.threads_per_row)
         softmax.reset()
         mask = FragmentMask(mmas.qk, ctx.tidx, ops.tile_s, coords.m_block, gmem.mQ.shape[0], gmem.mK.shape[0],
                             self.causal)
@@ -375,9 +369,6 @@ class K11FMHA:
         wg.convert_scores_into(acc_S, tOrP)
         if const_expr(self.rescale_before_pv):
             pending_scale.store(row_scale.load())
-        elif const_expr(self.rescale_threshold > 0):
-            if softmax.any_moved(row_scale):  # else every factor of the warp's rows is 1
-                rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         else:
             rescale_rows(wg.acc_rows_view(acc_O), row_scale)
         return kv_state

@@ -61,8 +61,9 @@ Constraints
     scale: a positive runtime argument; descales: positive finite floats. block_n a multiple
     of 32 (the k32 steps of P V). Tuning knobs: ``plan`` (a ``fmha.TilePlan``), ``pingpong``,
     ``rescale_before_pv`` (default: False; K11's except at D = 256), ``ctas`` (default: the
-    GPU's SM count), ``rescale_threshold`` (K11's lazy rescale in whole log2 units: default 2,
-    0 with ``rescale_before_pv``, which it cannot join; P's offset gives way to it). Lab knobs, off:
+    GPU's SM count), ``rescale_threshold`` (the lazy rescale, tried on K11's page, in whole log2
+    units: default 2, 0 with ``rescale_before_pv``, which it cannot join; P's offset gives way to
+    it). Lab knobs, off:
     ``exp2_fma_every``, ``pv_wait_after_row_scale`` (K11's, its default at D = 128) and
     ``qk_accumulators`` (the page's "Large logits").
 
@@ -168,8 +169,8 @@ class K12FMHA:
         # On K12 it measured no better (the page).
         self.pv_wait_after_row_scale = pv_wait_after_row_scale
         self.exp2_fma_every = exp2_fma_every  # lab: softmax.exp2_fma for one exponential in every n
-        # K11's lazy rescale (OnlineSoftmax.rescale_threshold, whole log2 units; 0: off): O's
-        # rescale waits until a row's max has grown by 2^threshold. K11 leaves it off; K12's
+        # The lazy rescale (OnlineSoftmax.rescale_threshold, whole log2 units; 0: off): O's
+        # rescale waits until a row's max has grown by 2^threshold. It lost on K11; K12's
         # softmax paces the tensor pipe (see the worklog), so its 64 multiplies per thread
         # behind a warp vote pay here. P may then reach 2^(offset + threshold) before the max
         # moves, so the offset gives way to keep P within e4m3's range: offset + threshold =
