@@ -233,26 +233,21 @@ def test_exp2_fma_arithmetic_model():
 
 
 @pytest.mark.parametrize("head_dim,causal", VARIANTS, ids=lambda v: str(v))
-@pytest.mark.parametrize("name", ["k11", "k12"])
-def test_pv_wait_knob_moves_the_wait_for_pv_and_not_ks_release(name, head_dim, causal, reports):
-    """K11's knob, K12's lab knob (kernels.cute.fmha.hold_pv_wait_behind): left to itself,
-    ptxas puts the wait for the warpgroup's own P V right after the row max, with no
-    exponential before it (K12 at D = 256: six). Behind the row factors (FA4's compiled order;
-    K11's default at D = 128) the wait follows the two factors' exponentials and the scaled
-    scores (an FFMA per P exponential), most P exponentials still after it. K's release (the
-    first arrive after the turn) stays where it was, at the same registers and without local
-    memory. K12 is compiled without its lazy rescale, as the knob was measured (the vote's
-    branch gives ptxas another order)."""
-    base = {"rescale_threshold": 0} if name == "k12" else {}
-    report = reports(name, head_dim, causal)
+def test_pv_wait_knob_moves_the_wait_for_pv_and_not_ks_release(head_dim, causal, reports):
+    """K11's knob (kernels.cute.fmha.hold_pv_wait_behind): left to itself, ptxas puts the wait
+    for the warpgroup's own P V right after the row max, with no exponential before it. Behind
+    the row factors (FA4's compiled order; K11's default at D = 128) the wait follows the two
+    factors' exponentials and the scaled scores (an FFMA per P exponential), most P
+    exponentials still after it. K's release (the first arrive after the turn) stays where it
+    was, at the same registers and without local memory."""
+    report = reports("k11", head_dim, causal)
     default = report["sass_facts"]["main_loop"]
-    off = reports(name, head_dim, causal, **base, pv_wait_after_row_scale=False)["sass_facts"]["main_loop"]
-    held_report = reports(name, head_dim, causal, **base, pv_wait_after_row_scale=True)
+    off = reports("k11", head_dim, causal, pv_wait_after_row_scale=False)["sass_facts"]["main_loop"]
+    held_report = reports("k11", head_dim, causal, pv_wait_after_row_scale=True)
     held = held_report["sass_facts"]["main_loop"]
-    if not base:  # K11's default at D = 128 only
-        on_by_default = name == "k11" and head_dim == 128
-        assert default == (held if on_by_default else off) != (off if on_by_default else held), default
-    assert off["exp2_under_own_pv"] == (6 if (name, head_dim) == ("k12", 256) else 0), off  # K12 D = 256: 6
+    on_by_default = head_dim == 128
+    assert default == (held if on_by_default else off) != (off if on_by_default else held), default
+    assert off["exp2_under_own_pv"] == 0, off
     assert held["pv_wait"] > off["pv_wait"] and held["exp2"] == off["exp2"], (held, off)
     assert held["first_arrive"] == off["first_arrive"], f"K's release moved: {held} vs {off}"
     assert 2 <= held["exp2_under_own_pv"] < held["exp2"] // 2, held
