@@ -109,8 +109,8 @@ def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_
 # The last lengths that passed the check: (a weak reference to the seqlens_k tensor, one to the
 # cu_seqlens_q tensor (_NO_OFFSETS for none), (their version counters, what they were checked
 # against)). Every layer of a decode (or chunked-prefill) step passes the same tensors,
-# unchanged, so only the step's first call reads them back (the read waits for the GPU: 49 us a
-# call at B = 1 on the H200, four times the kernel under graph replay). One tuple, rebound whole.
+# unchanged, so only the step's first call reads them back (the read waits for the GPU: several
+# times the kernel at small batches, docs/production_lab.md). One tuple, rebound whole.
 def _NO_OFFSETS():  # a dead weak reference's stand-in: calls return None, as cu_seqlens_q=None
     return None
 

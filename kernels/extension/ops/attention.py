@@ -19,8 +19,8 @@ before the warp-specialized kernel and what "tc" runs for masks, paged caches an
 call, and checks the warp-specialized kernel's out and lse against the cp.async kernel's.
 The binding validates every input and raises TypeError / ValueError with the reason. The
 wrappers pass the binding its arguments by position, in the order of its ``py::arg`` list
-(pybind11 would match keywords by name on every call: about 4 us of host time for the paged
-decode's ten, a fifth of an eager call at batch 1).
+(pybind11 would match keywords by name on every call, a noticeable share of an eager call's
+host time at batch 1 for the paged decode's ten).
 
 `check_seqlens` (one device->host copy, also with `debug=True`) checks the lengths against the
 page table and the page ids those lengths use against the cache (IndexError); it is skipped

@@ -151,9 +151,8 @@ struct GemvTiles {
 using GemvPolicy = GemvTiles<>;
 // One n8 tile per block at long K: twice the blocks, so N = 11008 fills whole waves (1376 blocks of
 // 8 columns, not 688 of 16 over 528 slots) and each block's K slice still hides the load latency.
-// H200, fp8_test --time-only gemv (us, M = 1 / 16): N = K = 11008 52.3 / 53.0 against 57.5 / 58.8
-// with two tiles, N = 4096 K = 14336 29.9 / 30.5 against 30.7 / 30.9; at K = 4096 two tiles win
-// (N = 14336: 23.7 against 26.2).
+// Faster than two tiles from kMinK on, slower at K = 4096 (fp8_test --time-only gemv on the H200;
+// docs/production_lab.md has the timings).
 struct GemvLongK : GemvTiles<1, 8, 4> {
   static constexpr int64_t kMinK = 8192;
 };
