@@ -69,9 +69,10 @@ def host_compiler() -> str:
 def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A binding compiled as the extension build compiles it (csrc/CMakeLists.txt: the module's
     name, TORCH_API_INCLUDE_EXTENSION_H, torch's and Python's headers), against the installed
-    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing; checked, not
-    compiled to an object (-fsyntax-only). A .cpp binding goes to the host compiler with the CUDA
-    toolkit's headers; a .cu one to nvcc, its device side compiled to PTX, not to SASS."""
+    torch, with TORCH_CUDA_HEADER_STUBS where the real headers are missing. A .cpp binding goes
+    to the host compiler with the CUDA toolkit's headers, compiled unoptimized to an object (what
+    it needs from its module's kernel units are its undefined symbols); a .cu one to nvcc, checked
+    on the host side (-fsyntax-only), its device side compiled to PTX, not to SASS."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -84,8 +85,9 @@ def compile_binding(path: Path, out_dir: Path) -> tuple[Path, subprocess.Complet
     defines = (f"-DTORCH_EXTENSION_NAME={path.stem}", "-DTORCH_API_INCLUDE_EXTENSION_H")
     if path.suffix == ".cpp":
         toolkit_include = Path(NVCC).resolve().parents[1] / "include"
-        cmd = [host_compiler(), f"-std=c++{nvcc.cxx_standard()}", "-fsyntax-only", *includes,
-               f"-isystem{toolkit_include}", f"-I{nvcc.INCLUDE_DIR}", f"-idirafter{stubs}", *defines, str(path)]
+        cmd = [host_compiler(), f"-std=c++{nvcc.cxx_standard()}", "-c", "-O0", "-fPIC", *includes,
+               f"-isystem{toolkit_include}", f"-I{nvcc.INCLUDE_DIR}", f"-idirafter{stubs}", *defines, str(path),
+               "-o", str(out_dir / (path.stem + ".o"))]
         return path, subprocess.run(cmd, capture_output=True, text=True)
     # The host compiler checks the code without generating any (-fsyntax-only): a binding's
     # errors are in what it says to torch's headers, not in the code generated for it.
@@ -153,6 +155,38 @@ def test_binding_compiles_against_the_installed_torch(path, tmp_path_factory):
     shows in CI rather than first in `python -m tools.build_ext` on the GPU host."""
     result, _ = compiled(tmp_path_factory, path, binding=True)
     assert result.returncode == 0, f"{path.relative_to(ROOT)}:\n{result.stderr[-3000:]}"
+
+
+def kernels_symbols(obj: Path, defined: bool) -> set[str]:
+    """The demangled ``kernels::`` functions an object defines (or needs from elsewhere)."""
+    flag = "--defined-only" if defined else "--undefined-only"
+    listing = subprocess.run(["nm", "-C", flag, str(obj)], check=True, capture_output=True, text=True).stdout
+    symbols = (re.match(r"\s*(?:[0-9a-f]+\s+)?\w\s+(.*)", line).group(1) for line in listing.splitlines())
+    return {symbol for symbol in symbols if symbol.startswith("kernels::")}
+
+
+@needs_nvcc
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not found")
+@pytest.mark.parametrize("name", build_ext.module_names())
+def test_binding_finds_what_it_calls_in_its_kernel_units(name, tmp_path_factory):
+    """The host C++ binding calls its module's kernels through an API header; the definitions
+    are in the module's .cu units (csrc/CMakeLists.txt <name>_SRCS). A signature that differs
+    between the two links into a module that fails at import on the GPU host (undefined
+    symbol): here every ``kernels::`` function the binding needs is one its units define."""
+    sources = build_ext.module_sources(name)
+    binding = [p for p in sources if p.suffix == ".cpp"]
+    if not binding:
+        pytest.skip(f"{name}: its binding is CUDA, compiled with its kernels")
+    result, obj = compiled(tmp_path_factory, binding[0], binding=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    needed = kernels_symbols(obj, defined=False)
+    assert needed, f"{binding[0].name} calls no kernels:: function: the check would pass on nothing"
+    defined = set()
+    for unit in (p for p in sources if p.suffix == ".cu"):
+        unit_result, unit_obj = compiled(tmp_path_factory, unit)
+        assert unit_result.returncode == 0, unit_result.stderr[-3000:]
+        defined |= kernels_symbols(unit_obj, defined=True)
+    assert needed <= defined, f"{name}: not defined by {[p.name for p in sources]}: {sorted(needed - defined)}"
 
 
 def test_parse_ptxas_report():

@@ -51,6 +51,13 @@ def module_names() -> list[str]:
     return block[: block.index(")")].split()
 
 
+def module_sources(name: str) -> list[Path]:
+    """``<name>_SRCS`` of csrc/CMakeLists.txt: the module's binding and its kernel units."""
+    text = (CSRC / "CMakeLists.txt").read_text()
+    block = text[text.index(f"set({name}_SRCS") + len(f"set({name}_SRCS"):]
+    return [CSRC / source for source in block[: block.index(")")].split()]
+
+
 def stale_reason(torch, arch: str) -> str | None:
     """Why the built modules do not match csrc/ and this torch, or None when they do."""
     names = module_names()
