@@ -245,6 +245,32 @@ def test_attention_kernels_are_in_the_report(path, tmp_path_factory):
         assert kernel in result.stdout + result.stderr, f"{kernel} was not compiled by {path.name}"
 
 
+@needs_nvcc
+def test_e4m3_paged_decode_converts_its_keys_for_the_tensor_cores(tmp_path_factory):
+    """The FP8-KV paged decode (decode_kernel.cuh with KvElement e4m3): one kernel per head_dim
+    and query type, its ring filled by cp.async, every e4m3 pair unpacked by the hardware
+    conversion (F2FP...E4M3: one per two keys' elements a lane converts), the math on the tensor
+    cores; fp16 queries take the unpacked fp16 as is, bf16 ones go on through fp32 (HADD2.F32,
+    then F2FP.BF16), exactly."""
+    _, functions = compiled_sass(tmp_path_factory, CSRC / "kernels" / "attention" / "attn_decode.cu")
+    found = {}
+    for name, lines in functions.items():
+        m = re.search(r"DecodeConfigILi(\d+)EEELNS0_8AttnImplE0ENS0_7PagedKVE(13__nv_bfloat16|6__half)13__nv_fp8_e4m3E",
+                      name)
+        if m:
+            found[(int(m.group(1)), "bf16" if "bfloat" in m.group(2) else "fp16")] = lines
+    assert set(found) == {(d, t) for d in (64, 128, 256) for t in ("bf16", "fp16")}
+    for (head_dim, dtype), lines in found.items():
+        count = lambda op: sum(op in line for line in lines)  # noqa: E731
+        # per iteration a lane converts keys_per_warp * head_dim * 2 (K and V) / 32 lanes / 2 pairs;
+        # the loop body is unrolled once
+        keys_per_warp = 32 if head_dim == 64 else 16
+        pairs = keys_per_warp * head_dim // 32
+        assert count("F2FP.F16.E4M3.UNPACK_B") == pairs, (head_dim, dtype)
+        assert count("LDGSTS") > 0 and count("HMMA") > 0, (head_dim, dtype)
+        assert count("HADD2.F32") == (2 * pairs if dtype == "bf16" else 0), (head_dim, dtype)
+
+
 # ---- the warp-specialized Hopper prefill (csrc/kernels/attention/prefill_ws_sm90.cuh) -------------
 
 WS_UNIT = CSRC / "kernels" / "attention" / "attn_prefill_ws.cu"

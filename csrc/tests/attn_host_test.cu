@@ -4,7 +4,8 @@
 //     sweeps its cost model was fitted to (attn_decode.cu), on 132 SMs;
 //   - FastDivmod (the paged-KV page index) equals integer division for every page size 1..256
 //     and dividends across [0, 2^31);
-//   - the error model: host rejections throw the types of common/errors.h;
+//   - the error model: host rejections throw the types of common/errors.h (an e4m3 KV cache
+//     outside the tensor-core paged decode among them), and the e4m3 decode's shared memory;
 //   - which calls the warp-specialized Hopper prefill takes (prefill_ws_unsupported), and its
 //     grid order (prefill_ws_tile: every tile once, L2 sections) and section sizes;
 //   - the WGMMA descriptor step (sw128_desc_advance) against descriptors built from addresses;
@@ -51,6 +52,22 @@ static int check_errors() {
   failures += !rejects<ValueError>(
       "grid y 70000", [] { kernels::check_grid(dim3(1, 70000, 1), "k", "cause"); },
       "k: grid (1, 70000, 1) exceeds 65535 in y or z (cause)");
+  // An e4m3 KV cache: the tensor-core paged decode only, refused before any launch elsewhere.
+  attn::AttnParams e4m3 = p;
+  e4m3.num_splits = e4m3.batch = e4m3.seqlen_q = e4m3.heads_q = e4m3.heads_kv = e4m3.group = 1;
+  e4m3.head_dim = 128;
+  e4m3.kv_dtype = attn::KvDtype::kE4M3;
+  failures += !rejects<ValueError>(
+      "e4m3 contiguous KV", [&] { attn::run_decode(e4m3, attn::AttnImpl::kTensorCore, nullptr); },
+      "decode: an e4m3 KV cache runs on the tensor-core paged decode");
+  static const int page_table[1] = {0};
+  e4m3.page_table = page_table;
+  failures += !rejects<ValueError>(
+      "e4m3 scalar", [&] { attn::run_decode(e4m3, attn::AttnImpl::kScalar, nullptr); },
+      "decode: an e4m3 KV cache runs on the tensor-core paged decode");
+  failures += !rejects<ValueError>(
+      "e4m3 without scales", [&] { attn::run_decode(e4m3, attn::AttnImpl::kTensorCore, nullptr); },
+      "decode: e4m3 K / V need k_scale and v_scale");
   failures += !rejects<kernels::CudaError>(
       "CUDA error", [] { kernels::check_cuda_error(cudaErrorInvalidValue, "cudaMemcpy"); }, "cudaMemcpy failed: ");
   failures += !rejects<kernels::CudaError>(
@@ -267,6 +284,22 @@ static int check_desc_advance() {
   std::printf("sw128_desc_advance: equals the descriptor of the stepped address: %s\n", failures ? "FAIL" : "PASS");
   return failures != 0;
 }
+
+// The e4m3 decode's shared memory (DecodeTraits<Cfg, 1>): the ring holds half the bytes of the
+// 16-bit ring, the converted tiles sit on the swizzle's 128-byte alignment, and the whole fits
+// at least as many CTAs per SM as the 16-bit decode.
+template <int kD>
+constexpr bool e4m3_decode_layout_holds() {
+  using Cfg = kernels::attention::DecodeConfig<kD>;
+  using Bf16 = kernels::attention::DecodeTraits<Cfg>;
+  using E4m3 = kernels::attention::DecodeTraits<Cfg, 1>;
+  return E4m3::kConvertsKv && !Bf16::kConvertsKv && 2 * E4m3::kRingTileElems == Bf16::kTileElems * 2 &&
+         (Bf16::kRows * Bf16::Tile::kRowElems * 2) % 128 == 0 && E4m3::kRingOffset % 128 == 0 &&
+         E4m3::kPageEntriesOffset - E4m3::kRingOffset == (Bf16::kPageEntriesOffset - Bf16::kRingOffset) / 2 &&
+         E4m3::kCtasPerSm >= Bf16::kCtasPerSm;
+}
+static_assert(e4m3_decode_layout_holds<64>() && e4m3_decode_layout_holds<128>() && e4m3_decode_layout_holds<256>(),
+              "e4m3 decode layout");
 
 int main() {
   struct Case {

@@ -51,16 +51,18 @@ attn::AttnDtype element_type(const Tensor& q) {
   return q.scalar_type() == at::kHalf ? attn::AttnDtype::kFP16 : attn::AttnDtype::kBF16;
 }
 
-// A k / v / out tensor (or q itself, through check_q): `dims` dims, q's dtype, on q's CUDA
-// device, 16-byte rows. q has passed check_q.
-void check_elements(const Tensor& t, const char* name, int64_t dims, const Tensor& q) {
+// A k / v / out tensor (or q itself, through check_q): `dims` dims, q's dtype (or `dtype`: an
+// e4m3 cache), on q's CUDA device, 16-byte rows. q has passed check_q.
+void check_elements(const Tensor& t, const char* name, int64_t dims, const Tensor& q,
+                    std::optional<at::ScalarType> dtype = std::nullopt) {
   binding::check_dims(t, name, dims);
-  binding::check_dtype(t, name, q.scalar_type());
+  binding::check_dtype(t, name, dtype.value_or(q.scalar_type()));
   binding::check_device(t, name, q, "q");
   binding::check_contiguous_last_dim(t, name);
+  const int64_t row_elems = 16 / static_cast<int64_t>(t.element_size());
   for (int64_t d = 0; d + 1 < dims; ++d) {
-    TORCH_CHECK_VALUE(t.stride(d) % 8 == 0 || t.size(d) == 1, name,
-                      " strides must be multiples of 8 elements (16-byte rows), got strides ", t.strides());
+    TORCH_CHECK_VALUE(t.stride(d) % row_elems == 0 || t.size(d) == 1, name, " strides must be multiples of ", row_elems,
+                      " elements (16-byte rows), got strides ", t.strides());
   }
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
@@ -207,15 +209,50 @@ void fill_contiguous_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k, c
   p.seqlen_k = binding::int_extent(k.size(1), "seqlen_k");
 }
 
-// Paged cache [num_pages, page_size, Hkv, D]. Lengths beyond the page table raise here
-// (one device->host copy; skipped under CUDA-graph capture, where the kernel writes NaN for
-// such a batch instead). The page ids those lengths use are checked in the same copy; without
+// An e4m3 cache's factors (KvScales): float32 [Hkv] (one per kv head) or [1] (one for all), on
+// q's device. Their values (finite, > 0) are checked with the lengths.
+struct KvScales {
+  std::optional<Tensor> k, v;
+};
+
+void fill_kv_scales(attn::AttnParams& p, const KvScales& scales, const Tensor& q, const Tensor& k_cache) {
+  const bool e4m3 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  if (!e4m3) {
+    TORCH_CHECK_VALUE(!scales.k.has_value() && !scales.v.has_value(),
+                      "k_scale and v_scale are the factors of an e4m3 cache; k_cache is ",
+                      binding::dtype_name(k_cache.scalar_type()));
+    return;
+  }
+  TORCH_CHECK_VALUE(scales.k.has_value() && scales.v.has_value(),
+                    "an e4m3 cache (float8_e4m3fn k_cache / v_cache) needs k_scale and v_scale");
+  const int64_t heads_kv = k_cache.size(2);
+  for (const auto& [t, name] : {std::pair{*scales.k, "k_scale"}, std::pair{*scales.v, "v_scale"}}) {
+    binding::check_dtype(t, name, at::kFloat);
+    binding::check_device(t, name, q, "q");
+    TORCH_CHECK_VALUE(t.dim() == 1 && (t.size(0) == heads_kv || t.size(0) == 1) && t.stride(0) == 1, name,
+                      " must be a contiguous float32 [Hkv = ", heads_kv, "] (per kv head) or [1], got shape ",
+                      t.sizes());
+  }
+  TORCH_CHECK_VALUE(scales.k->size(0) == scales.v->size(0), "k_scale and v_scale must have one shape, got ",
+                    scales.k->sizes(), " and ", scales.v->sizes());
+  p.kv_dtype = attn::KvDtype::kE4M3;
+  p.k_scale = scales.k->data_ptr<float>();
+  p.v_scale = scales.v->data_ptr<float>();
+  p.kv_scale_head_stride = scales.k->size(0) == 1 ? 0 : 1;
+}
+
+// Paged cache [num_pages, page_size, Hkv, D], of q's dtype or e4m3 (with its factors, decode
+// only). Lengths beyond the page table raise here (one device->host copy; skipped under
+// CUDA-graph capture, where the kernel writes NaN for such a batch instead). The page ids those
+// lengths use, and an e4m3 cache's factors, are checked in the same copy; without
 // check_seqlens (and debug) they are the caller's contract.
 void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                    const Tensor& page_table, const Tensor& seqlens_k, int64_t batch, int64_t head_dim,
-                   bool check_seqlens, bool debug) {
-  check_elements(k_cache, "k_cache", 4, q);
-  check_elements(v_cache, "v_cache", 4, q);
+                   bool check_seqlens, bool debug, const KvScales& scales = {}) {
+  const bool e4m3 = p.kv_dtype == attn::KvDtype::kE4M3;
+  const auto kv_dtype = e4m3 ? std::optional{at::kFloat8_e4m3fn} : std::nullopt;
+  check_elements(k_cache, "k_cache", 4, q, kv_dtype);
+  check_elements(v_cache, "v_cache", 4, q, kv_dtype);
   TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have the same shape, got ",
                     k_cache.sizes(), " and ", v_cache.sizes());
   TORCH_CHECK_VALUE(k_cache.size(3) == head_dim, "k_cache head_dim (", k_cache.size(3), ") must equal q head_dim (",
@@ -246,12 +283,18 @@ void fill_paged_kv(attn::AttnParams& p, const Tensor& q, const Tensor& k_cache, 
     const Tensor used =
         at::arange(page_table.size(1), page_table.options().dtype(at::kLong)).unsqueeze(0) < needed.unsqueeze(1);
     const Tensor bad_pages = (used & ((page_table < 0) | (page_table >= num_pages))).any().to(at::kInt);
-    const Tensor facts = at::stack({seqlens_k.min(), seqlens_k.max(), bad_pages}).cpu();
+    Tensor bad_scales = at::zeros({}, seqlens_k.options());
+    if (e4m3) {
+      const auto bad = [](const Tensor& s) { return (~at::isfinite(s) | (s <= 0)).any(); };
+      bad_scales = (bad(*scales.k) | bad(*scales.v)).to(at::kInt);
+    }
+    const Tensor facts = at::stack({seqlens_k.min(), seqlens_k.max(), bad_pages, bad_scales}).cpu();
     const int lo = facts[0].item<int>(), hi = facts[1].item<int>();
     TORCH_CHECK_VALUE(lo >= 0 && hi <= capacity, "seqlens_k must be in [0, max_pages * page_size = ", capacity,
                       "], got values in [", lo, ", ", hi, "]");
     TORCH_CHECK_INDEX(facts[2].item<int>() == 0, "page_table has page ids outside [0, num_pages = ", num_pages,
                       ") among the pages seqlens_k uses");
+    TORCH_CHECK_VALUE(facts[3].item<int>() == 0, "k_scale and v_scale must be finite and positive");
     if (p.mask != nullptr) {
       TORCH_CHECK_VALUE(p.mask_len >= hi, "mask last dim (", p.mask_len, ") is shorter than the longest seqlens_k (",
                         hi, ")");
@@ -365,15 +408,21 @@ Tensor paged_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                     const std::optional<Tensor>& mask, const std::optional<Tensor>& out,
                     const std::optional<Tensor>& lse, int64_t num_splits, const std::string& impl,
                     const std::optional<Tensor>& workspace, bool check_seqlens, bool debug,
-                    const std::optional<Tensor>& split_counters) {
+                    const std::optional<Tensor>& split_counters, const std::optional<Tensor>& k_scale,
+                    const std::optional<Tensor>& v_scale) {
   attn::AttnParams p;
   Tensor o = fill_dense_q(p, q, heads_kv_of(k_cache, "k_cache"), causal, scale, out, lse);
+  const KvScales scales{k_scale, v_scale};
+  fill_kv_scales(p, scales, q, k_cache);
+  const attn::AttnImpl kernel_impl = parse_impl(impl);
+  TORCH_CHECK_VALUE(p.kv_dtype == attn::KvDtype::kSame || kernel_impl == attn::AttnImpl::kTensorCore,
+                    "an e4m3 cache runs on impl='tc' only");
   fill_mask(p, mask, q, q.size(0), q.size(1), std::nullopt);
   check_outputs_apart(out, lse, q, k_cache, v_cache);
   const c10::cuda::CUDAGuard guard(q.device());
-  fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug);
+  fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, q.size(0), q.size(3), check_seqlens, debug, scales);
   run_decode_with_workspace(p, q, o, lse, num_splits, page_table.size(1) * k_cache.size(1), workspace, split_counters,
-                            parse_impl(impl));
+                            kernel_impl);
   return o;
 }
 
@@ -563,14 +612,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("num_splits") = 0, py::arg("impl") = "tc", py::arg("workspace") = py::none(),
         py::arg("split_counters") = py::none());
   m.def("paged_decode", &paged_decode,
-        "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D], page_table [B, max_pages] "
+        "Split-KV decode on a paged cache k/v_cache [num_pages, page_size, Hkv, D] (q's dtype, or float8_e4m3fn "
+        "with float32 k_scale / v_scale [Hkv] or [1]), page_table [B, max_pages] "
         "int32, seqlens_k [B] int32. Graph-capturable (pass num_splits and workspace for a fixed footprint; "
         "split_counters, zeroed once, for one launch).",
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("page_table"), py::arg("seqlens_k"),
         py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("mask") = py::none(),
         py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("num_splits") = 0, py::arg("impl") = "tc",
         py::arg("workspace") = py::none(), py::arg("check_seqlens") = true, py::arg("debug") = false,
-        py::arg("split_counters") = py::none());
+        py::arg("split_counters") = py::none(), py::arg("k_scale") = py::none(), py::arg("v_scale") = py::none());
   m.def("prefill", &prefill,
         "Prefill on contiguous KV. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]. impl: 'tc' (tensor cores: on Hopper the "
         "warp-specialized TMA kernel, with a boolean mask the cp.async one), 'tc-ws' (the warp-specialized kernel "

@@ -13,11 +13,16 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;  // nothing to do (and no workspace sized)
   check(p.num_splits == 1 || (p.o_partial != nullptr && p.lse_partial != nullptr),
         "decode: num_splits > 1 needs the o_partial / lse_partial workspace");
+  const bool paged = p.page_table != nullptr;
+  if (p.kv_dtype == KvDtype::kE4M3) {
+    check(paged && impl == AttnImpl::kTensorCore, "decode: an e4m3 KV cache runs on the tensor-core paged decode");
+  }
   KERNELS_DISPATCH_HEAD_DIM(p.head_dim, [&] {
     KERNELS_DISPATCH_ELEMENT(p.dtype, [&] {
       using Cfg = DecodeConfig<kHeadDim>;
-      const bool paged = p.page_table != nullptr;
-      if (impl == AttnImpl::kTensorCore) {
+      if (p.kv_dtype == KvDtype::kE4M3) {
+        launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element, e4m3>(p, stream);
+      } else if (impl == AttnImpl::kTensorCore) {
         paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element>(p, stream)
               : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV, Element>(p, stream);
       } else {

@@ -27,6 +27,10 @@ enum class PrefillKernel : int {
 // Element type of q, k, v and o (the accumulators, lse and the decode workspace are fp32).
 enum class AttnDtype : int { kBF16 = 0, kFP16 = 1 };
 
+// Element type of K and V: q's (kSame), or e4m3 (an FP8 KV cache: paged decode only), whose
+// values times k_scale / v_scale (per kv head, or one for all) are the keys and values.
+enum class KvDtype : int { kSame = 0, kE4M3 = 1 };
+
 // Largest number of KV splits a decode call may use (bounds the workspace).
 constexpr int kMaxDecodeSplits = 128;
 
@@ -55,6 +59,12 @@ struct AttnParams {
   const void* v = nullptr;
   int64_t k_block_stride = 0, k_token_stride = 0, k_head_stride = 0;
   int64_t v_block_stride = 0, v_token_stride = 0, v_head_stride = 0;
+  KvDtype kv_dtype = KvDtype::kSame;
+  // e4m3 K / V only: device fp32 factors, entry hkv * kv_scale_head_stride for kv head hkv
+  // (stride 1: one per head; 0: one for all). Read on the device: a CUDA graph sees new values.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int kv_scale_head_stride = 0;
   const int* page_table = nullptr;  // paged: [B, max_pages]
   int64_t page_table_batch_stride = 0;
   const int* seqlens_k = nullptr;  // paged: [B]

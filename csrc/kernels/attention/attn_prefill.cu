@@ -14,6 +14,8 @@ const char* prefill_ws_unsupported_here(const AttnParams& p) {
 void run_prefill(const AttnParams& p, AttnImpl impl, cudaStream_t stream, PrefillKernel kernel) {
   const bool paged = p.page_table != nullptr;
   const bool packed = p.cu_seqlens_q != nullptr;
+  check(p.kv_dtype == KvDtype::kSame,
+        "prefill: K and V must have q's type (an e4m3 KV cache runs on the paged decode)");
   check(paged == packed, "prefill: needs dense Q on contiguous KV, or packed Q (cu_seqlens_q) on paged KV");
   check(impl == AttnImpl::kTensorCore || kernel == PrefillKernel::kAuto,
         "prefill: the choice of tensor-core kernel needs impl = tensor cores");

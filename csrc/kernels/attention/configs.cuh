@@ -62,16 +62,26 @@ struct DecodeVariants {
   using W4K32S3 = DecodeTiles<kD, 4, 32, 3, true>;
 };
 
-template <class Cfg>
+// kKvBytes: bytes of a K / V element, 2 (q's type) or 1 (e4m3: an FP8 KV cache).
+template <class Cfg, int kKvBytes = 2>
 struct DecodeTraits : Cfg {
   static constexpr int kD = Cfg::kD;
   static constexpr int kThreads = Cfg::kWarps * 32;
   static constexpr int kRows = 16;
   static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
   using Tile = std::conditional_t<Cfg::kSwizzled, RowSwizzledTile<kD>, PaddedTile<kD>>;
-  static constexpr int kTileElems = kBlockN * Tile::kRowElems;
-  // Q, the K and V rings, then (paged KV) a ring of page-table entries: kBlockN ints per stage.
-  static constexpr int kPageEntriesOffset = (kRows * Tile::kRowElems + 2 * Cfg::kStages * kTileElems) * 2;
+  static constexpr int kTileElems = kBlockN * Tile::kRowElems;  // a K or V tile the math reads
+  // e4m3 K / V: the ring holds the cache's bytes (ByteRowTile: half a 16-bit ring's bytes), and
+  // each warp converts its keys of the current stage into one K and one V tile of q's type
+  // that sit after Q; the math reads those.
+  static_assert(kKvBytes == 1 || kKvBytes == 2, "16-bit or e4m3 K / V");
+  static constexpr bool kConvertsKv = kKvBytes == 1;
+  using RingTile = std::conditional_t<kConvertsKv, ByteRowTile<kD>, Tile>;
+  static constexpr int kRingTileElems = kBlockN * RingTile::kRowElems;
+  // Q, (e4m3) the converted K and V tiles, the K and V rings, then (paged KV) a ring of
+  // page-table entries: kBlockN ints per stage.
+  static constexpr int kRingOffset = (kRows * Tile::kRowElems + (kConvertsKv ? 2 * kTileElems : 0)) * 2;
+  static constexpr int kPageEntriesOffset = kRingOffset + 2 * Cfg::kStages * kRingTileElems * kKvBytes;
   static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
   // The warp merge reuses the pipeline buffers: O [warps][16][kMergePitch] plus max and sum.
   // A row of D floats spans whole 128-byte bank cycles, so the 8 rows a warp's fragment

@@ -5,7 +5,10 @@
 //   grid = (num_splits, Hkv * row_tiles, B). A CTA owns 16 packed rows (query, head in the
 //   kv head's group: GQA packs the group's query heads into the MMA rows), one kv head, and
 //   the KV tiles [tile_begin, tile_begin + n_tiles) of its split.
-//   1. Q rows -> smem once; K/V tiles stream through a kStages-deep cp.async ring.
+//   1. Q rows -> smem once; K/V tiles stream through a kStages-deep cp.async ring. An FP8 KV
+//      cache (KvElement e4m3) streams half the bytes; each warp converts its keys of a tile to
+//      q's type (exactly) before the math, which folds k_scale into the softmax scale and
+//      v_scale into O (per kv head), so the math and the merge are those of 16-bit K / V.
 //   2. Warp w takes keys [w * kKeysPerWarp, ...) of every tile: S = Q K^T, mask, online
 //      softmax, O += P V, each warp with its own running max / sum.
 //   3. The warps merge in shared memory; with one split the CTA writes O (the inputs' element
@@ -101,11 +104,13 @@ __device__ void combine_splits_if_last(const AttnParams& p, unsigned char* smem,
   if (threadIdx.x == 0) p.split_counters[counter] = 0;  // ready for the next call
 }
 
-template <class Cfg, AttnImpl kImpl, class KV, class Element>
+template <class Cfg, AttnImpl kImpl, class KV, class Element, class KvElement = Element>
 __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     attn_decode_kernel(const __grid_constant__ AttnParams p) {
-  using T = DecodeTraits<Cfg>;
+  using T = DecodeTraits<Cfg, sizeof(KvElement)>;
   using Tile = typename T::Tile;
+  using RingTile = typename T::RingTile;
+  static_assert(T::kConvertsKv != std::is_same_v<KvElement, Element>, "K / V of q's type or e4m3");
   constexpr int kD = T::kD;
   constexpr int kNT = T::kKeysPerWarp / 8;
   constexpr int kDT = kD / 8;
@@ -114,8 +119,10 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
-  Element* sK = sQ + T::kRows * Tile::kRowElems;
-  Element* sV = sK + T::kStages * T::kTileElems;
+  KvElement* sK = reinterpret_cast<KvElement*>(smem_raw + T::kRingOffset);  // the rings
+  KvElement* sV = sK + T::kStages * T::kRingTileElems;
+  Element* sKConverted = sQ + T::kRows * Tile::kRowElems;  // e4m3 K / V only
+  Element* sVConverted = sKConverted + T::kTileElems;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = blockIdx.x;
@@ -133,6 +140,11 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   // or reading the partial rows this grid overwrites (the previous call's combine). Nothing
   // global is touched before it has finished.
   wait_for_prerequisites();
+  float scale_log2 = p.scale_log2, v_scale = 1.f;
+  if constexpr (T::kConvertsKv) {  // scores are k_scale * (q . k), O is v_scale * (P V)
+    scale_log2 *= p.k_scale[hkv * p.kv_scale_head_stride];
+    v_scale = p.v_scale[hkv * p.kv_scale_head_stride];
+  }
   const bool kv_ok = KV::kv_len_ok(p, b);
   const int kv_len = kv_ok ? KV::kv_len(p, b) : 0;
   const int causal_offset = kv_len - q_len;
@@ -167,8 +179,8 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
     if (st < n_tiles) {
-      load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV, Tile>(sK + st * T::kTileElems, sV + st * T::kTileElems, p,
-                                                                   b, hkv, (tile_begin + st) * T::kBlockN, kv_len);
+      load_kv_tile<KvElement, T::kBlockN, kD, T::kThreads, KV, RingTile>(
+          sK + st * T::kRingTileElems, sV + st * T::kRingTileElems, p, b, hkv, (tile_begin + st) * T::kBlockN, kv_len);
     }
     stage_entries(st + T::kStages - 1);
     cp_async_commit();
@@ -196,12 +208,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
         // The tile's pages from its staged copy of the page-table entries.
         const int* entries = sEntries + st * T::kBlockN;
         const int first_index = KV::page_index(p, first_key);
-        load_kv_rows<Element, T::kBlockN, kD, T::kThreads, KV, true, true, Tile>(
-            sK + st * T::kTileElems, sV + st * T::kTileElems, p, b, hkv, first_key, kv_len,
+        load_kv_rows<KvElement, T::kBlockN, kD, T::kThreads, KV, true, true, RingTile>(
+            sK + st * T::kRingTileElems, sV + st * T::kRingTileElems, p, b, hkv, first_key, kv_len,
             [&](int pos) { return KV::locate(p, entries, first_index, pos); });
       } else {
-        load_kv_tile<Element, T::kBlockN, kD, T::kThreads, KV, Tile>(sK + st * T::kTileElems, sV + st * T::kTileElems,
-                                                                     p, b, hkv, first_key, kv_len);
+        load_kv_tile<KvElement, T::kBlockN, kD, T::kThreads, KV, RingTile>(
+            sK + st * T::kRingTileElems, sV + st * T::kRingTileElems, p, b, hkv, first_key, kv_len);
       }
     }
     // Entry slot (next - 1) % kStages was last read in the previous iteration, before the barrier.
@@ -210,16 +222,32 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 
     const int st = i % T::kStages;
     const int warp_key0 = warp * T::kKeysPerWarp;
+    const Element* k_tile;
+    const Element* v_tile;
+    if constexpr (T::kConvertsKv) {  // this warp's keys, e4m3 -> q's type
+      const auto* ring_k = reinterpret_cast<const uint8_t*>(sK + st * T::kRingTileElems);
+      const auto* ring_v = reinterpret_cast<const uint8_t*>(sV + st * T::kRingTileElems);
+      convert_e4m3_rows<Element, T::kKeysPerWarp, kD, Tile>(sKConverted + warp_key0 * Tile::kRowElems,
+                                                            ring_k + warp_key0 * kD);
+      convert_e4m3_rows<Element, T::kKeysPerWarp, kD, Tile>(sVConverted + warp_key0 * Tile::kRowElems,
+                                                            ring_v + warp_key0 * kD);
+      __syncwarp();  // the warp's converted rows, for every lane's ldmatrix
+      k_tile = sKConverted;
+      v_tile = sVConverted;
+    } else {
+      k_tile = sK + st * T::kTileElems;
+      v_tile = sV + st * T::kTileElems;
+    }
     float acc_s[1][kNT][4];
     // S = Q @ K^T over this warp's keys
-    Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * Tile::kRowElems);
+    Math::qk(acc_s, sQ, k_tile + warp_key0 * Tile::kRowElems);
     const int key0 = (tile_begin + i) * T::kBlockN + warp_key0;
     if (p.causal || p.mask != nullptr || key0 + T::kKeysPerWarp > kv_len) {
       apply_mask<1, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
     }
-    softmax.update(acc_s, acc_o, p.scale_log2);
+    softmax.update(acc_s, acc_o, scale_log2);
     // O += P @ V
-    Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * Tile::kRowElems);
+    Math::pv(acc_o, acc_s, v_tile + warp_key0 * Tile::kRowElems);
   }
   cp_async_wait<0>();
   __syncthreads();  // all warps are done with the ring: it becomes the merge buffer
@@ -257,13 +285,14 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     if (mx != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < T::kWarps; ++w) {
-        const float f = fast_exp2((sMax[w * T::kRows + r] - mx) * p.scale_log2);
+        const float f = fast_exp2((sMax[w * T::kRows + r] - mx) * scale_log2);
         sum += sSum[w * T::kRows + r] * f;
         acc += sO[(w * T::kRows + r) * kPitch + col] * f;
       }
     }
     float out = sum > 0.f ? acc / sum : 0.f;
-    float lse = row_lse(mx, sum, p.scale_log2);
+    if constexpr (T::kConvertsKv) out *= v_scale;
+    float lse = row_lse(mx, sum, scale_log2);
     if (!kv_ok) out = lse = NAN;
     const int qp = packed / p.group;
     const int head = hkv * p.group + packed % p.group;
@@ -356,12 +385,18 @@ __global__ void __launch_bounds__(kCombineThreads) attn_decode_combine_kernel(co
 
 // Element: the inputs' type, which p.dtype must name (bf16 by default, as the standalone
 // tests' callers assume).
-template <class Cfg, AttnImpl kImpl, class KV, class Element = bf16>
+// KvElement: K's and V's type, Element (the default) or e4m3 (p.kv_dtype kE4M3, with p.k_scale
+// and p.v_scale).
+template <class Cfg, AttnImpl kImpl, class KV, class Element = bf16, class KvElement = Element>
 void launch_decode(const AttnParams& p, cudaStream_t stream) {
-  using T = DecodeTraits<Cfg>;
+  using T = DecodeTraits<Cfg, sizeof(KvElement)>;
   constexpr int kD = T::kD;
   check(p.dtype == ElementOps<Element>::kDtype, "decode: params.dtype does not match the launched element type");
-  auto kernel = attn_decode_kernel<Cfg, kImpl, KV, Element>;
+  check((p.kv_dtype == KvDtype::kE4M3) == T::kConvertsKv,
+        "decode: params.kv_dtype does not match the launched K / V element type");
+  check(!T::kConvertsKv || (p.k_scale != nullptr && p.v_scale != nullptr),
+        "decode: e4m3 K / V need k_scale and v_scale");
+  auto kernel = attn_decode_kernel<Cfg, kImpl, KV, Element, KvElement>;
   static SmemOptIn opt_in;
   opt_in.ensure(kernel, T::kSmemBytes);
   const int64_t row_tiles = ceil_div<int64_t>(static_cast<int64_t>(p.seqlen_q) * p.group, T::kRows);

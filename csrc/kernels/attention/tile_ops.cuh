@@ -7,6 +7,8 @@
 // kD + 8 elements: the 16-byte pad puts the 8 rows an ldmatrix reads in 8 different bank groups.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -47,6 +49,19 @@ struct RowSwizzledTile {
   __host__ __device__ __forceinline__ static int offset(int row, int chunk) {
     return row * kD + ((chunk & ~7) | ((chunk & 7) ^ (row & 7))) * 8;
   }
+};
+
+// An FP8 KV cache's element type.
+using e4m3 = __nv_fp8_e4m3;
+
+// An FP8 KV cache's rows as the decode ring holds them: kD e4m3 bytes per row, unpadded, 16-byte
+// chunk `chunk` of 16 elements at row * kD + 16 * chunk. The warp that converts them reads a row
+// range whole (512 contiguous bytes per instruction), so nothing to swizzle.
+template <int kD>
+struct ByteRowTile {
+  static constexpr int kRowElems = kD;
+  static constexpr bool kLinear = true;
+  __host__ __device__ __forceinline__ static int offset(int row, int chunk) { return row * kD + chunk * 16; }
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -94,11 +109,13 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 // contiguous KV, or a page size that is a multiple of kPerThread, a thread's rows share a page:
 // one lookup and a pointer step per row replace per-row address math. Other page sizes look
 // every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
+// Element may be 16-bit or e4m3 (a chunk then holds 16 elements; Tile a ByteRowTile).
 template <class Element, int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV,
           class Tile = PaddedTile<kD>, class Lookup>
 __device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
                                              int first_key, int kv_len, Lookup lookup) {
-  constexpr int kChunks = kD / 8;
+  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(Element));
+  constexpr int kChunks = kD / kChunkElems;
   static_assert(kThreads % kChunks == 0, "threads must cover whole rows of 16-byte chunks");
   constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kRows % kRowsPerPass == 0, "threads must cover the tile in whole passes");
@@ -106,8 +123,8 @@ __device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const Att
   const int chunk = threadIdx.x % kChunks;
   const int r0 = (static_cast<int>(threadIdx.x) / kChunks) * kPerThread;
   const int pos0 = first_key + r0;
-  const Element* k_base = static_cast<const Element*>(p.k) + hkv * p.k_head_stride + chunk * 8;
-  const Element* v_base = static_cast<const Element*>(p.v) + hkv * p.v_head_stride + chunk * 8;
+  const Element* k_base = static_cast<const Element*>(p.k) + hkv * p.k_head_stride + chunk * kChunkElems;
+  const Element* v_base = static_cast<const Element*>(p.v) + hkv * p.v_head_stride + chunk * kChunkElems;
   const auto copy = [&](int j, const KvRow& off, bool valid) {
     const int s = Tile::offset(r0 + j, chunk);
     if constexpr (kLoadK) cp_async_16(smem_addr(sK + s), k_base + off.k, valid);
@@ -141,6 +158,42 @@ __device__ __forceinline__ void load_kv_tile(Element* sK, Element* sV, const Att
                                              int first_key, int kv_len) {
   load_kv_rows<Element, kRows, kD, kThreads, KV, true, true, Tile>(sK, sV, p, b, hkv, first_key, kv_len,
                                                                    [&](int pos) { return KV::locate(p, b, pos); });
+}
+
+// Two e4m3 values (the low byte first) -> two Element values, exactly: every e4m3 value is an
+// fp16 value (one cvt), and every fp16 value an e4m3 holds is a bf16 value (through fp32).
+template <class Element>
+__device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(static_cast<uint16_t>(two)));
+  if constexpr (kIsBf16<Element>) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+    return pack2<Element>(f.x, f.y);
+  } else {
+    return h2;
+  }
+}
+
+// Rows [0, kRows) of a ByteRowTile of e4m3 (src) -> the same rows of a Tile of Element (dst), by
+// the 32 lanes of one warp; both point at the warp's first row, a multiple of 8 rows into its
+// tile (the swizzle's row % 8 is the tile's). The caller orders the writes before other lanes'
+// reads (__syncwarp).
+template <class Element, int kRows, int kD, class Tile>
+__device__ __forceinline__ void convert_e4m3_rows(Element* dst, const uint8_t* src) {
+  constexpr int kChunks = kD / 16;  // 16-byte e4m3 chunks of a row, two 16-byte Element chunks each
+  static_assert((kRows * kChunks) % 32 == 0, "whole warp passes");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = lane; i < kRows * kChunks; i += 32) {
+    const int row = i / kChunks, c = i % kChunks;
+    const uint4 in = *reinterpret_cast<const uint4*>(src + ByteRowTile<kD>::offset(row, c));
+    const uint4 lo = {e4m3x2_to<Element>(in.x), e4m3x2_to<Element>(in.x >> 16), e4m3x2_to<Element>(in.y),
+                      e4m3x2_to<Element>(in.y >> 16)};
+    const uint4 hi = {e4m3x2_to<Element>(in.z), e4m3x2_to<Element>(in.z >> 16), e4m3x2_to<Element>(in.w),
+                      e4m3x2_to<Element>(in.w >> 16)};
+    *reinterpret_cast<uint4*>(dst + Tile::offset(row, 2 * c)) = lo;
+    *reinterpret_cast<uint4*>(dst + Tile::offset(row, 2 * c + 1)) = hi;
+  }
 }
 
 // P (softmax numerators in the S accumulators) -> Element A fragments of P @ V: the
