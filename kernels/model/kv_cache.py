@@ -11,6 +11,13 @@ place, so a CUDA graph that captured those tensors sees the new values.
 
 Page 0 is the *null page*: never handed out, it is what an empty row's page table points to.
 Padding rows of a batch bucket (length 0) write their K/V there and attend to no key.
+
+An FP8 cache (`dtype=torch.float8_e4m3fn`) stores e4m3 pages, half the bytes of bf16, and per
+layer and kv head the factors `k_scale`, `v_scale` [num_layers, Hkv] (float32, on the device)
+that turn them back into keys and values: `write` divides by them and rounds to e4m3 (values
+past e4m3's range saturate at +-448 times the factor), `layer_scales` hands a layer's to
+`attention()` / `DecodePlan`. They are static, as in FP8 checkpoints: set them (calibrated
+amax / 448 per head, or `kv_scale` for all) before the first write.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import operator
 
 import torch
+
+from ..harness.quantize import E4M3_MAX
 
 NULL_PAGE = 0
 
@@ -83,12 +92,13 @@ class PageAllocator:
 class PagedKVCache:
     """K/V pages of every layer, a page table and lengths for up to `max_batch` rows.
 
-    `num_pages` defaults to every row at `max_seqlen` plus the null page; `dtype` (bf16) and
-    `device` ("cuda") are the K/V pages'."""
+    `num_pages` defaults to every row at `max_seqlen` plus the null page; `dtype` (bf16, fp16, or
+    float8_e4m3fn with `kv_scale`, the initial factor of every layer and head) and `device`
+    ("cuda") are the K/V pages'."""
 
     def __init__(self, *, num_layers: int, heads_kv: int, head_dim: int, max_batch: int,
                  max_seqlen: int, page_size: int, num_pages: int | None = None,
-                 dtype=torch.bfloat16, device="cuda"):
+                 dtype=torch.bfloat16, device="cuda", kv_scale: float = 1.0):
         for name, value in (("num_layers", num_layers), ("heads_kv", heads_kv), ("head_dim", head_dim),
                             ("max_batch", max_batch), ("max_seqlen", max_seqlen), ("page_size", page_size)):
             if value < 1:
@@ -103,6 +113,14 @@ class PagedKVCache:
         shape = (num_layers, num_pages, page_size, heads_kv, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k_scale = self.v_scale = None
+        if dtype == torch.float8_e4m3fn:
+            if (isinstance(kv_scale, bool) or not isinstance(kv_scale, (int, float))
+                    or not 0 < kv_scale < float("inf")):
+                raise ValueError(f"kv_scale must be a positive finite number, got {kv_scale!r}")
+            self.k_scale = torch.full((num_layers, heads_kv), float(kv_scale), dtype=torch.float32,
+                                      device=device)
+            self.v_scale = self.k_scale.clone()
         # One device buffer: the page table, then the lengths (16-byte aligned), so that one copy
         # updates both.
         table = max_batch * self.max_pages
@@ -239,8 +257,26 @@ class PagedKVCache:
         """`k, v [num_pages, page_size, Hkv, D]` of one layer (views)."""
         return self.k[index], self.v[index]
 
+    def layer_scales(self, index: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """An FP8 cache's `k_scale, v_scale [Hkv]` of one layer (views), (None, None) otherwise:
+        what `attention(..., k_scale=, v_scale=)` takes with `layer(index)`."""
+        if self.k_scale is None:
+            return None, None
+        return self.k_scale[index], self.v_scale[index]
+
     def write(self, index: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store `k, v [tokens, Hkv, D]` at flat `slots [tokens]` (int64) of layer `index`."""
+        """Store `k, v [tokens, Hkv, D]` at flat `slots [tokens]` (int64) of layer `index`; an FP8
+        cache stores them divided by the layer's factors, saturated and rounded to e4m3."""
         k_cache, v_cache = self.layer(index)
+        k_scale, v_scale = self.layer_scales(index)
+        if k_scale is not None:  # stored as bytes: index_copy_ has no e4m3 kernel
+            k, v = _to_e4m3(k, k_scale).view(torch.uint8), _to_e4m3(v, v_scale).view(torch.uint8)
+            k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
         k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
         v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
+
+
+def _to_e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [tokens, Hkv, D] / scale [Hkv], saturated to e4m3's range and rounded to nearest even
+    (a value past the range would otherwise become NaN)."""
+    return (x.float() / scale.view(1, -1, 1)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)

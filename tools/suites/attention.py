@@ -13,7 +13,9 @@ layer (`plan-paged-decode`), given new lengths on every call (`plan-paged-decode
 `update`, a step's first layer) or made anew for them (`plan-paged-decode-new-plan`), and replayed
 from a CUDA graph (`cuda-paged-decode-graph`: no host work at all, a split call's combine kernel
 after the split kernel; `plan-paged-decode-graph`: a plan's run; `plan-paged-decode-one-launch-graph`:
-a `one_launch` plan's, a split call in one launch; at page 16 too for the first;
+a `one_launch` plan's, a split call in one launch; at page 16 too for the first; on an FP8 (e4m3)
+cache of the same keys, pages of 64, `cuda-paged-decode-e4m3` eager and `-graph`, with
+FlashInfer's FP8-KV decode `flashinfer-paged-decode-e4m3` (`-graph`) beside it;
 as the read floor,
 GRAPH_CALLS calls in one graph on K/V caches taken in turn, enough of them that L2 holds none
 between its reads, and the replay's time divided by the calls); contiguous decode
@@ -43,6 +45,7 @@ from kernels.registry.production import PAGE_SIZE
 
 TOL = 1e-2
 HQ, HKV, D = 32, 8, 128
+E4M3 = torch.float8_e4m3fn
 LONG_HEAD_DIMS = (64, 128, 256)  # the b1 s16384 prefill rows (2048 / head_dim heads)
 # Calls captured in one graph for the -graph rows, as many as the read floor's
 # (kernels.harness.ceilings.streaming_read): a graph of one call would time its launch with it.
@@ -200,6 +203,52 @@ def _flashinfer_decode_checks(q, k_copies, problem, ref, kv_bytes):
             _graph_check(names[1], pdict, captured, k_copies, ref, kv_bytes)]
 
 
+def _flashinfer_e4m3_decode_checks(q, copies, table, lens, scales, pdict, ref, kv_bytes):
+    """FlashInfer's paged decode on an e4m3 cache (its kv_data_type float8_e4m3fn, one factor for
+    K and one for V), planned once on our pages (its NHD layout is our cache's), eager and from
+    its graph wrapper; rows that say why where it cannot run."""
+    names = ("flashinfer-paged-decode-e4m3", "flashinfer-paged-decode-e4m3-graph")
+    try:
+        import flashinfer
+
+        from kernels.registry.peers import DECODE_TENSOR_CORE_GROUP, FLASHINFER_WORKSPACE_BYTES
+    except Exception as exc:  # noqa: BLE001 (a row, as in _check)
+        return [(_row(name, pdict, status=f"unsupported: {type(exc).__name__}: {exc}"[:200]), None, None,
+                 kv_bytes, 1) for name in names]
+    batch, _, heads_q, head_dim = q.shape
+    k_cache = copies[0][0]
+    page, heads_kv = k_cache.shape[1], k_cache.shape[2]
+    n_pages = (lens + page - 1) // page
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=q.device), n_pages.cumsum(0).int()])
+    indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
+    last_page_len = (lens - (n_pages - 1) * page).int()
+
+    def wrapper(cuda_graph):
+        workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+        buffers = dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr.clone(),
+                       paged_kv_indices_buffer=indices.clone(),
+                       paged_kv_last_page_len_buffer=last_page_len.clone()) if cuda_graph else {}
+        made = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_tensor_cores=heads_q // heads_kv >= DECODE_TENSOR_CORE_GROUP, **buffers)
+        made.plan(indptr, indices, last_page_len, heads_q, heads_kv, head_dim, page, q_data_type=q.dtype,
+                  kv_data_type=E4M3)
+        out = torch.empty(batch, heads_q, head_dim, dtype=q.dtype, device=q.device)
+
+        def call(kc, vc):
+            made.run(q.view(batch, heads_q, head_dim), (kc, vc), out=out, k_scale=scales[0],
+                     v_scale=scales[1])
+            return out.view(q.shape)
+        return call
+
+    try:
+        eager, captured = wrapper(False), wrapper(True)
+    except Exception as exc:  # noqa: BLE001 (a row, as in _check)
+        status = f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return [(_row(name, pdict, status=status), None, None, kv_bytes, 1) for name in names]
+    return [_check(names[0], pdict, _in_turn(eager, copies), ref, nbytes=kv_bytes),
+            _graph_check(names[1], pdict, captured, copies, ref, kv_bytes)]
+
+
 def _flashinfer_prefill_check(pdict, make, ref, flops):
     """:func:`_check` of the call ``make()`` returns (its planning outside the timing); a row
     that says why where FlashInfer is missing or refuses the problem."""
@@ -327,6 +376,29 @@ def run(ctx) -> list[dict]:
         checked.append(_graph_check("fa4-paged-decode-graph", pdict, fa4_paged, copies, ref, kv_bytes))
         return checked
 
+    def e4m3_cache_checks(q, k, v, lens, problem, kv_bytes):
+        """An FP8 KV cache (pages of 64, one factor for K and one for V: what FlashInfer's decode
+        takes): our paged decode eagerly and replayed, FlashInfer's FP8-KV decode beside it,
+        checked against the reference on the dequantized values (the error of the quantization
+        itself is the format's, not a kernel's). kv_bytes: the e4m3 cache's."""
+        k_scale, v_scale = (x.float().abs().amax().view(1) / 448 for x in (k, v))
+        k8, v8 = ((x.float() / s).to(E4M3) for x, s in ((k, k_scale), (v, v_scale)))
+        ref = reference_attention(q.float(), k8.float() * k_scale, v8.float() * v_scale)[0]
+        k_cache, v_cache, table = paged_kv_cache(k8.float(), v8.float(), PAGE_SIZE,
+                                                 generator=torch.Generator().manual_seed(0))
+        k_cache, v_cache = k_cache.to(E4M3), v_cache.to(E4M3)  # the values are e4m3's: exact
+        pdict = {**problem.to_dict(), "page_size": PAGE_SIZE, "paged": True, "kv_dtype": "e4m3"}
+        copies = _kv_copies(k_cache, v_cache, kv_bytes)
+
+        def ours(kc, vc):
+            return ops.paged_decode(q, kc, vc, table, lens, check_seqlens=False, k_scale=k_scale,
+                                    v_scale=v_scale)
+
+        return [_check("cuda-paged-decode-e4m3", pdict, _in_turn(ours, copies), ref, nbytes=kv_bytes),
+                _graph_check("cuda-paged-decode-e4m3-graph", pdict, ours, copies, ref, kv_bytes),
+                *_flashinfer_e4m3_decode_checks(q, copies, table, lens, (float(k_scale), float(v_scale)),
+                                                pdict, ref, kv_bytes)]
+
     task = ctx.progress.add_task("attention", total=4)
 
     # ---- paged decode, KV bandwidth ----------------------------------------------------------
@@ -355,6 +427,7 @@ def run(ctx) -> list[dict]:
         checked.append(_graph_check("torch-sdpa-cudnn-graph", dense, lambda call: call(),
                                     sdpa_calls["torch-sdpa-cudnn"], ref, kv_bytes))
         checked += _flashinfer_decode_checks(q, dense_copies, problem, ref, kv_bytes)
+        checked += e4m3_cache_checks(q, k, v, lens, problem, kv_bytes // 2)
         checked.append(_read_floor(dense, kv_bytes))
         rows += _timed_together(ctx, checked)
     ctx.progress.advance(task)

@@ -38,7 +38,8 @@ differentiable backends can run the call: `fa4` (contiguous KV, no mask, head_di
 FlashAttention-4's backward) and `torch` (everything). Our kernels are forward-only.
 
 Dtypes: bf16 and fp16 on every backend (our kernels compute in fp32 from either); fp32 on
-`torch` only. The output has the inputs' dtype.
+`torch` only. The output has the inputs' dtype. A paged cache may be e4m3 (an FP8 KV cache,
+with `k_scale` / `v_scale`): our paged decode reads it, the torch path dequantizes it.
 
 Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
 [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
@@ -63,9 +64,11 @@ from . import attention_routing, ladder_path
 from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kernel
 from .torch_path import _run_torch
 from .validation import (
+    E4M3,
     _check_causal,
     _check_out_lse,
     _scale_number,
+    kv_scales_of,
     validate_inputs,
 )
 
@@ -107,6 +110,7 @@ class Call:
     phase: str                             # attention_routing.PHASES
     masked: bool
     needs_grad: bool                       # autograd records the call
+    fp8_kv: bool = False                   # an e4m3 paged cache (k_scale, v_scale)
 
     @property
     def paged(self) -> bool:
@@ -130,7 +134,8 @@ def describe_call(q, k, v, *, mask=None, page_table=None, cu_seqlens_q=None) -> 
         capability, gpu = _cuda_device(index)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     return Call(q.device.type, capability, gpu, q.dtype, q.shape[-1],
-                phase_of(seqlen_q, q.shape[-2] // k.shape[2], paged, packed), mask is not None, needs_grad)
+                phase_of(seqlen_q, q.shape[-2] // k.shape[2], paged, packed), mask is not None, needs_grad,
+                k.dtype == E4M3)
 
 
 # ---- capability checks: reason or None -------------------------------------------------------
@@ -146,6 +151,8 @@ def _cuda_unsupported(call: Call) -> str | None:
         return f"head_dim {call.head_dim} (supported: {ops.HEAD_DIMS})"
     if call.needs_grad:
         return "autograd is recording the call and our kernels have no backward"
+    if call.fp8_kv and call.phase != "paged-decode":
+        return f"an e4m3 cache in a {call.phase} call (our kernels read one in paged decode)"
     arch = loader.build_info("attention").get("arch", "90a")
     major, minor = call.capability
     if arch.endswith("a"):
@@ -166,6 +173,8 @@ def _fa4():
 
 
 def _fa4_unsupported(call: Call) -> str | None:
+    if call.fp8_kv:
+        return "flash_attn.cute reads no e4m3 cache on Hopper"
     if call.masked:
         return "flash_attn.cute takes no boolean mask"
     if call.device_type != "cuda":
@@ -264,7 +273,7 @@ def _debug_setting() -> str | None:
 
 
 def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
-              cu_seqlens_q=None, out=None, lse=None, check_seqlens=True):
+              cu_seqlens_q=None, out=None, lse=None, check_seqlens=True, k_scale=None, v_scale=None):
     """Attention with contiguous or paged KV (see the module docstring); returns out.
 
     The arguments, in brief:
@@ -283,6 +292,10 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
     - `check_seqlens`: check the lengths (and offsets) against the page table, one device->host
       copy unless the same tensors passed unmodified last time; False skips it (a length past
       the page table then gives that sequence NaN on our kernels).
+    - `k_scale`, `v_scale`: an e4m3 paged cache (float8_e4m3fn k, v; bf16 or fp16 q): the
+      factors that turn its values into keys and values, float32 [Hkv] (per kv head) or [1],
+      or numbers. Our paged decode reads the cache as it is (half a 16-bit cache's bytes);
+      other calls on such a cache take the torch path on the dequantized values.
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
@@ -296,9 +309,16 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
         scale = _scale_number(scale)
     validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                     cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
+    fp8_kv = k.dtype == E4M3
+    kv_scales = None
+    if fp8_kv or k_scale is not None or v_scale is not None:
+        kv_scales = kv_scales_of(k, k_scale, v_scale)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     run = _runner(choose_backend(call)[0], q, k, page_table, cu_seqlens_q)
-    return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+    if not fp8_kv:
+        return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
+    return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse,
+               kv_scales=kv_scales)
 
 
 def _runner(name, q, k, page_table, cu_seqlens_q):
@@ -322,9 +342,12 @@ def _runner(name, q, k, page_table, cu_seqlens_q):
     return _run_cuda_decode if small else _run_cuda_prefill
 
 
-def _run_cuda_paged_decode(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+def _run_cuda_paged_decode(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse,
+                           kv_scales=None):
+    k_scale, v_scale = kv_scales or (None, None)
     return ops.paged_decode(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, mask=mask, out=out,
-                            lse=lse, check_seqlens=False, debug=_debug_setting() == "1")
+                            lse=lse, check_seqlens=False, debug=_debug_setting() == "1", k_scale=k_scale,
+                            v_scale=v_scale)
 
 
 def _run_cuda_paged_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):

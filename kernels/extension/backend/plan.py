@@ -34,7 +34,7 @@ import torch
 from ..ops import attention as ops
 from .attention import _UNSUPPORTED, _runner, _strict_backend, backend_order, choose_backend, describe_call
 from .torch_path import _run_torch
-from .validation import _scale_number, check_seqlens_in_pages, validate_inputs
+from .validation import E4M3, _scale_number, check_seqlens_in_pages, kv_scales_of, validate_inputs
 
 PLAN_BACKENDS = ("cuda", "torch")  # what a plan can run (FlashAttention-4's paged decode: not yet)
 
@@ -58,36 +58,59 @@ class _PagedPlan:
     (no bytes, no data read), the cache, page table and lengths held, and each run's query and
     layer cache checked in O(1)."""
 
-    def _hold(self, q_shape, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, causal, scale):
+    def _hold(self, q_shape, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, causal, scale, q_dtype,
+              k_scale, v_scale):
         """Validate and keep the planned inputs; returns the stand-in query (for routing)."""
         self.q_shape = q_shape
-        probe = torch.empty(q_shape[-1:], dtype=k_cache.dtype, device=k_cache.device).expand(q_shape)
+        if q_dtype is None:  # the cache's, or bf16 for an e4m3 cache
+            q_dtype = torch.bfloat16 if k_cache.dtype == E4M3 else k_cache.dtype
+        if not isinstance(q_dtype, torch.dtype):
+            raise TypeError(f"q_dtype must be a torch.dtype, got {q_dtype!r}")
+        probe = torch.empty(q_shape[-1:], dtype=q_dtype, device=k_cache.device).expand(q_shape)
         validate_inputs(probe, k_cache, v_cache, scale=scale, page_table=page_table, seqlens_k=seqlens_k,
                         cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
+        self.kv_scales = kv_scales_of(k_cache, k_scale, v_scale)
         for name, t in (("page_table", page_table), ("seqlens_k", seqlens_k), ("cu_seqlens_q", cu_seqlens_q)):
             if t is not None and t.device != k_cache.device:
                 raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
         self.k_cache, self.v_cache, self.page_table, self.seqlens_k = k_cache, v_cache, page_table, seqlens_k
         self.cu_seqlens_q, self.causal = cu_seqlens_q, causal
         self.scale = None if scale is None else _scale_number(scale)
-        self.dtype, self.device = k_cache.dtype, k_cache.device
+        self.dtype, self.device = q_dtype, k_cache.device
         return probe
 
-    def _check_run(self, q, k_cache, v_cache):
-        """The planned query's shape, dtype and device, and a layer's cache of the planned one's
-        (or the planned cache): O(1). Returns the caches to run on."""
+    def _check_run(self, q, k_cache, v_cache, k_scale, v_scale):
+        """The planned query's shape, dtype and device, and a layer's cache (and an e4m3 cache's
+        factors) of the planned one's (or the planned ones): O(1). Returns the caches and the
+        factors (None for a 16-bit cache) to run on."""
         if q.shape != self.q_shape or q.dtype != self.dtype or q.device != self.device:
             raise ValueError(f"q must be {tuple(self.q_shape)} {self.dtype} on {self.device} as planned, "
                              f"got {tuple(q.shape)} {q.dtype} on {q.device}")
         k_cache = self.k_cache if k_cache is None else k_cache
         v_cache = self.v_cache if v_cache is None else v_cache
         if k_cache is not self.k_cache or v_cache is not self.v_cache:
+            planned = self.k_cache
             for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-                if t.shape != self.k_cache.shape or t.dtype != self.dtype or t.device != self.device:
-                    raise ValueError(f"{name} must be {tuple(self.k_cache.shape)} {self.dtype} on "
+                if t.shape != planned.shape or t.dtype != planned.dtype or t.device != self.device:
+                    raise ValueError(f"{name} must be {tuple(planned.shape)} {planned.dtype} on "
                                      f"{self.device} as planned, got {tuple(t.shape)} {t.dtype} "
                                      f"on {t.device}")
-        return k_cache, v_cache
+        kv_scales = self.kv_scales
+        if k_scale is not None or v_scale is not None:
+            if kv_scales is None:
+                raise ValueError("k_scale and v_scale are the factors of an e4m3 cache; the plan's is "
+                                 f"{self.k_cache.dtype}")
+            given = (kv_scales[0] if k_scale is None else k_scale,
+                     kv_scales[1] if v_scale is None else v_scale)
+            for name, t, old in zip(("k_scale", "v_scale"), given, kv_scales):
+                if not isinstance(t, torch.Tensor) or t.shape != old.shape or t.dtype != old.dtype \
+                        or t.device != old.device or t.stride() != old.stride():
+                    got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) \
+                        else type(t).__name__
+                    raise ValueError(f"{name} must be a contiguous {tuple(old.shape)} {old.dtype} tensor on "
+                                     f"{old.device} as planned, got {got}")
+            kv_scales = given
+        return k_cache, v_cache, kv_scales
 
 
 class DecodePlan(_PagedPlan):
@@ -95,7 +118,10 @@ class DecodePlan(_PagedPlan):
 
     The arguments, in brief:
 
-    - `k_cache`, `v_cache`: [num_pages, page_size, Hkv, D], bf16 or fp16 (fp32: torch only).
+    - `k_cache`, `v_cache`: [num_pages, page_size, Hkv, D], bf16 or fp16 (fp32: torch only), or
+      e4m3 (an FP8 KV cache) with `k_scale`, `v_scale` (as `attention()`'s; a layer's own may
+      be passed to `run`).
+    - `q_dtype`: the queries' dtype; default the cache's, bf16 for an e4m3 cache.
     - `page_table`, `seqlens_k`: int32 [B, max_pages] and [B] on the cache's device; both may be
       updated in place between runs (a CUDA graph of `run` reads them as they are then).
     - `heads_q`: query heads, a multiple of Hkv.
@@ -108,14 +134,15 @@ class DecodePlan(_PagedPlan):
     """
 
     def __init__(self, k_cache, v_cache, page_table, seqlens_k, *, heads_q: int, causal: bool = False,
-                 scale: float | None = None, max_seqlen_k: int | None = None, one_launch: bool = False):
+                 scale: float | None = None, max_seqlen_k: int | None = None, one_launch: bool = False,
+                 k_scale=None, v_scale=None, q_dtype: torch.dtype | None = None):
         _check_plan_args((("heads_q", heads_q, 1),), (("causal", causal), ("one_launch", one_launch)),
                          k_cache)
         batch, heads_kv, head_dim = page_table.shape[0], k_cache.shape[2], k_cache.shape[3]
         if heads_q % heads_kv:
             raise ValueError(f"heads_q ({heads_q}) must be a multiple of the cache's kv heads ({heads_kv})")
         probe = self._hold((batch, 1, heads_q, head_dim), k_cache, v_cache, page_table, seqlens_k, None,
-                           causal, scale)
+                           causal, scale, q_dtype, k_scale, v_scale)
         capacity = page_table.shape[1] * k_cache.shape[1]
         if max_seqlen_k is None:
             max_seqlen_k = capacity
@@ -172,17 +199,19 @@ class DecodePlan(_PagedPlan):
         if longest > self.max_seqlen_k:
             raise ValueError(f"seqlens_k holds {longest}, past the plan's max_seqlen_k {self.max_seqlen_k}")
 
-    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
+    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None, k_scale=None, v_scale=None):
         """Attention of ``q`` [B, 1, Hq, D] over the planned cache (or a layer's ``k_cache`` /
-        ``v_cache`` of the planned shape, sharing the page table); returns out. O(1) checks."""
-        k_cache, v_cache = self._check_run(q, k_cache, v_cache)
+        ``v_cache`` of the planned shape, sharing the page table, and an e4m3 layer's ``k_scale``
+        / ``v_scale``); returns out. O(1) checks."""
+        k_cache, v_cache, kv_scales = self._check_run(q, k_cache, v_cache, k_scale, v_scale)
         if self.backend == "cuda":
+            k_scale, v_scale = kv_scales or (None, None)
             return ops.paged_decode(q, k_cache, v_cache, self.page_table, self.seqlens_k, causal=self.causal,
                                     scale=self.scale, out=out, lse=lse, num_splits=self.num_splits,
                                     workspace=self.workspace, check_seqlens=False,
-                                    split_counters=self.split_counters)
+                                    split_counters=self.split_counters, k_scale=k_scale, v_scale=v_scale)
         return _run_torch(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
-                          None, out, lse)
+                          None, out, lse, kv_scales)
 
     def __repr__(self) -> str:
         batch, _, heads_q, head_dim = self.q_shape
@@ -202,20 +231,23 @@ class PrefillPlan(_PagedPlan):
     """
 
     def __init__(self, k_cache, v_cache, page_table, seqlens_k, cu_seqlens_q, *, heads_q: int, total_q: int,
-                 causal: bool = True, scale: float | None = None):
+                 causal: bool = True, scale: float | None = None, k_scale=None, v_scale=None,
+                 q_dtype: torch.dtype | None = None):
         _check_plan_args((("heads_q", heads_q, 1), ("total_q", total_q, 0)), (("causal", causal),), k_cache)
         probe = self._hold((total_q, heads_q, k_cache.shape[3]), k_cache, v_cache, page_table, seqlens_k,
-                           cu_seqlens_q, causal, scale)
+                           cu_seqlens_q, causal, scale, q_dtype, k_scale, v_scale)
         call = describe_call(probe, k_cache, v_cache, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
         self.backend = choose_backend(call)[0]
         self._run = _runner(self.backend, probe, k_cache, page_table, cu_seqlens_q)
 
-    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None):
+    def run(self, q, *, k_cache=None, v_cache=None, out=None, lse=None, k_scale=None, v_scale=None):
         """Attention of the packed ``q`` [total_q, Hq, D] over the planned cache (or a layer's
-        ``k_cache`` / ``v_cache`` of the planned shape); returns out. O(1) checks."""
-        k_cache, v_cache = self._check_run(q, k_cache, v_cache)
-        return self._run(q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
-                         self.cu_seqlens_q, out, lse)
+        ``k_cache`` / ``v_cache`` of the planned shape, and an e4m3 layer's factors); returns out.
+        O(1) checks."""
+        k_cache, v_cache, kv_scales = self._check_run(q, k_cache, v_cache, k_scale, v_scale)
+        args = (q, k_cache, v_cache, self.causal, self.scale, None, self.page_table, self.seqlens_k,
+                self.cu_seqlens_q, out, lse)
+        return self._run(*args) if kv_scales is None else self._run(*args, kv_scales=kv_scales)
 
     def __repr__(self) -> str:
         total_q, heads_q, head_dim = self.q_shape

@@ -96,20 +96,33 @@ def _check_mask_covers(mask, length: int, longest_q: int | None = None) -> None:
                          f"sequence of cu_seqlens_q), got {tuple(mask.shape)}")
 
 
-def _paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, need_lse):
-    """q [B, Sq, Hq, D] on a paged cache: each sequence's pages gathered, then _dense_torch."""
+def _dequantized(k, v, kv_scales):
+    """Gathered K, V [B, Sk, Hkv, D] as they stand: an e4m3 cache's (kv_scales given) times its
+    factors ([Hkv] or [1]), in fp32."""
+    if kv_scales is None:
+        return k, v
+    k_scale, v_scale = kv_scales
+    return k.float() * k_scale.view(1, 1, -1, 1), v.float() * v_scale.view(1, 1, -1, 1)
+
+
+def _paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, need_lse, kv_scales=None):
+    """q [B, Sq, Hq, D] on a paged cache: each sequence's pages gathered (an e4m3 cache's
+    dequantized, the attention then in fp32), then _dense_torch."""
     batch, seqlen_q, heads_q = q.shape[:3]
     length = int(seqlens_k.max()) if batch else 0
     _check_mask_covers(mask, length)
     if length == 0:
         return _no_key(q, heads_q, seqlen_q, batch, need_lse)
     table = _pages_in_use(page_table, seqlens_k, k_cache.shape[0], k_cache.shape[1], length)
-    return _dense_torch(q, _gather_pages(k_cache, table, length), _gather_pages(v_cache, table, length),
-                        causal, scale, seqlens_k, mask, need_lse)
+    k, v = _dequantized(_gather_pages(k_cache, table, length), _gather_pages(v_cache, table, length),
+                        kv_scales)
+    o, o_lse = _dense_torch(q if kv_scales is None else q.float(), k, v, causal, scale, seqlens_k, mask,
+                            need_lse)
+    return o.to(q.dtype), o_lse
 
 
 def _packed_paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
-                        need_lse):
+                        need_lse, kv_scales=None):
     """Packed q [total_q, Hq, D] (cu_seqlens_q) on a paged cache, one sequence at a time."""
     heads_q = q.shape[1]
     cu, lengths = cu_seqlens_q.tolist(), seqlens_k.tolist()
@@ -127,9 +140,11 @@ def _packed_paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, se
             mb = None
             if mask is not None:
                 mb = mask[b:b + 1] if mask.dim() == 2 else mask[b:b + 1, : cu[b + 1] - cu[b]]
-            ob, lb = _dense_torch(qb, _gather_pages(k_cache, table[b:b + 1], length),
-                                  _gather_pages(v_cache, table[b:b + 1], length), causal, scale,
+            kb, vb = _dequantized(_gather_pages(k_cache, table[b:b + 1], length),
+                                  _gather_pages(v_cache, table[b:b + 1], length), kv_scales)
+            ob, lb = _dense_torch(qb if kv_scales is None else qb.float(), kb, vb, causal, scale,
                                   seqlens_k[b:b + 1], mb, need_lse)
+            ob = ob.to(q.dtype)
         outs.append(ob[0])
         lses.append(lb[0] if need_lse else None)
     o = torch.cat(outs, dim=0) if outs else q.new_zeros(q.shape)
@@ -139,7 +154,7 @@ def _packed_paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, se
     return o, o_lse
 
 
-def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse, kv_scales=None):
     if out is not None or lse is not None:
         _check_out_lse(q, out, lse, cu_seqlens_q is not None)
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
@@ -151,10 +166,11 @@ def _run_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q
         lens = torch.full((q.shape[0],), k.shape[1], device=q.device)
         o, o_lse = _dense_torch(q, k, v, causal, scale, lens, mask, lse is not None)
     elif cu_seqlens_q is None:
-        o, o_lse = _paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, lse is not None)
+        o, o_lse = _paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, lse is not None,
+                                kv_scales)
     else:
         o, o_lse = _packed_paged_torch(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q,
-                                       lse is not None)
+                                       lse is not None, kv_scales)
     if lse is not None:
         lse.copy_(o_lse)
     if out is not None:

@@ -26,22 +26,62 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
+E4M3 = torch.float8_e4m3fn  # an FP8 KV cache's element type
+
+
+def kv_scales_of(k, k_scale, v_scale):
+    """An e4m3 cache's factors as float32 tensors on the cache's device, [Hkv] (one per kv head)
+    or [1] (one for all; a Python number becomes one, copied to the device), or None for a 16-bit
+    cache, which takes none. Checks shapes and types, not values (finite, positive: the
+    binding's length check reads them)."""
+    if k.dtype != E4M3:
+        if k_scale is not None or v_scale is not None:
+            raise ValueError(f"k_scale and v_scale are the factors of an e4m3 cache; k is {k.dtype}")
+        return None
+    if k_scale is None or v_scale is None:
+        raise ValueError("an e4m3 cache (float8_e4m3fn k / v) needs k_scale and v_scale")
+    heads_kv, scales = k.shape[2], []
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if not isinstance(s, torch.Tensor):
+            number = _scale_number(s)
+            if not (math.isfinite(number) and number > 0):
+                raise ValueError(f"{name} must be finite and positive, got {number}")
+            s = torch.tensor([number], dtype=torch.float32, device=k.device)
+        if s.dtype != torch.float32 or s.dim() != 1 or s.shape[0] not in (1, heads_kv) or s.stride(0) != 1:
+            raise ValueError(f"{name} must be a number or a contiguous float32 tensor [Hkv = {heads_kv}] "
+                             f"or [1], got {s.dtype} of shape {tuple(s.shape)}")
+        if s.device != k.device:
+            raise ValueError(f"{name} must be on the cache's device {k.device}, got {s.device}")
+        scales.append(s)
+    if scales[0].shape != scales[1].shape:
+        raise ValueError(f"k_scale and v_scale must have one shape, got {tuple(scales[0].shape)} and "
+                         f"{tuple(scales[1].shape)}")
+    return tuple(scales)
+
+
 def validate_inputs(q, k, v, *, scale=None, mask=None, page_table=None, seqlens_k=None,
                     cu_seqlens_q=None, check_seqlens=True) -> None:
     """Raise TypeError / ValueError naming the bad input. With `check_seqlens`, lengths beyond
     the page table and packed offsets (cu_seqlens_q) are checked with one device->host copy,
     skipped while a CUDA graph is being captured and for the tensors that passed the last check
-    unmodified (check_seqlens_in_pages)."""
+    unmodified (check_seqlens_in_pages). K and V may be e4m3 in a paged cache (their factors:
+    kv_scales_of)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise TypeError(f"{name} must be bfloat16, float16 or float32, got {t.dtype}")
+        if t.dtype not in (torch.bfloat16, torch.float16, torch.float32) and (name == "q" or t.dtype != E4M3):
+            extra = "" if name == "q" else " (or float8_e4m3fn, a paged cache)"
+            raise TypeError(f"{name} must be bfloat16, float16 or float32{extra}, got {t.dtype}")
     for name, t in (("mask", mask), ("page_table", page_table), ("seqlens_k", seqlens_k),
                     ("cu_seqlens_q", cu_seqlens_q)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if not (q.dtype == k.dtype == v.dtype):
+    if k.dtype == E4M3 or v.dtype == E4M3:
+        if k.dtype != v.dtype:
+            raise TypeError(f"k and v must share a dtype, got {k.dtype}, {v.dtype}")
+        if page_table is None:
+            raise ValueError("an e4m3 k / v must be a paged cache (page_table)")
+    elif not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")

@@ -66,12 +66,18 @@ def decode(q, k, v, *, causal=False, scale=None, mask=None, out=None, lse=None, 
 
 def paged_decode(q, k_cache, v_cache, page_table, seqlens_k, *, causal=False, scale=None, mask=None,
                  out=None, lse=None, num_splits=0, impl="tc", workspace=None, check_seqlens=True,
-                 debug=False, split_counters=None):
+                 debug=False, split_counters=None, k_scale=None, v_scale=None):
     """Split-KV decode on a paged cache; CUDA-graph capturable (no host synchronization when
     check_seqlens is False or while capturing; pass num_splits + workspace for a fixed footprint,
-    split_counters for one launch: see decode)."""
+    split_counters for one launch: see decode).
+
+    The cache may be e4m3 (torch.float8_e4m3fn, impl "tc") with k_scale and v_scale: float32
+    [Hkv] or [1] on the device, key = k_scale * k_cache value (per kv head), likewise V. The
+    kernel reads them on the device (a CUDA graph sees new values); check_seqlens also checks
+    that they are finite and positive."""
     return _module().paged_decode(q, k_cache, v_cache, page_table, seqlens_k, causal, scale, mask, out, lse,
-                                  num_splits, impl, workspace, check_seqlens, debug, split_counters)
+                                  num_splits, impl, workspace, check_seqlens, debug, split_counters, k_scale,
+                                  v_scale)
 
 
 # The prefill kernels by impl name (the module docstring says what each is).

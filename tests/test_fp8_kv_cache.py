@@ -1,0 +1,294 @@
+"""An FP8 (e4m3) paged KV cache: `PagedKVCache(dtype=torch.float8_e4m3fn)` stores e4m3 pages and
+per-(layer, kv head) factors; `attention()` and `DecodePlan` take the cache with `k_scale` /
+`v_scale`; our paged decode reads it as it is (csrc decode_kernel.cuh, KvElement e4m3), the
+torch path dequantizes it. The CPU tests hold the torch path to the fp64 reference on the
+dequantized cache and check every refusal; the gpu tests hold our kernel to the same reference,
+and to our bf16 decode on the same values (power-of-two factors make them exact in bf16)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.extension.backend import attention, select_backend
+from kernels.extension.backend.plan import DecodePlan
+from kernels.harness import paged_kv_cache
+from kernels.model import PagedKVCache
+
+E4M3 = torch.float8_e4m3fn
+
+
+def e4m3_problem(batch=3, heads_q=8, heads_kv=2, head_dim=64, seqlen_k=70, page_size=16, device="cpu",
+                 dtype=torch.bfloat16, per_head=True, seed=0):
+    """q, an e4m3 paged cache of random keys and values (K about 3x V's magnitude) with its
+    factors ([Hkv] or [1]) and page table, and the dequantized K, V [B, Sk, Hkv, D] in fp64."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, 1, heads_q, head_dim, generator=g)
+    k = 3 * torch.randn(batch, seqlen_k, heads_kv, head_dim, generator=g)
+    v = torch.randn(batch, seqlen_k, heads_kv, head_dim, generator=g)
+    scales = []
+    for x in (k, v):
+        amax = x.abs().amax(dim=(0, 1, 3)) if per_head else x.abs().amax().view(1)
+        scales.append((amax / 448).float())
+    k8 = (k / scales[0].view(1, 1, -1, 1)).to(E4M3).float()
+    v8 = (v / scales[1].view(1, 1, -1, 1)).to(E4M3).float()
+    k_cache, v_cache, table = paged_kv_cache(k8, v8, page_size, generator=torch.Generator().manual_seed(seed))
+    k_deq = k8.double() * scales[0].double().view(1, 1, -1, 1)
+    v_deq = v8.double() * scales[1].double().view(1, 1, -1, 1)
+    return (q.to(device, dtype), k_cache.to(E4M3).to(device), v_cache.to(E4M3).to(device), table.to(device),
+            scales[0].to(device), scales[1].to(device), k_deq, v_deq)
+
+
+def reference(q, k, v, lens, scale=None):
+    """Attention of q [B, 1, Hq, D] over the first lens[b] keys of k, v [B, Sk, Hkv, D], in
+    fp64: out [B, 1, Hq, D] and lse [B, Hq, 1]."""
+    batch, _, heads_q, head_dim = q.shape
+    group = heads_q // k.shape[2]
+    scale = scale if scale is not None else 1 / math.sqrt(head_dim)
+    out = torch.zeros(batch, 1, heads_q, head_dim, dtype=torch.float64)
+    lse = torch.full((batch, heads_q, 1), -math.inf, dtype=torch.float64)
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        kk = k[b, :n].repeat_interleave(group, dim=1)  # [n, Hq, D]
+        vv = v[b, :n].repeat_interleave(group, dim=1)
+        s = torch.einsum("hd,nhd->hn", q[b, 0].double().cpu(), kk) * scale
+        out[b, 0] = torch.einsum("hn,nhd->hd", s.softmax(-1), vv)
+        lse[b, :, 0] = s.logsumexp(-1)
+    return out, lse
+
+
+# ---- the cache ------------------------------------------------------------------------------
+
+def test_cache_stores_e4m3_with_per_head_factors_and_saturates():
+    cache = PagedKVCache(num_layers=2, heads_kv=2, head_dim=64, max_batch=2, max_seqlen=40, page_size=16,
+                         dtype=E4M3, device="cpu", kv_scale=0.5)
+    assert cache.k.dtype == E4M3 and cache.k.element_size() == 1
+    assert cache.k_scale.shape == (2, 2) and cache.k_scale.dtype == torch.float32
+    assert cache.k_scale.tolist() == [[0.5, 0.5]] * 2 and cache.v_scale is not cache.k_scale
+    cache.k_scale[1] = torch.tensor([0.02, 2.0])
+    cache.v_scale[1] = torch.tensor([0.03, 0.25])
+    cache.grow(0, 33)
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(33, 2, 64, generator=g)
+    v = torch.randn(33, 2, 64, generator=g)
+    k[0, 0, 0] = 1e6  # past e4m3's range times the factor: saturates, no NaN
+    slots = torch.tensor(cache.slots(0, 0, 33))
+    cache.write(1, slots, k, v)
+    k_cache, v_cache = cache.layer(1)
+    k_scale, v_scale = cache.layer_scales(1)
+    stored_k = k_cache.view(-1, 2, 64)[slots].float() * k_scale.view(1, -1, 1)
+    stored_v = v_cache.view(-1, 2, 64)[slots].float() * v_scale.view(1, -1, 1)
+    assert stored_k[0, 0, 0] == 448 * k_scale[0]
+    assert not stored_k.isnan().any()
+    k[0, 0, 0] = stored_k[0, 0, 0]
+    # e4m3 keeps 3 mantissa bits: half an ulp is 1/16 of the value; below 2^-6 (times the
+    # factor) the spacing is fixed at 2^-9
+    for stored, x, s in ((stored_k, k, k_scale), (stored_v, v, v_scale)):
+        bound = torch.maximum(x.abs() / 16, 2.0 ** -10 * s.view(1, -1, 1))
+        assert ((stored - x).abs() <= bound * 1.0001).all()
+    assert (cache.layer(0)[0].float() == 0).all()  # the other layer is untouched
+    assert PagedKVCache(num_layers=1, heads_kv=1, head_dim=64, max_batch=1, max_seqlen=8, page_size=8,
+                        device="cpu").layer_scales(0) == (None, None)
+
+
+@pytest.mark.parametrize("kv_scale", [0.0, -1.0, float("inf"), float("nan"), True, "1"])
+def test_cache_refuses_a_bad_factor(kv_scale):
+    with pytest.raises(ValueError, match="kv_scale must be a positive finite number"):
+        PagedKVCache(num_layers=1, heads_kv=1, head_dim=64, max_batch=1, max_seqlen=8, page_size=8,
+                     dtype=E4M3, device="cpu", kv_scale=kv_scale)
+
+
+# ---- attention() and DecodePlan on the torch path -------------------------------------------
+
+@pytest.mark.parametrize("per_head", [True, False], ids=["per-head", "per-tensor"])
+@pytest.mark.parametrize("page_size", [16, 5])
+def test_attention_on_an_e4m3_cache_matches_the_reference(per_head, page_size):
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(page_size=page_size, per_head=per_head)
+    lens = [70, 0, 23]
+    seqlens = torch.tensor(lens, dtype=torch.int32)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((3, 8, 1), float("nan"))
+    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens) == "torch"  # no GPU here
+    result = attention(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=k_scale,
+                       v_scale=v_scale, out=out, lse=lse)
+    want, want_lse = reference(q, k, v, lens)
+    assert result is out and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), want, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-4)
+
+
+def test_attention_takes_numbers_for_one_factor_each():
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(per_head=False)
+    seqlens = torch.tensor([70, 3, 40], dtype=torch.int32)
+    out = attention(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=float(k_scale),
+                    v_scale=float(v_scale))
+    torch.testing.assert_close(out.double(), reference(q, k, v, [70, 3, 40])[0], atol=1e-2, rtol=1e-2)
+
+
+def _bad_calls():
+    q, k_cache, v_cache, table, k_scale, v_scale, _, _ = e4m3_problem()
+    seqlens = torch.full((3,), 70, dtype=torch.int32)
+    paged = dict(page_table=table, seqlens_k=seqlens)
+    bf16_cache = k_cache.to(torch.bfloat16)
+    return [
+        ((q, k_cache, v_cache), dict(paged), ValueError, "needs k_scale and v_scale"),
+        ((q, k_cache, v_cache), dict(paged, k_scale=k_scale), ValueError, "needs k_scale and v_scale"),
+        ((q, bf16_cache, bf16_cache), dict(paged, k_scale=k_scale, v_scale=v_scale), ValueError,
+         "factors of an e4m3 cache"),
+        ((q, k_cache, v_cache), dict(paged, k_scale=k_scale[:1], v_scale=v_scale), ValueError, "one shape"),
+        ((q, k_cache, v_cache), dict(paged, k_scale=torch.ones(3), v_scale=torch.ones(3)), ValueError,
+         r"\[Hkv = 2\] or \[1\]"),
+        ((q, k_cache, v_cache), dict(paged, k_scale=k_scale.double(), v_scale=v_scale.double()), ValueError,
+         "float32"),
+        ((q, k_cache, v_cache), dict(paged, k_scale=0.0, v_scale=1.0), ValueError, "finite and positive"),
+        ((q, k_cache, v_cache), dict(paged, k_scale="1", v_scale=1.0), TypeError, "scale must be a number"),
+        ((q, k_cache, bf16_cache), dict(paged, k_scale=k_scale, v_scale=v_scale), TypeError,
+         "k and v must share a dtype"),
+        ((q.to(E4M3), k_cache, v_cache), dict(paged, k_scale=k_scale, v_scale=v_scale), TypeError,
+         "q must be bfloat16, float16 or float32, got"),
+        ((q, torch.zeros(3, 70, 2, 64).to(E4M3), torch.zeros(3, 70, 2, 64).to(E4M3)),
+         dict(k_scale=k_scale, v_scale=v_scale), ValueError, "must be a paged cache"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_bad_calls())))
+def test_attention_refuses_what_an_e4m3_cache_cannot_take(index):
+    args, kwargs, error, message = _bad_calls()[index]
+    with pytest.raises(error, match=message):
+        attention(*args, **kwargs)
+
+
+def test_decode_plan_runs_an_e4m3_cache_and_a_layers_own_factors():
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem()
+    lens = torch.tensor([70, 33, 1], dtype=torch.int32)
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=8, k_scale=k_scale, v_scale=v_scale)
+    assert plan.dtype == torch.bfloat16 and plan.backend == "torch"  # bf16 queries by default
+    torch.testing.assert_close(plan.run(q).double(), reference(q, k, v, [70, 33, 1])[0], atol=1e-2, rtol=1e-2)
+    # another layer: the same cache with its factors doubled reads as twice the values
+    out = plan.run(q, k_cache=k_cache.clone(), v_cache=v_cache.clone(), k_scale=k_scale, v_scale=2 * v_scale)
+    torch.testing.assert_close(out.double(), 2 * reference(q, k, v, [70, 33, 1])[0], atol=2e-2, rtol=1e-2)
+    with pytest.raises(ValueError, match="v_scale must be a contiguous"):
+        plan.run(q, v_scale=v_scale[:1])
+    with pytest.raises(ValueError, match="k_cache must be"):
+        plan.run(q, k_cache=k_cache.to(torch.bfloat16), v_cache=v_cache)
+    with pytest.raises(ValueError, match="q must be"):
+        plan.run(q.half())
+    assert DecodePlan(k_cache, v_cache, table, lens, heads_q=8, k_scale=k_scale, v_scale=v_scale,
+                      q_dtype=torch.float16).dtype == torch.float16
+    with pytest.raises(ValueError, match="needs k_scale and v_scale"):
+        DecodePlan(k_cache, v_cache, table, lens, heads_q=8)
+    bf16 = k_cache.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="factors of an e4m3 cache"):
+        DecodePlan(bf16, bf16, table, lens, heads_q=8).run(q, k_scale=k_scale)
+
+
+def test_kernels_that_do_not_read_e4m3_say_so():
+    """Our kernels read an e4m3 cache in paged decode only; FA4 reads none: attention()'s routing
+    passes other calls to torch with the reason."""
+    from kernels.extension.backend.attention import Call, _cuda_unsupported, _fa4_unsupported, ops
+
+    call = Call("cuda", (9, 0), "h200", torch.bfloat16, 128, "paged-prefill", False, False, fp8_kv=True)
+    assert "reads no e4m3 cache" in _fa4_unsupported(call)
+    if ops.available():
+        assert "our kernels read one in paged decode" in _cuda_unsupported(call)
+
+
+# ---- our paged decode ---------------------------------------------------------------------------
+
+def _needs_module():
+    from kernels.extension import loader
+
+    if not loader.available("attention"):
+        pytest.skip("the attention module is not built: python -m tools.build_ext")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("heads", [(8, 2), (32, 8), (16, 1)], ids=lambda h: f"{h[0]}-{h[1]}")
+@pytest.mark.parametrize("page_size", [1, 5, 64])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_kernel_on_an_e4m3_cache_matches_the_reference(head_dim, dtype, heads, page_size, num_splits):
+    from kernels.extension.ops import attention as ops
+
+    _needs_module()
+    lens = [300, 0, 1, 129]
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(
+        batch=4, heads_q=heads[0], heads_kv=heads[1], head_dim=head_dim, seqlen_k=300, page_size=page_size,
+        device="cuda", dtype=dtype, per_head=heads[1] > 1, seed=head_dim + page_size)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((4, heads[0], 1), float("nan"), device="cuda")
+    ops.paged_decode(q, k_cache, v_cache, table, seqlens, out=out, lse=lse, num_splits=num_splits,
+                     k_scale=k_scale, v_scale=v_scale)
+    torch.cuda.synchronize()
+    want, want_lse = reference(q, k, v, lens)
+    torch.testing.assert_close(out.double().cpu(), want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.double().cpu(), want_lse, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_kernel_on_an_e4m3_cache_equals_the_bf16_decode_on_its_values(head_dim):
+    """With power-of-two factors every dequantized value is a bf16 value: the e4m3 decode and
+    the bf16 decode on the dequantized cache see the same numbers and differ only in where the
+    factor enters (the softmax scale, O), within a bf16 rounding of the output."""
+    from kernels.extension.ops import attention as ops
+
+    _needs_module()
+    q, k_cache, v_cache, table, _, _, _, _ = e4m3_problem(batch=2, heads_q=16, heads_kv=4, head_dim=head_dim,
+                                                          seqlen_k=1000, device="cuda")
+    k_scale = torch.tensor([2.0 ** -3, 2.0 ** -5, 1.0, 2.0 ** 2], device="cuda")
+    v_scale = torch.tensor([2.0 ** -4, 2.0 ** -1, 2.0 ** -6, 1.0], device="cuda")
+    seqlens = torch.tensor([1000, 517], dtype=torch.int32, device="cuda")
+    got = ops.paged_decode(q, k_cache, v_cache, table, seqlens, k_scale=k_scale, v_scale=v_scale)
+    k16 = (k_cache.float() * k_scale.view(1, 1, -1, 1)).bfloat16()
+    v16 = (v_cache.float() * v_scale.view(1, 1, -1, 1)).bfloat16()
+    want = ops.paged_decode(q, k16, v16, table, seqlens)
+    torch.testing.assert_close(got.float(), want.float(), atol=1e-3, rtol=2 ** -7)
+
+
+@pytest.mark.gpu
+def test_kernel_plan_on_an_e4m3_cache_under_graph_replay():
+    """Captured once, replayed while the lengths and the factors change in place."""
+    _needs_module()
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(device="cuda")
+    lens = torch.tensor([70, 33, 1], dtype=torch.int32, device="cuda")
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=8, k_scale=k_scale, v_scale=v_scale)
+    assert plan.backend == "cuda"
+    out = torch.full_like(q, float("nan"))
+    plan.run(q, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan.run(q, out=out)
+    for step, factor in (([70, 33, 1], 1.0), ([12, 70, 48], 2.0), ([64, 65, 66], 0.5)):
+        lens.copy_(torch.tensor(step, dtype=torch.int32))
+        v_scale.mul_(factor)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        v = v * factor
+        torch.testing.assert_close(out.double().cpu(), reference(q, k, v, step)[0], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_kernel_routes_and_checks_the_factors():
+    from kernels.extension.ops import attention as ops
+
+    _needs_module()
+    q, k_cache, v_cache, table, k_scale, v_scale, _, _ = e4m3_problem(device="cuda")
+    seqlens = torch.full((3,), 70, dtype=torch.int32, device="cuda")
+    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens) == "cuda"
+    for bad in (torch.zeros_like(k_scale), torch.full_like(k_scale, float("nan"))):
+        with pytest.raises(ValueError, match="finite and positive"):
+            ops.paged_decode(q, k_cache, v_cache, table, seqlens, k_scale=bad, v_scale=v_scale)
+    with pytest.raises(ValueError, match="impl='tc' only"):
+        ops.paged_decode(q, k_cache, v_cache, table, seqlens, k_scale=k_scale, v_scale=v_scale, impl="scalar")
+    with pytest.raises(ValueError, match="needs k_scale and v_scale"):
+        ops.paged_decode(q, k_cache, v_cache, table, seqlens)
+    wide = torch.zeros(*k_cache.shape[:3], 72, device="cuda").to(E4M3)[..., :64]  # 72-byte heads
+    with pytest.raises(ValueError, match="k_cache strides must be multiples of 16 elements"):
+        ops.paged_decode(q, wide, wide, table, seqlens, k_scale=k_scale, v_scale=v_scale)
