@@ -258,6 +258,26 @@ def test_a_generator_serves_batch_after_batch(hf):
     assert gen.cache.allocator.num_free == 8 * 4 - 3 - 4  # 15 and 10 tokens hold 4 + 3 pages
 
 
+def test_an_fp8_cache_serves_the_same_logits_within_its_rounding(hf):
+    """kv_dtype=float8_e4m3fn: K/V stored in e4m3 (factor 2^-5 per layer and head); the prefill's
+    logits and a decode step's, fed the same tokens, stay within e4m3's rounding of the fp32
+    cache's (the tiny model's logits are ~0.5; a factor ignored anywhere would move them by
+    far more)."""
+    prompts = prompts_of(LENGTHS)
+    gen = PagedGenerator(hf, max_batch=8, max_seqlen=32, page_size=PAGE)
+    gen8 = PagedGenerator(hf, max_batch=8, max_seqlen=32, page_size=PAGE, kv_dtype=torch.float8_e4m3fn,
+                          kv_scale=2.0 ** -5)
+    assert gen8.cache.k.dtype == torch.float8_e4m3fn
+    assert gen8.cache.k_scale.shape == (gen.model.num_layers, gen.model.heads_kv)
+    for _ in range(2):
+        want, got = gen.prefill(prompts).clone(), gen8.prefill(prompts).clone()
+        torch.testing.assert_close(got, want, atol=3e-2, rtol=0)
+        gen8.tokens.copy_(gen.tokens)  # the same next tokens, whatever the rounding picked
+        torch.testing.assert_close(gen8.step().clone(), gen.step().clone(), atol=3e-2, rtol=0)
+        gen8.cache.k_scale[1:].fill_(2.0 ** -4)  # the next batch: another factor in the later layers
+        gen8.cache.v_scale[1:].fill_(2.0 ** -3)
+
+
 def test_scaled_rope_comes_from_the_model():
     """A llama3-scaled RoPE: the tables are the model's, so the logits still match."""
     rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -350,21 +370,21 @@ def test_fp8_conversion_shares_weights_and_changes_nothing_outside_autocast():
 # ---- the benchmark suite (it measures on a GPU; here its wiring, on a tiny model) ----------------
 
 def test_model_suite_runs_end_to_end_on_a_tiny_model():
-    """Every row of tools/suites/model.py (but the FP8 one, which needs a GPU) on the CPU:
+    """Every row of tools/suites/model.py (but the FP8 linears', which need a GPU) on the CPU:
     checked, timed on the host clock, in the results schema."""
     from tools import report
     from tools.suites import model as suite
 
     setup = suite.Setup(shape=TINY_SHAPE, batches=(1, 3), prompt_len=9, decode_steps=3, page_size=PAGE,
                         reps=2, device="cpu")
-    kernels = ("paged-llama", "transformers-sdpa", "transformers-sdpa-static-compile")
+    kernels = ("paged-llama", "paged-llama-fp8kv", "transformers-sdpa", "transformers-sdpa-static-compile")
     rows = suite.measure(setup, kernels)
     assert [(r["kernel"], r["problem"]["phase"], r["problem"]["batch"]) for r in rows] == [
         (kernel, phase, batch) for batch in (1, 3) for kernel in kernels
         for phase in (("decode",) if kernel.endswith("compile") else ("prefill", "decode"))]
     assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows), [r["status"] for r in rows]
     # bf16 against bf16 on the same weights: ours is checked before it is timed.
-    assert all(r["rel_err"] < suite.CHECK_TOL for r in rows if r["kernel"] == "paged-llama")
+    assert all(r["rel_err"] < suite.CHECK_TOL for r in rows if r["kernel"].startswith("paged-llama"))
     meta = {k: "x" for k in report.META_KEYS} | {"ceilings": {"copy_tbps": 4.0}}
     report.validate({"meta": meta, "rows": rows})
     assert report.problem_label(rows[0]["problem"]) == "prefill b1 prompt 9"

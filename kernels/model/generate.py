@@ -42,10 +42,12 @@ class PagedGenerator:
 
     `num_pages`: the cache's pages (default: every row at `max_seqlen`, plus the null page);
     `cuda_graphs`: decode steps replayed from CUDA graphs (default: on for a model on a CUDA
-    device)."""
+    device); `kv_dtype`: the cache's (default the model's; `torch.float8_e4m3fn`: an FP8 cache,
+    with `kv_scale` its initial factor, `cache.k_scale` / `v_scale` to set per layer and head)."""
 
     def __init__(self, model, *, max_batch: int = 64, max_seqlen: int = 2048, page_size: int = 64,
-                 num_pages: int | None = None, cuda_graphs: bool | None = None):
+                 num_pages: int | None = None, cuda_graphs: bool | None = None,
+                 kv_dtype: torch.dtype | None = None, kv_scale: float = 1.0):
         self.model = model if isinstance(model, PagedLlama) else PagedLlama(model, max_seqlen=max_seqlen)
         if self.model.max_seqlen < max_seqlen:
             raise ValueError(f"the model's rotary tables cover {self.model.max_seqlen} positions, "
@@ -53,8 +55,8 @@ class PagedGenerator:
         device = self.model.device
         self.cache = PagedKVCache(num_layers=self.model.num_layers, heads_kv=self.model.heads_kv,
                                   head_dim=self.model.head_dim, max_batch=max_batch, max_seqlen=max_seqlen,
-                                  page_size=page_size, num_pages=num_pages, dtype=self.model.dtype,
-                                  device=device)
+                                  page_size=page_size, num_pages=num_pages,
+                                  dtype=kv_dtype or self.model.dtype, device=device, kv_scale=kv_scale)
         self.max_batch = max_batch
         self.buckets = buckets_up_to(max_batch)
         self.cuda_graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs

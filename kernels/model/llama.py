@@ -141,12 +141,15 @@ class PagedLlama:
         page_table, seqlens = cache.page_table[:rows], cache.seqlens[:rows]
         hidden = model.embed_tokens(tokens)
         # One plan for the step (validation, backend; decode: splits and workspace), run per layer.
+        # An FP8 cache: the plan takes its factors and the model's dtype for the queries.
+        k_scale, v_scale = cache.layer_scales(0)
+        factors = dict(k_scale=k_scale, v_scale=v_scale, q_dtype=self.dtype)
         if cu_seqlens_q is None:
             plan = DecodePlan(*cache.layer(0), page_table, seqlens, heads_q=self.heads_q, causal=True,
-                              scale=self.scale)
+                              scale=self.scale, **factors)
         else:
             plan = PrefillPlan(*cache.layer(0), page_table, seqlens, cu_seqlens_q, heads_q=self.heads_q,
-                               total_q=total, causal=True, scale=self.scale)
+                               total_q=total, causal=True, scale=self.scale, **factors)
         for index, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(hidden)
@@ -156,8 +159,10 @@ class PagedLlama:
             q, k = apply_rotary_emb(q, k, self.cos, self.sin, positions, inplace=True)
             cache.write(index, slots, k, v)
             k_cache, v_cache = cache.layer(index)
+            k_scale, v_scale = cache.layer_scales(index)
             # decode: [B, 1, Hq, D], the paged decode kernel; prefill: packed ragged queries
-            o = plan.run(q.unsqueeze(1) if cu_seqlens_q is None else q, k_cache=k_cache, v_cache=v_cache)
+            o = plan.run(q.unsqueeze(1) if cu_seqlens_q is None else q, k_cache=k_cache, v_cache=v_cache,
+                         k_scale=k_scale, v_scale=v_scale)
             hidden = hidden + attn.o_proj(o.reshape(total, self.heads_q * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         if logits_rows is not None:
