@@ -111,7 +111,8 @@ def test_attention_on_an_e4m3_cache_matches_the_reference(per_head, page_size):
     seqlens = torch.tensor(lens, dtype=torch.int32)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((3, 8, 1), float("nan"))
-    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens) == "torch"  # no GPU here
+    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=k_scale,
+                          v_scale=v_scale) == "torch"  # no GPU here
     result = attention(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=k_scale,
                        v_scale=v_scale, out=out, lse=lse)
     want, want_lse = reference(q, k, v, lens)
@@ -281,7 +282,8 @@ def test_kernel_routes_and_checks_the_factors():
     _needs_module()
     q, k_cache, v_cache, table, k_scale, v_scale, _, _ = e4m3_problem(device="cuda")
     seqlens = torch.full((3,), 70, dtype=torch.int32, device="cuda")
-    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens) == "cuda"
+    assert select_backend(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=k_scale,
+                          v_scale=v_scale) == "cuda"
     for bad in (torch.zeros_like(k_scale), torch.full_like(k_scale, float("nan"))):
         with pytest.raises(ValueError, match="finite and positive"):
             ops.paged_decode(q, k_cache, v_cache, table, seqlens, k_scale=bad, v_scale=v_scale)

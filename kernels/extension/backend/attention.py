@@ -252,7 +252,8 @@ def choose_backend(call: Call) -> tuple[str, list[str]]:
 
 
 def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, seqlens_k=None,
-                   cu_seqlens_q=None, out=None, lse=None, check_seqlens=True) -> str:
+                   cu_seqlens_q=None, out=None, lse=None, check_seqlens=True, k_scale=None,
+                   v_scale=None) -> str:
     """The backend attention() would use for these inputs (routing, overrides, autograd and
     strict selection included); takes attention()'s arguments and raises as it does for inputs
     it refuses, but reads no lengths (the routing does not depend on them: check_seqlens, out
@@ -262,6 +263,8 @@ def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=N
         seqlens_k = torch.zeros(page_table.shape[0], dtype=torch.int32)  # stands in for the lengths
     validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                     cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
+    if k.dtype == E4M3 or k_scale is not None or v_scale is not None:
+        kv_scales_of(k, k_scale, v_scale)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     return choose_backend(call)[0]
 
