@@ -186,15 +186,50 @@ def test_decode_plan_runs_an_e4m3_cache_and_a_layers_own_factors():
         DecodePlan(bf16, bf16, table, lens, heads_q=8).run(q, k_scale=k_scale)
 
 
-def test_kernels_that_do_not_read_e4m3_say_so():
-    """Our kernels read an e4m3 cache in paged decode only; FA4 reads none: attention()'s routing
-    passes other calls to torch with the reason."""
-    from kernels.extension.backend.attention import Call, _cuda_unsupported, _fa4_unsupported, ops
+def test_fa4_reads_no_e4m3_cache():
+    from kernels.extension.backend.attention import Call, _fa4_unsupported
 
     call = Call("cuda", (9, 0), "h200", torch.bfloat16, 128, "paged-prefill", False, False, fp8_kv=True)
     assert "reads no e4m3 cache" in _fa4_unsupported(call)
-    if ops.available():
-        assert "our kernels read one in paged decode" in _cuda_unsupported(call)
+
+
+def test_dequantized_pages_are_what_the_prefill_kernels_read():
+    """The pages a table names, dequantized into a compact 16-bit cache with an arange table:
+    attention on it equals attention on the e4m3 cache (within the 16-bit rounding of the
+    values), and table entries past a sequence's length, whatever they hold, are never a fault."""
+    from kernels.extension.backend.torch_path import dequantized_pages
+
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(page_size=16)
+    table = table.clone()
+    table[1, 2:] = torch.tensor([-7, 10**6, 3])[: table.shape[1] - 2]  # past sequence 1's 20 keys
+    lens = [70, 20, 64]
+    seqlens = torch.tensor(lens, dtype=torch.int32)
+    k16, v16, table16 = dequantized_pages(k_cache, v_cache, table, (k_scale, v_scale), torch.bfloat16)
+    assert k16.dtype == torch.bfloat16 and k16.shape == (table.numel(), 16, 2, 64)
+    assert table16.dtype == torch.int32 and table16.flatten().tolist() == list(range(table.numel()))
+    got = attention(q, k16, v16, page_table=table16, seqlens_k=seqlens)
+    torch.testing.assert_close(got.double(), reference(q, k, v, lens)[0], atol=1.5e-2, rtol=1e-2)
+
+
+def test_prefill_on_our_kernel_reads_the_dequantized_pages(monkeypatch):
+    """Where our kernels run, a ragged prefill on an e4m3 cache hands the prefill kernel the
+    dequantized pages of the queries' dtype and their table."""
+    import importlib
+
+    from kernels.extension.backend.plan import PrefillPlan
+
+    backend = importlib.import_module("kernels.extension.backend.attention")
+    q, k_cache, v_cache, table, k_scale, v_scale, _, _ = e4m3_problem()
+    monkeypatch.setitem(backend._UNSUPPORTED, "cuda", lambda call: None)  # as on a Hopper host
+    seen = {}
+    monkeypatch.setattr(backend.ops, "paged_prefill", lambda *a, **kw: seen.update(args=a, **kw) or "out")
+    cu = torch.tensor([0, 2, 3, 5], dtype=torch.int32)
+    plan = PrefillPlan(k_cache, v_cache, table, torch.full((3,), 70, dtype=torch.int32), cu, heads_q=8,
+                       total_q=5, k_scale=k_scale, v_scale=v_scale)
+    assert plan.backend == "cuda" and plan.run(q[:, 0].repeat(2, 1, 1)[:5]) == "out"
+    k16, v16, table16 = seen["args"][1:4]
+    assert k16.dtype == v16.dtype == torch.bfloat16 and table16.shape == table.shape
+    assert seen["check_seqlens"] is False
 
 
 # ---- our paged decode ---------------------------------------------------------------------------
@@ -273,6 +308,26 @@ def test_kernel_plan_on_an_e4m3_cache_under_graph_replay():
         torch.cuda.synchronize()
         v = v * factor
         torch.testing.assert_close(out.double().cpu(), reference(q, k, v, step)[0], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_prefill_on_an_e4m3_cache_matches_the_torch_path():
+    """attention()'s ragged prefill on our kernels (dequantized pages) against the torch path on
+    the same e4m3 cache, causal, packed queries of three sequences."""
+    from kernels.extension.backend import use_backend
+
+    _needs_module()
+    _, k_cache, v_cache, table, k_scale, v_scale, _, _ = e4m3_problem(head_dim=128, device="cuda")
+    q = torch.randn(40, 8, 128, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 17, 18, 40], dtype=torch.int32, device="cuda")
+    seqlens = torch.tensor([70, 1, 33], dtype=torch.int32, device="cuda")
+    kwargs = dict(page_table=table, seqlens_k=seqlens, cu_seqlens_q=cu, causal=True, k_scale=k_scale,
+                  v_scale=v_scale)
+    with use_backend("cuda"):
+        got = attention(q, k_cache, v_cache, **kwargs)
+    with use_backend("torch"):
+        want = attention(q, k_cache, v_cache, **kwargs)
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.gpu

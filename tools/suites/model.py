@@ -11,7 +11,7 @@ same `LlamaForCausalLM` weights:
   `DynamicScaling`);
 - `paged-llama-fp8kv`: `paged-llama` on an FP8 (e4m3) KV cache, its factors per layer and kv
   head calibrated once from a bf16 prefill of the first batch's prompts (amax / 448, twice that
-  for headroom); the prefill attends on torch's path (our prefill reads no e4m3 cache);
+  for headroom); its prefill reads the batch's pages dequantized into a 16-bit copy;
 - `transformers-sdpa`: transformers' own forward and `generate` (SDPA attention, its dynamic
   cache);
 - `transformers-sdpa-static-compile`: `generate` with a static cache, which transformers runs

@@ -39,7 +39,7 @@ FlashAttention-4's backward) and `torch` (everything). Our kernels are forward-o
 
 Dtypes: bf16 and fp16 on every backend (our kernels compute in fp32 from either); fp32 on
 `torch` only. The output has the inputs' dtype. A paged cache may be e4m3 (an FP8 KV cache,
-with `k_scale` / `v_scale`): our paged decode reads it, the torch path dequantizes it.
+with `k_scale` / `v_scale`): our paged decode reads it, our prefill and torch dequantize it.
 
 Layouts (docs/design.md): q [B, Sq, Hq, D]; contiguous k, v [B, Sk, Hkv, D]; paged k, v
 [num_pages, page_size, Hkv, D] with page_table [B, max_pages] int32 and seqlens_k [B] int32;
@@ -62,7 +62,7 @@ from .. import loader
 from ..ops import attention as ops
 from . import attention_routing, ladder_path
 from .attention_routing import DEFAULT_ORDER, Route, phase_of, uses_decode_kernel
-from .torch_path import _run_torch
+from .torch_path import _run_torch, dequantized_pages
 from .validation import (
     E4M3,
     _check_causal,
@@ -151,8 +151,6 @@ def _cuda_unsupported(call: Call) -> str | None:
         return f"head_dim {call.head_dim} (supported: {ops.HEAD_DIMS})"
     if call.needs_grad:
         return "autograd is recording the call and our kernels have no backward"
-    if call.fp8_kv and call.phase != "paged-decode":
-        return f"an e4m3 cache in a {call.phase} call (our kernels read one in paged decode)"
     arch = loader.build_info("attention").get("arch", "90a")
     major, minor = call.capability
     if arch.endswith("a"):
@@ -297,8 +295,9 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
       the page table then gives that sequence NaN on our kernels).
     - `k_scale`, `v_scale`: an e4m3 paged cache (float8_e4m3fn k, v; bf16 or fp16 q): the
       factors that turn its values into keys and values, float32 [Hkv] (per kv head) or [1],
-      or numbers. Our paged decode reads the cache as it is (half a 16-bit cache's bytes);
-      other calls on such a cache take the torch path on the dequantized values.
+      or numbers. Our paged decode reads the cache as it is (half a 16-bit cache's bytes); our
+      prefill reads the pages the call names, dequantized first into a 16-bit copy (one pass);
+      torch dequantizes too; FlashAttention-4 takes no e4m3 cache.
 
     Differentiable with respect to q, k and v when autograd records the call (it then runs on a
     backend with a backward, fa4 or torch)."""
@@ -353,17 +352,24 @@ def _run_cuda_paged_decode(q, k, v, causal, scale, mask, page_table, seqlens_k, 
                             v_scale=v_scale)
 
 
-def _run_cuda_paged_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse):
+def _run_cuda_paged_prefill(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse,
+                            kv_scales=None):
+    """Packed ragged queries on a paged cache; an e4m3 cache's pages dequantized first
+    (dequantized_pages: the prefill kernels read 16-bit pages)."""
+    if kv_scales is not None:
+        k, v, page_table = dequantized_pages(k, v, page_table, kv_scales, q.dtype)
     return ops.paged_prefill(q, k, v, page_table, cu_seqlens_q, seqlens_k, causal=causal, scale=scale,
                              mask=mask, out=out, lse=lse, check_seqlens=False, debug=_debug_setting() == "1")
 
 
 def _run_cuda_paged_prefill_dense(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out,
-                                  lse):
+                                  lse, kv_scales=None):
     """Long dense queries on a paged cache: the ragged prefill kernel with uniform lengths (out
-    and lse reshaped and copied here, so checked here)."""
+    and lse reshaped and copied here, so checked here); an e4m3 cache as _run_cuda_paged_prefill."""
     if out is not None or lse is not None:
         _check_out_lse(q, out, lse, False)
+    if kv_scales is not None:
+        k, v, page_table = dequantized_pages(k, v, page_table, kv_scales, q.dtype)
     batch, seqlen_q, heads_q = q.shape[:3]
     cu = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     packed_out = None if out is None else out.view(batch * seqlen_q, heads_q, -1)

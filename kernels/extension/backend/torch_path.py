@@ -105,6 +105,20 @@ def _dequantized(k, v, kv_scales):
     return k.float() * k_scale.view(1, 1, -1, 1), v.float() * v_scale.view(1, 1, -1, 1)
 
 
+def dequantized_pages(k_cache, v_cache, page_table, kv_scales, dtype):
+    """The pages an e4m3 cache's ``page_table`` [B, max_pages] names, times the factors, as a
+    compact cache of ``dtype`` [B * max_pages, page_size, Hkv, D] with the table that reads it
+    (``arange``, [B, max_pages] int32): what the 16-bit prefill kernels take. One pass over
+    those pages, no host synchronization (a CUDA graph can hold it). Entries past a sequence's
+    length may name any page, or none: they are clamped into the cache, and never read."""
+    k_scale, v_scale = kv_scales
+    pages = page_table.reshape(-1).long().clamp(0, k_cache.shape[0] - 1)
+    k = (k_cache[pages].float() * k_scale.view(1, 1, -1, 1)).to(dtype)
+    v = (v_cache[pages].float() * v_scale.view(1, 1, -1, 1)).to(dtype)
+    table = torch.arange(pages.numel(), dtype=torch.int32, device=page_table.device).view(page_table.shape)
+    return k, v, table
+
+
 def _paged_torch(q, k_cache, v_cache, causal, scale, mask, page_table, seqlens_k, need_lse, kv_scales=None):
     """q [B, Sq, Hq, D] on a paged cache: each sequence's pages gathered (an e4m3 cache's
     dequantized, the attention then in fp32), then _dense_torch."""
