@@ -162,3 +162,24 @@ def test_fp8_linears_under_fp8_autocast(models):
         err = rel_err(logits[b], ref)
         assert err <= FP8_TOL, f"prompt {b}: FP8 rel_err {err:.3f} (bf16: {bf16_err:.3f})"
         assert err > 2 * bf16_err, f"prompt {b}: FP8 rel_err {err:.3f}, bf16 {bf16_err:.3f}: did FP8 run?"
+
+
+def test_fp8_kv_cache_decodes_within_its_rounding(models):
+    """An e4m3 cache with per-(layer, kv head) factors calibrated from a bf16 prefill: every step's
+    logits against the fp32 model on the same tokens, within FP8_TOL, decode steps replayed from
+    graphs; and not the bf16 cache's logits (the cache held e4m3 values)."""
+    hf32, hf16 = models
+    prompts = random_prompts((1, 65, 200), hf16.config.vocab_size, seed=4)
+    with use_backend("cuda"):
+        gen = PagedGenerator(hf16, max_batch=4, max_seqlen=512, page_size=PAGE)
+        bf16_tokens, bf16_logits = gen.generate(prompts, 8, return_logits=True)
+        gen8 = PagedGenerator(hf16, max_batch=4, max_seqlen=512, page_size=PAGE, kv_dtype=torch.float8_e4m3fn)
+        for mine, seen in ((gen8.cache.k_scale, gen.cache.k), (gen8.cache.v_scale, gen.cache.v)):
+            mine.copy_(2 * seen.float().abs().amax(dim=(1, 2, 4)) / 448)
+        tokens, logits = gen8.generate(prompts, 8, return_logits=True)
+    for b, prompt in enumerate(prompts):
+        n = len(prompt)
+        err = rel_err(logits[b], logits_of(hf32, prompt + tokens[b].tolist())[n - 1:n + 7])
+        bf16_err = rel_err(bf16_logits[b], logits_of(hf32, prompt + bf16_tokens[b].tolist())[n - 1:n + 7])
+        assert err <= FP8_TOL, f"prompt {b}: e4m3 cache rel_err {err:.3f} (bf16: {bf16_err:.3f})"
+    assert gen8.cache.k.dtype == torch.float8_e4m3fn and not torch.equal(logits, bf16_logits)
