@@ -346,6 +346,9 @@ def test_kernel_routes_and_checks_the_factors():
         ops.paged_decode(q, k_cache, v_cache, table, seqlens, k_scale=k_scale, v_scale=v_scale, impl="scalar")
     with pytest.raises(ValueError, match="needs k_scale and v_scale"):
         ops.paged_decode(q, k_cache, v_cache, table, seqlens)
+    cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32, device="cuda")
+    with pytest.raises(TypeError, match="paged_prefill reads 16-bit pages"):
+        ops.paged_prefill(q[:, 0], k_cache, v_cache, table, cu, seqlens)
     wide = torch.zeros(*k_cache.shape[:3], 72, device="cuda").to(E4M3)[..., :64]  # 72-byte heads
     with pytest.raises(ValueError, match="k_cache strides must be multiples of 16 elements"):
         ops.paged_decode(q, wide, wide, table, seqlens, k_scale=k_scale, v_scale=v_scale)

@@ -557,6 +557,9 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     cu_host = read_cu_seqlens_q(p, cu_seqlens_q, q.size(0));
   }
   fill_mask(p, mask, q, batch, p.seqlen_q, std::nullopt);
+  TORCH_CHECK_TYPE(k_cache.scalar_type() != at::kFloat8_e4m3fn,
+                   "paged_prefill reads 16-bit pages; an e4m3 cache runs on paged_decode, or on its pages "
+                   "dequantized (attention() and PrefillPlan do that)");
   fill_paged_kv(p, q, k_cache, v_cache, page_table, seqlens_k, batch, q.size(2), check_seqlens, debug);
   const PrefillImpl choice = parse_prefill_impl(impl);
   const bool tiles_on_device = attn::packed_q_tiles_on_device(p, choice.impl, choice.kernel);
