@@ -121,12 +121,15 @@ def test_attention_on_an_e4m3_cache_matches_the_reference(per_head, page_size):
     torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-4)
 
 
-def test_attention_takes_numbers_for_one_factor_each():
+def test_attention_takes_numbers_or_0d_tensors_for_one_factor_each():
     q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(per_head=False)
     seqlens = torch.tensor([70, 3, 40], dtype=torch.int32)
     out = attention(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=float(k_scale),
                     v_scale=float(v_scale))
     torch.testing.assert_close(out.double(), reference(q, k, v, [70, 3, 40])[0], atol=1e-2, rtol=1e-2)
+    zero_dim = attention(q, k_cache, v_cache, page_table=table, seqlens_k=seqlens, k_scale=k_scale[0],
+                         v_scale=v_scale[0])  # 0-d tensors
+    torch.testing.assert_close(zero_dim, out, atol=0, rtol=0)
 
 
 def _bad_calls():

@@ -31,9 +31,9 @@ E4M3 = torch.float8_e4m3fn  # an FP8 KV cache's element type
 
 def kv_scales_of(k, k_scale, v_scale):
     """An e4m3 cache's factors as float32 tensors on the cache's device, [Hkv] (one per kv head)
-    or [1] (one for all; a Python number becomes one, copied to the device), or None for a 16-bit
-    cache, which takes none. Checks shapes and types, not values (finite, positive: the
-    binding's length check reads them)."""
+    or [1] (one for all; a Python number becomes one, copied to the device; a 0-d tensor is
+    viewed as one), or None for a 16-bit cache, which takes none. Checks shapes and types, not
+    values (finite, positive: the binding's length check reads them)."""
     if k.dtype != E4M3:
         if k_scale is not None or v_scale is not None:
             raise ValueError(f"k_scale and v_scale are the factors of an e4m3 cache; k is {k.dtype}")
@@ -47,6 +47,8 @@ def kv_scales_of(k, k_scale, v_scale):
             if not (math.isfinite(number) and number > 0):
                 raise ValueError(f"{name} must be finite and positive, got {number}")
             s = torch.tensor([number], dtype=torch.float32, device=k.device)
+        elif s.dim() == 0:  # one factor as a 0-d tensor: the [1] the kernels read
+            s = s.reshape(1)
         if s.dtype != torch.float32 or s.dim() != 1 or s.shape[0] not in (1, heads_kv) or s.stride(0) != 1:
             raise ValueError(f"{name} must be a number or a contiguous float32 tensor [Hkv = {heads_kv}] "
                              f"or [1], got {s.dtype} of shape {tuple(s.shape)}")
