@@ -291,19 +291,23 @@ def test_kernel_on_an_e4m3_cache_equals_the_bf16_decode_on_its_values(head_dim):
 
 
 @pytest.mark.gpu
-def test_kernel_plan_on_an_e4m3_cache_under_graph_replay():
-    """Captured once, replayed while the lengths and the factors change in place."""
+@pytest.mark.parametrize("one_launch", [False, True], ids=["combine-kernel", "one-launch"])
+def test_kernel_plan_on_an_e4m3_cache_under_graph_replay(one_launch):
+    """Captured once, replayed while the lengths and the factors change in place (split calls:
+    a combine kernel, or the last split combining)."""
     _needs_module()
-    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(device="cuda")
+    q, k_cache, v_cache, table, k_scale, v_scale, k, v = e4m3_problem(device="cuda", seqlen_k=2000)
     lens = torch.tensor([70, 33, 1], dtype=torch.int32, device="cuda")
-    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=8, k_scale=k_scale, v_scale=v_scale)
+    plan = DecodePlan(k_cache, v_cache, table, lens, heads_q=8, k_scale=k_scale, v_scale=v_scale,
+                      one_launch=one_launch)
+    assert plan.num_splits > 1  # 2000 keys at batch 3: split
     assert plan.backend == "cuda"
     out = torch.full_like(q, float("nan"))
     plan.run(q, out=out)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         plan.run(q, out=out)
-    for step, factor in (([70, 33, 1], 1.0), ([12, 70, 48], 2.0), ([64, 65, 66], 0.5)):
+    for step, factor in (([70, 33, 1], 1.0), ([12, 2000, 48], 2.0), ([1999, 65, 66], 0.5)):
         lens.copy_(torch.tensor(step, dtype=torch.int32))
         v_scale.mul_(factor)
         out.fill_(float("nan"))
