@@ -309,7 +309,7 @@ void run_decode_with_workspace(attn::AttnParams& p, const Tensor& q, const Tenso
   const int sms = binding::sm_count();
   if (num_splits <= 0) {
     num_splits = attn::decode_num_splits(p.batch, p.heads_kv, p.seqlen_q, p.group, static_cast<int>(max_seqlen_k),
-                                         p.head_dim, sms);
+                                         p.head_dim, sms, p.kv_dtype == attn::KvDtype::kE4M3);
   }
   TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= attn::kMaxDecodeSplits, "num_splits must be in [1, ",
                     attn::kMaxDecodeSplits, "], got ", num_splits);
@@ -583,12 +583,12 @@ Tensor paged_prefill(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 }
 
 int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group, int64_t max_seqlen_k,
-                          int64_t head_dim) {
+                          int64_t head_dim, bool e4m3_kv) {
   check_head_dim(head_dim);
   const int sms = binding::sm_count();
   return attn::decode_num_splits(static_cast<int>(batch), static_cast<int>(heads_kv), static_cast<int>(seqlen_q),
                                  static_cast<int>(group), static_cast<int>(max_seqlen_k), static_cast<int>(head_dim),
-                                 sms);
+                                 sms, e4m3_kv);
 }
 
 int64_t decode_counter_count(int64_t batch, int64_t heads_kv, int64_t seqlen_q, int64_t group) {
@@ -640,7 +640,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("check_seqlens") = true, py::arg("debug") = false);
   m.def("decode_num_splits", &decode_num_splits, "The split count decode or paged_decode would choose.",
         py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"), py::arg("max_seqlen_k"),
-        py::arg("head_dim"));
+        py::arg("head_dim"), py::arg("e4m3_kv") = false);
   m.def("decode_counter_count", &decode_counter_count,
         "Ints of split_counters a one-launch split decode needs (zeroed once; each call leaves them zero).",
         py::arg("batch"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("group"));

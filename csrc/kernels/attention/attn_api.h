@@ -33,7 +33,9 @@ const char* prefill_ws_unsupported_here(const AttnParams& params);
 
 // Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
 // (for paged KV: max_pages * page_size), so the choice never needs the device lengths.
-int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms);
+// e4m3_kv: an e4m3 cache, whose CTAs need company (see attn_decode.cu).
+int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms,
+                      bool e4m3_kv = false);
 
 // Floats of workspace a decode call with num_splits > 1 needs (o_partial then lse_partial).
 int64_t decode_workspace_floats(int num_splits, int batch, int heads_q, int seqlen_q, int head_dim);

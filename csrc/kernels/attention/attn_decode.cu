@@ -34,7 +34,8 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
   });
 }
 
-int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms) {
+int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms,
+                      bool e4m3_kv) {
   const std::pair<int, int> tile = KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] {
     using T = DecodeTraits<DecodeConfig<kHeadDim>>;
     return std::pair{T::kBlockN, T::kCtasPerSm};
@@ -61,6 +62,11 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
   for (int s = 2; s <= max_splits; ++s) {
     if (cost(s) < cost(best)) best = s;
   }
+  // An e4m3 cache: a CTA streams its half-size tiles no faster than its warps convert them (a
+  // chain of shared-memory loads, conversions and stores per tile), and one CTA on an SM leaves
+  // that chain's latency bare: the splits double while the grid holds fewer CTAs than SMs
+  // (docs/production_lab.md, "An FP8 KV cache in the paged decode").
+  while (e4m3_kv && ctas * best < sms && 2 * best <= max_splits) best *= 2;
   return best;
 }
 

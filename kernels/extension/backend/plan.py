@@ -154,7 +154,8 @@ class DecodePlan(_PagedPlan):
         self.num_splits, self.workspace, self.split_counters = 1, None, None
         if self.backend == "cuda":
             group = heads_q // heads_kv
-            self.num_splits = ops.decode_num_splits(batch, heads_kv, 1, group, max(max_seqlen_k, 1), head_dim)
+            self.num_splits = ops.decode_num_splits(batch, heads_kv, 1, group, max(max_seqlen_k, 1), head_dim,
+                                                    self.kv_scales is not None)
             size = ops.decode_workspace_size(self.num_splits, batch, heads_q, 1, head_dim)
             if size:
                 self.workspace = torch.empty(size, dtype=torch.float32, device=self.device)

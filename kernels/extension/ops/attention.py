@@ -104,10 +104,10 @@ def paged_prefill(q, k_cache, v_cache, page_table, cu_seqlens_q, seqlens_k, *, c
                                    mask, out, lse, impl, check_seqlens, debug)
 
 
-def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim) -> int:
+def decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, e4m3_kv=False) -> int:
     """The split count decode and paged_decode pick for this shape on this GPU (paged KV:
-    max_seqlen_k = max_pages * page_size)."""
-    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim)
+    max_seqlen_k = max_pages * page_size; e4m3_kv: an e4m3 cache)."""
+    return _module().decode_num_splits(batch, heads_kv, seqlen_q, group, max_seqlen_k, head_dim, e4m3_kv)
 
 
 def decode_counter_count(batch, heads_kv, seqlen_q, group) -> int:
