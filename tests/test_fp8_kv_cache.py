@@ -7,14 +7,12 @@ and to our bf16 decode on the same values (power-of-two factors make them exact 
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from kernels.extension.backend import attention, select_backend
 from kernels.extension.backend.plan import DecodePlan
-from kernels.harness import paged_kv_cache
+from kernels.harness import paged_kv_cache, reference_attention
 from kernels.model import PagedKVCache
 
 E4M3 = torch.float8_e4m3fn
@@ -41,23 +39,10 @@ def e4m3_problem(batch=3, heads_q=8, heads_kv=2, head_dim=64, seqlen_k=70, page_
             scales[0].to(device), scales[1].to(device), k_deq, v_deq)
 
 
-def reference(q, k, v, lens, scale=None):
-    """Attention of q [B, 1, Hq, D] over the first lens[b] keys of k, v [B, Sk, Hkv, D], in
-    fp64: out [B, 1, Hq, D] and lse [B, Hq, 1]."""
-    batch, _, heads_q, head_dim = q.shape
-    group = heads_q // k.shape[2]
-    scale = scale if scale is not None else 1 / math.sqrt(head_dim)
-    out = torch.zeros(batch, 1, heads_q, head_dim, dtype=torch.float64)
-    lse = torch.full((batch, heads_q, 1), -math.inf, dtype=torch.float64)
-    for b, n in enumerate(lens):
-        if n == 0:
-            continue
-        kk = k[b, :n].repeat_interleave(group, dim=1)  # [n, Hq, D]
-        vv = v[b, :n].repeat_interleave(group, dim=1)
-        s = torch.einsum("hd,nhd->hn", q[b, 0].double().cpu(), kk) * scale
-        out[b, 0] = torch.einsum("hn,nhd->hd", s.softmax(-1), vv)
-        lse[b, :, 0] = s.logsumexp(-1)
-    return out, lse
+def reference(q, k, v, lens):
+    """Attention of q [B, 1, Hq, D] over the first lens[b] keys of k, v [B, Sk, Hkv, D] (on the
+    CPU), in fp64: out [B, 1, Hq, D] and lse [B, Hq, 1]."""
+    return reference_attention(q.cpu(), k, v, key_lens=torch.tensor(lens), dtype=torch.float64)
 
 
 # ---- the cache ------------------------------------------------------------------------------

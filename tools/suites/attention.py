@@ -218,10 +218,7 @@ def _flashinfer_e4m3_decode_checks(q, copies, table, lens, scales, pdict, ref, k
     batch, _, heads_q, head_dim = q.shape
     k_cache = copies[0][0]
     page, heads_kv = k_cache.shape[1], k_cache.shape[2]
-    n_pages = (lens + page - 1) // page
-    indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=q.device), n_pages.cumsum(0).int()])
-    indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
-    last_page_len = (lens - (n_pages - 1) * page).int()
+    indptr, indices, last_page_len = _flashinfer_pages(table, lens, page)
 
     def wrapper(cuda_graph):
         workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
@@ -260,6 +257,14 @@ def _flashinfer_prefill_check(pdict, make, ref, flops):
     return _check("flashinfer-paged-prefill", pdict, call, ref, flops)
 
 
+def _flashinfer_pages(table, lens, page):
+    """Our page table and lengths as FlashInfer's CSR: (indptr, indices, last_page_len), int32."""
+    n_pages = (lens + page - 1) // page
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=lens.device), n_pages.cumsum(0).int()])
+    indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
+    return indptr, indices, (lens - (n_pages - 1) * page).int()
+
+
 def _flashinfer_ragged_prefill(q, k_cache, v_cache, table, cu, lens, page):
     """FlashInfer's paged prefill on our ragged problem: the same pages (its NHD layout is our
     cache's), the page table as its CSR, planned once; the Hopper backend (fa3) on Hopper."""
@@ -267,10 +272,7 @@ def _flashinfer_ragged_prefill(q, k_cache, v_cache, table, cu, lens, page):
 
     from kernels.registry.peers import FLASHINFER_WORKSPACE_BYTES
 
-    n_pages = (lens + page - 1) // page
-    indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=lens.device), n_pages.cumsum(0).int()])
-    indices = torch.cat([table[b, :int(n)] for b, n in enumerate(n_pages.tolist())]).int()
-    last_page_len = (lens - (n_pages - 1) * page).int()
+    indptr, indices, last_page_len = _flashinfer_pages(table, lens, page)
     workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
     backend = "fa3" if torch.cuda.get_device_capability()[0] == 9 else "auto"
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)

@@ -261,8 +261,7 @@ def select_backend(q, k, v, *, causal=False, scale=None, mask=None, page_table=N
         seqlens_k = torch.zeros(page_table.shape[0], dtype=torch.int32)  # stands in for the lengths
     validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                     cu_seqlens_q=cu_seqlens_q, check_seqlens=False)
-    if k.dtype == E4M3 or k_scale is not None or v_scale is not None:
-        kv_scales_of(k, k_scale, v_scale)
+    kv_scales_of(k, k_scale, v_scale)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     return choose_backend(call)[0]
 
@@ -311,13 +310,10 @@ def attention(q, k, v, *, causal=False, scale=None, mask=None, page_table=None, 
         scale = _scale_number(scale)
     validate_inputs(q, k, v, scale=scale, mask=mask, page_table=page_table, seqlens_k=seqlens_k,
                     cu_seqlens_q=cu_seqlens_q, check_seqlens=check_seqlens)
-    fp8_kv = k.dtype == E4M3
-    kv_scales = None
-    if fp8_kv or k_scale is not None or v_scale is not None:
-        kv_scales = kv_scales_of(k, k_scale, v_scale)
+    kv_scales = kv_scales_of(k, k_scale, v_scale)
     call = describe_call(q, k, v, mask=mask, page_table=page_table, cu_seqlens_q=cu_seqlens_q)
     run = _runner(choose_backend(call)[0], q, k, page_table, cu_seqlens_q)
-    if not fp8_kv:
+    if kv_scales is None:
         return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse)
     return run(q, k, v, causal, scale, mask, page_table, seqlens_k, cu_seqlens_q, out, lse,
                kv_scales=kv_scales)
