@@ -79,6 +79,31 @@ def test_cache_stores_e4m3_with_per_head_factors_and_saturates():
                         device="cpu").layer_scales(0) == (None, None)
 
 
+def test_cache_calibrates_its_factors_from_a_16_bit_cache():
+    """`calibrate`: headroom * amax / 448 per (layer, kv head) of what the 16-bit cache holds on the
+    named pages (all by default); a zero head gets the smallest positive factor, never 0."""
+    sizes = dict(num_layers=2, heads_kv=3, head_dim=64, max_batch=2, max_seqlen=32, page_size=8, device="cpu")
+    bf16 = PagedKVCache(**sizes, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(3)
+    bf16.k.copy_(torch.randn(bf16.k.shape, generator=g))
+    bf16.v.copy_(torch.randn(bf16.v.shape, generator=g))
+    bf16.k[:, :, :, 2] = 0  # a head that holds only zeros
+    bf16.k[1, 5, 0, 1, 0] = 1000.0  # on page 5 only
+    fp8 = PagedKVCache(**sizes, dtype=E4M3)
+    pages = torch.tensor([1, 2, 3])
+    fp8.calibrate(bf16, pages)
+    for mine, seen in ((fp8.k_scale, bf16.k), (fp8.v_scale, bf16.v)):
+        want = 2 * seen[:, pages].float().abs().amax(dim=(1, 2, 4)) / 448
+        torch.testing.assert_close(mine, want.clamp_min(torch.finfo(torch.float32).tiny), atol=0, rtol=0)
+    assert (fp8.k_scale[:, 2] > 0).all() and fp8.k_scale[1, 1] < 1
+    fp8.calibrate(bf16, headroom=1.0)  # every page: the outlier sets layer 1, head 1
+    assert fp8.k_scale[1, 1] == 1000.0 / 448
+    with pytest.raises(ValueError, match="not FP8"):
+        bf16.calibrate(fp8)
+    with pytest.raises(ValueError, match="same layers and kv heads"):
+        fp8.calibrate(PagedKVCache(**{**sizes, "heads_kv": 2}, dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("kv_scale", [0.0, -1.0, float("inf"), float("nan"), True, "1"])
 def test_cache_refuses_a_bad_factor(kv_scale):
     with pytest.raises(ValueError, match="kv_scale must be a positive finite number"):

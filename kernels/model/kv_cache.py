@@ -264,6 +264,23 @@ class PagedKVCache:
             return None, None
         return self.k_scale[index], self.v_scale[index]
 
+    def calibrate(self, reference: PagedKVCache, pages: torch.Tensor | None = None,
+                  headroom: float = 2.0) -> None:
+        """Set an FP8 cache's factors from the K/V a 16-bit cache of the same layers and heads
+        holds (its `pages`, all by default): `headroom * amax / 448` per layer and kv head, the
+        calibration an FP8 checkpoint ships (headroom for values larger than the sample's)."""
+        if self.k_scale is None:
+            raise ValueError("calibrate: this cache is not FP8 (dtype=torch.float8_e4m3fn)")
+        same_heads = reference.k.shape[0] == self.k.shape[0] and reference.k.shape[3] == self.k.shape[3]
+        if reference.k_scale is not None or not same_heads:
+            raise ValueError("calibrate: the reference must be a 16-bit cache of the same layers and kv "
+                             "heads")
+        for mine, seen in ((self.k_scale, reference.k), (self.v_scale, reference.v)):
+            if pages is not None:
+                seen = seen[:, pages.to(seen.device)]
+            amax = seen.float().abs().amax(dim=(1, 2, 4))  # [layers, Hkv]
+            mine.copy_((headroom * amax / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny))
+
     def write(self, index: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store `k, v [tokens, Hkv, D]` at flat `slots [tokens]` (int64) of layer `index`; an FP8
         cache stores them divided by the layer's factors, saturated and rounded to e4m3."""

@@ -238,9 +238,7 @@ def _fp8_kv_generator(make, hf, sizes, ids):
     calibration.prefill(ids)
     used = calibration.cache.page_table[:ids.shape[0]].flatten().long().unique()
     gen = make(hf, **sizes, kv_dtype=torch.float8_e4m3fn)
-    for mine, seen in ((gen.cache.k_scale, calibration.cache.k), (gen.cache.v_scale, calibration.cache.v)):
-        amax = seen[:, used].float().abs().amax(dim=(1, 2, 4))  # [layers, Hkv]
-        mine.copy_((2 * amax / 448).clamp_min(torch.finfo(torch.float32).tiny))
+    gen.cache.calibrate(calibration.cache, used)
     return gen
 
 
