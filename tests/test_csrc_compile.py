@@ -246,29 +246,30 @@ def test_attention_kernels_are_in_the_report(path, tmp_path_factory):
 
 
 @needs_nvcc
-def test_e4m3_paged_decode_converts_its_keys_for_the_tensor_cores(tmp_path_factory):
-    """The FP8-KV paged decode (decode_kernel.cuh with KvElement e4m3): one kernel per head_dim
-    and query type, its ring filled by cp.async, every e4m3 pair unpacked by the hardware
-    conversion (F2FP...E4M3: one per two keys' elements a lane converts), the math on the tensor
-    cores; fp16 queries take the unpacked fp16 as is, bf16 ones go on through fp32 (HADD2.F32,
-    then F2FP.BF16), exactly."""
+def test_e4m3_paged_decode_unpacks_its_keys_into_fp16_fragments(tmp_path_factory):
+    """The FP8-KV paged decode (decode_kernel.cuh with KvElement e4m3, E4m3DecodeConfig): one
+    kernel per head_dim and query type, its ring filled by cp.async, every e4m3 pair a lane
+    reads unpacked once by the hardware conversion (F2FP...E4M3) straight into fp16 B fragments,
+    the math in fp16 MMAs for bf16 queries too (Q converted once, scaled by a power of two)."""
     _, functions = compiled_sass(tmp_path_factory, CSRC / "kernels" / "attention" / "attn_decode.cu")
     found = {}
     for name, lines in functions.items():
-        m = re.search(r"DecodeConfigILi(\d+)EEELNS0_8AttnImplE0ENS0_7PagedKVE(13__nv_bfloat16|6__half)13__nv_fp8_e4m3E",
+        m = re.search(r"E4m3DecodeConfigILi(\d+)EEELNS0_8AttnImplE0ENS0_7PagedKVE(13__nv_bfloat16|6__half)13__nv_fp8_e4m3E",
                       name)
         if m:
             found[(int(m.group(1)), "bf16" if "bfloat" in m.group(2) else "fp16")] = lines
     assert set(found) == {(d, t) for d in (64, 128, 256) for t in ("bf16", "fp16")}
     for (head_dim, dtype), lines in found.items():
         count = lambda op: sum(op in line for line in lines)  # noqa: E731
-        # per iteration a lane converts keys_per_warp * head_dim * 2 (K and V) / 32 lanes / 2 pairs;
-        # the loop body is unrolled once
-        keys_per_warp = 32 if head_dim == 64 else 16
+        # per iteration a lane unpacks keys_per_warp * head_dim * 2 (K and V) / 32 lanes / 2 pairs
+        # (twice the 16-bit decode's keys per warp); the loop body is unrolled once
+        keys_per_warp = 64 if head_dim == 64 else 32
         pairs = keys_per_warp * head_dim // 32
         assert count("F2FP.F16.E4M3.UNPACK_B") == pairs, (head_dim, dtype)
-        assert count("LDGSTS") > 0 and count("HMMA") > 0, (head_dim, dtype)
-        assert count("HADD2.F32") == (2 * pairs if dtype == "bf16" else 0), (head_dim, dtype)
+        # Q K^T and P V over keys_per_warp keys: (head_dim / 16) * (keys / 8) MMAs each
+        assert count("HMMA.16816.F32") == 2 * (head_dim // 16) * (keys_per_warp // 8), (head_dim, dtype)
+        assert count("HMMA.16816.F32.BF16") == 0, (head_dim, dtype)
+        assert count("LDGSTS") > 0, (head_dim, dtype)
 
 
 # ---- the warp-specialized Hopper prefill (csrc/kernels/attention/prefill_ws_sm90.cuh) -------------

@@ -285,18 +285,17 @@ static int check_desc_advance() {
   return failures != 0;
 }
 
-// The e4m3 decode's shared memory (DecodeTraits<Cfg, 1>): the ring holds half the bytes of the
-// 16-bit ring, the converted tiles sit on the swizzle's 128-byte alignment, and the whole fits
-// at least as many CTAs per SM as the 16-bit decode.
+// The e4m3 decode's shared memory (DecodeTraits<E4m3DecodeConfig, 1>): a stage of twice the keys
+// holds the 16-bit decode's bytes, the ring sits on the swizzle's 128-byte alignment after Q,
+// and the whole fits as many CTAs per SM as the 16-bit decode.
 template <int kD>
 constexpr bool e4m3_decode_layout_holds() {
-  using Cfg = kernels::attention::DecodeConfig<kD>;
-  using Bf16 = kernels::attention::DecodeTraits<Cfg>;
-  using E4m3 = kernels::attention::DecodeTraits<Cfg, 1>;
-  return E4m3::kConvertsKv && !Bf16::kConvertsKv && 2 * E4m3::kRingTileElems == Bf16::kTileElems * 2 &&
-         (Bf16::kRows * Bf16::Tile::kRowElems * 2) % 128 == 0 && E4m3::kRingOffset % 128 == 0 &&
-         E4m3::kPageEntriesOffset - E4m3::kRingOffset == (Bf16::kPageEntriesOffset - Bf16::kRingOffset) / 2 &&
-         E4m3::kCtasPerSm >= Bf16::kCtasPerSm;
+  using Bf16 = kernels::attention::DecodeTraits<kernels::attention::DecodeConfig<kD>>;
+  using E4m3 = kernels::attention::DecodeTraits<kernels::attention::E4m3DecodeConfig<kD>, 1>;
+  return E4m3::kConvertsKv && !Bf16::kConvertsKv && E4m3::kBlockN == 2 * Bf16::kBlockN &&
+         E4m3::kRingTileElems == Bf16::kTileElems * 2 && E4m3::kRingOffset % 128 == 0 &&
+         E4m3::kPageEntriesOffset - E4m3::kRingOffset == Bf16::kPageEntriesOffset - Bf16::kRingOffset &&
+         E4m3::kCtasPerSm == Bf16::kCtasPerSm;
 }
 static_assert(e4m3_decode_layout_holds<64>() && e4m3_decode_layout_holds<128>() && e4m3_decode_layout_holds<256>(),
               "e4m3 decode layout");
@@ -318,9 +317,11 @@ int main() {
       {1, 1, 1, 1, 256, 64, 1, 2},
       // the split count stays within [1, kMaxDecodeSplits]
       {1, 1, 1, 1, 1 << 20, 256, 1, kernels::attention::kMaxDecodeSplits},
-      // an e4m3 cache: the best of 1 / 2 / 4 / 8 / 16 measured on an H100 (graph replay)
-      {16, 8, 1, 4, 4096, 128, 2, 2, true},
-      {4, 8, 1, 4, 4096, 128, 8, 8, true},
+      // an e4m3 cache (tiles of 128 keys): the best of 1 / 2 / 4 / 8 / 16 / 32 measured on an H100
+      // (graph replay)
+      {16, 8, 1, 4, 4096, 128, 1, 1, true},
+      {4, 8, 1, 4, 4096, 128, 4, 4, true},
+      {1, 8, 1, 4, 4096, 128, 16, 16, true},
       {64, 8, 1, 4, 4096, 128, 1, 1, true},
   };
   int failures = 0;

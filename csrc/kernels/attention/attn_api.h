@@ -33,7 +33,7 @@ const char* prefill_ws_unsupported_here(const AttnParams& params);
 
 // Number of KV splits for a decode call; max_seqlen_k is an upper bound known on the host
 // (for paged KV: max_pages * page_size), so the choice never needs the device lengths.
-// e4m3_kv: an e4m3 cache, whose CTAs need company (see attn_decode.cu).
+// e4m3_kv: an e4m3 cache, whose tiles (E4m3DecodeConfig) hold twice the keys.
 int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_seqlen_k, int head_dim, int num_sms,
                       bool e4m3_kv = false);
 

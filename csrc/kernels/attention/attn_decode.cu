@@ -21,7 +21,7 @@ void run_decode(const AttnParams& p, AttnImpl impl, cudaStream_t stream) {
     KERNELS_DISPATCH_ELEMENT(p.dtype, [&] {
       using Cfg = DecodeConfig<kHeadDim>;
       if (p.kv_dtype == KvDtype::kE4M3) {
-        launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element, e4m3>(p, stream);
+        launch_decode<E4m3DecodeConfig<kHeadDim>, AttnImpl::kTensorCore, PagedKV, Element, e4m3>(p, stream);
       } else if (impl == AttnImpl::kTensorCore) {
         paged ? launch_decode<Cfg, AttnImpl::kTensorCore, PagedKV, Element>(p, stream)
               : launch_decode<Cfg, AttnImpl::kTensorCore, ContiguousKV, Element>(p, stream);
@@ -38,7 +38,8 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
                       bool e4m3_kv) {
   const std::pair<int, int> tile = KERNELS_DISPATCH_HEAD_DIM(head_dim, [&] {
     using T = DecodeTraits<DecodeConfig<kHeadDim>>;
-    return std::pair{T::kBlockN, T::kCtasPerSm};
+    using E4m3T = DecodeTraits<E4m3DecodeConfig<kHeadDim>, 1>;
+    return e4m3_kv ? std::pair{E4m3T::kBlockN, E4m3T::kCtasPerSm} : std::pair{T::kBlockN, T::kCtasPerSm};
   });
   const int block_n = tile.first, ctas_per_sm = tile.second;
   const int row_tiles = ceil_div(std::max(seqlen_q, 1) * group, 16);
@@ -62,11 +63,6 @@ int decode_num_splits(int batch, int heads_kv, int seqlen_q, int group, int max_
   for (int s = 2; s <= max_splits; ++s) {
     if (cost(s) < cost(best)) best = s;
   }
-  // An e4m3 cache: a CTA streams its half-size tiles no faster than its warps convert them (a
-  // chain of shared-memory loads, conversions and stores per tile), and one CTA on an SM leaves
-  // that chain's latency bare: the splits double while the grid holds fewer CTAs than SMs
-  // (docs/production_lab.md, "An FP8 KV cache in the paged decode").
-  while (e4m3_kv && ctas * best < sms && 2 * best <= max_splits) best *= 2;
   return best;
 }
 

@@ -62,6 +62,13 @@ struct DecodeVariants {
   using W4K32S3 = DecodeTiles<kD, 4, 32, 3, true>;
 };
 
+// An FP8 KV cache (e4m3 K / V): DecodeConfig<kD>'s warps and ring depth, twice the keys per
+// warp, so that a stage holds as many bytes as the 16-bit decode's (and per-tile costs, the
+// barrier and the softmax's row reductions, spread over twice the keys).
+template <int kD>
+struct E4m3DecodeConfig
+    : DecodeTiles<kD, DecodeConfig<kD>::kWarps, 2 * DecodeConfig<kD>::kKeysPerWarp, DecodeConfig<kD>::kStages, true> {};
+
 // kKvBytes: bytes of a K / V element, 2 (q's type) or 1 (e4m3: an FP8 KV cache).
 template <class Cfg, int kKvBytes = 2>
 struct DecodeTraits : Cfg {
@@ -71,18 +78,18 @@ struct DecodeTraits : Cfg {
   static constexpr int kBlockN = Cfg::kWarps * Cfg::kKeysPerWarp;
   using Tile = std::conditional_t<Cfg::kSwizzled, RowSwizzledTile<kD>, PaddedTile<kD>>;
   static constexpr int kTileElems = kBlockN * Tile::kRowElems;  // a K or V tile the math reads
-  // e4m3 K / V: the ring holds the cache's bytes (ByteRowTile: half a 16-bit ring's bytes), and
-  // each warp converts its keys of the current stage into one K and one V tile of q's type
-  // that sit after Q; the math reads those.
+  // e4m3 K / V: the ring holds the cache's bytes (ByteSwizzledTile), which the math unpacks
+  // straight into its B fragments (E4m3KvMath); Q becomes fp16 in place.
   static_assert(kKvBytes == 1 || kKvBytes == 2, "16-bit or e4m3 K / V");
   static constexpr bool kConvertsKv = kKvBytes == 1;
-  using RingTile = std::conditional_t<kConvertsKv, ByteRowTile<kD>, Tile>;
+  using RingTile = std::conditional_t<kConvertsKv, ByteSwizzledTile<kD>, Tile>;
   static constexpr int kRingTileElems = kBlockN * RingTile::kRowElems;
-  // Q, (e4m3) the converted K and V tiles, the K and V rings, then (paged KV) a ring of
-  // page-table entries: kBlockN ints per stage.
-  static constexpr int kRingOffset = (kRows * Tile::kRowElems + (kConvertsKv ? 2 * kTileElems : 0)) * 2;
+  // Q, the K and V rings, (paged KV) a ring of page-table entries: kBlockN ints per stage, then
+  // (e4m3) the warps' Q amax.
+  static constexpr int kRingOffset = kRows * Tile::kRowElems * 2;
   static constexpr int kPageEntriesOffset = kRingOffset + 2 * Cfg::kStages * kRingTileElems * kKvBytes;
-  static constexpr int kPipeBytes = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
+  static constexpr int kQAmaxOffset = kPageEntriesOffset + Cfg::kStages * kBlockN * 4;
+  static constexpr int kPipeBytes = kQAmaxOffset + (kConvertsKv ? Cfg::kWarps * 4 : 0);
   // The warp merge reuses the pipeline buffers: O [warps][16][kMergePitch] plus max and sum.
   // A row of D floats spans whole 128-byte bank cycles, so the 8 rows a warp's fragment
   // stores at once would hit the same banks (8-way conflicts); 8 floats of padding shift each

@@ -6,9 +6,10 @@
 //   kv head's group: GQA packs the group's query heads into the MMA rows), one kv head, and
 //   the KV tiles [tile_begin, tile_begin + n_tiles) of its split.
 //   1. Q rows -> smem once; K/V tiles stream through a kStages-deep cp.async ring. An FP8 KV
-//      cache (KvElement e4m3) streams half the bytes; each warp converts its keys of a tile to
-//      q's type (exactly) before the math, which folds k_scale into the softmax scale and
-//      v_scale into O (per kv head), so the math and the merge are those of 16-bit K / V.
+//      cache (KvElement e4m3) streams half the bytes per key: Q becomes fp16 (bf16 queries
+//      scaled by a power of two), and the math (E4m3KvMath) unpacks the ring's bytes straight
+//      into fp16 B fragments, exactly; k_scale folds into the softmax scale and v_scale into O
+//      (per kv head), and the merge is that of 16-bit K / V.
 //   2. Warp w takes keys [w * kKeysPerWarp, ...) of every tile: S = Q K^T, mask, online
 //      softmax, O += P V, each warp with its own running max / sum.
 //   3. The warps merge in shared memory; with one split the CTA writes O (the inputs' element
@@ -105,8 +106,7 @@ __device__ void combine_splits_if_last(const AttnParams& p, unsigned char* smem,
 }
 
 template <class Cfg, AttnImpl kImpl, class KV, class Element, class KvElement = Element>
-__global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
-    attn_decode_kernel(const __grid_constant__ AttnParams p) {
+__global__ void __launch_bounds__(Cfg::kWarps * 32) attn_decode_kernel(const __grid_constant__ AttnParams p) {
   using T = DecodeTraits<Cfg, sizeof(KvElement)>;
   using Tile = typename T::Tile;
   using RingTile = typename T::RingTile;
@@ -116,13 +116,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
   constexpr int kDT = kD / 8;
   static_assert(!Cfg::kSwizzled || kImpl == AttnImpl::kTensorCore, "the scalar math reads padded tiles only");
   using Math = WarpMath<kImpl, Element, 1, kNT, kD, Tile>;
+  using E4m3Math = E4m3KvMath<kNT, kD, Tile>;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
   KvElement* sK = reinterpret_cast<KvElement*>(smem_raw + T::kRingOffset);  // the rings
   KvElement* sV = sK + T::kStages * T::kRingTileElems;
-  Element* sKConverted = sQ + T::kRows * Tile::kRowElems;  // e4m3 K / V only
-  Element* sVConverted = sKConverted + T::kTileElems;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = blockIdx.x;
@@ -185,6 +184,12 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
     stage_entries(st + T::kStages - 1);
     cp_async_commit();
   }
+  if constexpr (T::kConvertsKv) {  // Q (commit group 0) -> fp16 for E4m3KvMath
+    cp_async_wait<T::kStages - 2>();
+    __syncthreads();
+    scale_log2 *= q_to_permuted_f16<Element, T::kRows, kD, T::kThreads, Tile>(
+        sQ, reinterpret_cast<float*>(smem_raw + T::kQAmaxOffset));
+  }
 
   int qpos[1][2];
   fragment_qpos<1>(qpos, row0, rows_total, p.group);
@@ -222,32 +227,25 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
 
     const int st = i % T::kStages;
     const int warp_key0 = warp * T::kKeysPerWarp;
-    const Element* k_tile;
-    const Element* v_tile;
-    if constexpr (T::kConvertsKv) {  // this warp's keys, e4m3 -> q's type
-      const auto* ring_k = reinterpret_cast<const uint8_t*>(sK + st * T::kRingTileElems);
-      const auto* ring_v = reinterpret_cast<const uint8_t*>(sV + st * T::kRingTileElems);
-      convert_e4m3_rows<Element, T::kKeysPerWarp, kD, Tile>(sKConverted + warp_key0 * Tile::kRowElems,
-                                                            ring_k + warp_key0 * kD);
-      convert_e4m3_rows<Element, T::kKeysPerWarp, kD, Tile>(sVConverted + warp_key0 * Tile::kRowElems,
-                                                            ring_v + warp_key0 * kD);
-      __syncwarp();  // the warp's converted rows, for every lane's ldmatrix
-      k_tile = sKConverted;
-      v_tile = sVConverted;
-    } else {
-      k_tile = sK + st * T::kTileElems;
-      v_tile = sV + st * T::kTileElems;
-    }
     float acc_s[1][kNT][4];
     // S = Q @ K^T over this warp's keys
-    Math::qk(acc_s, sQ, k_tile + warp_key0 * Tile::kRowElems);
+    if constexpr (T::kConvertsKv) {
+      E4m3Math::qk(acc_s, reinterpret_cast<const fp16*>(sQ),
+                   reinterpret_cast<const uint8_t*>(sK + st * T::kRingTileElems) + warp_key0 * kD);
+    } else {
+      Math::qk(acc_s, sQ, sK + st * T::kTileElems + warp_key0 * Tile::kRowElems);
+    }
     const int key0 = (tile_begin + i) * T::kBlockN + warp_key0;
     if (p.causal || p.mask != nullptr || key0 + T::kKeysPerWarp > kv_len) {
       apply_mask<1, kNT>(acc_s, p, b, qpos, key0, kv_len, causal_offset);
     }
     softmax.update(acc_s, acc_o, scale_log2);
     // O += P @ V
-    Math::pv(acc_o, acc_s, v_tile + warp_key0 * Tile::kRowElems);
+    if constexpr (T::kConvertsKv) {
+      E4m3Math::pv(acc_o, acc_s, reinterpret_cast<const uint8_t*>(sV + st * T::kRingTileElems) + warp_key0 * kD);
+    } else {
+      Math::pv(acc_o, acc_s, sV + st * T::kTileElems + warp_key0 * Tile::kRowElems);
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // all warps are done with the ring: it becomes the merge buffer
@@ -266,10 +264,14 @@ __global__ void __launch_bounds__(DecodeTraits<Cfg>::kThreads)
       sMax[r] = softmax.row_max[0][h];
       sSum[r] = softmax.row_sum[0][h];
     }
+    if constexpr (T::kConvertsKv) {
+      E4m3Math::store_o_row(sO + r * kPitch, acc_o, h);
+    } else {
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-      *reinterpret_cast<float2*>(sO + r * kPitch + dt * 8 + 2 * t) =
-          make_float2(acc_o[0][dt][2 * h], acc_o[0][dt][2 * h + 1]);
+      for (int dt = 0; dt < kDT; ++dt) {
+        *reinterpret_cast<float2*>(sO + r * kPitch + dt * 8 + 2 * t) =
+            make_float2(acc_o[0][dt][2 * h], acc_o[0][dt][2 * h + 1]);
+      }
     }
   }
   __syncthreads();

@@ -54,14 +54,25 @@ struct RowSwizzledTile {
 // An FP8 KV cache's element type.
 using e4m3 = __nv_fp8_e4m3;
 
-// An FP8 KV cache's rows as the decode ring holds them: kD e4m3 bytes per row, unpadded, 16-byte
-// chunk `chunk` of 16 elements at row * kD + 16 * chunk. The warp that converts them reads a row
-// range whole (512 contiguous bytes per instruction), so nothing to swizzle.
+// An FP8 KV cache's rows as the decode ring holds them: kD e4m3 bytes per row, unpadded, whose
+// 16-byte chunks are permuted so that the 8 rows an ldmatrix reads at one chunk sit in 8
+// different bank groups: chunk ^ row % 8 within each 128-byte segment, or, for rows of 64 bytes
+// (two per segment), chunk ^ (row / 2) % 4.
 template <int kD>
-struct ByteRowTile {
+struct ByteSwizzledTile {
+  static_assert(kD % 64 == 0, "rows of whole 64-byte halves of a segment");
   static constexpr int kRowElems = kD;
-  static constexpr bool kLinear = true;
-  __host__ __device__ __forceinline__ static int offset(int row, int chunk) { return row * kD + chunk * 16; }
+  static constexpr int kChunkMask = kD >= 128 ? 7 : 3;  // the chunk bits the swizzle permutes
+  __host__ __device__ __forceinline__ static int swizzle(int row) { return kD >= 128 ? row & 7 : (row >> 1) & 3; }
+  __host__ __device__ __forceinline__ static int offset(int row, int chunk) {
+    return row * kD + ((chunk & ~kChunkMask) | ((chunk & kChunkMask) ^ swizzle(row))) * 16;
+  }
+  // Offset of (row + dr, chunk + dc) for a lane at (row, chunk) whose own offset is lane_offset,
+  // dr a multiple of 8 (the swizzle of row kept) and dc's low bits clear of the lane's chunk: one
+  // XOR by a constant, then a constant add (as tile_step on a RowSwizzledTile).
+  __host__ __device__ __forceinline__ static int step(int lane_offset, int dr, int dc) {
+    return (lane_offset ^ ((dc & kChunkMask) * 16)) + dr * kD + (dc & ~kChunkMask) * 16;
+  }
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -109,7 +120,7 @@ __device__ __forceinline__ void stage_page_entries(int* entries, const AttnParam
 // contiguous KV, or a page size that is a multiple of kPerThread, a thread's rows share a page:
 // one lookup and a pointer step per row replace per-row address math. Other page sizes look
 // every row up. lookup(pos) gives key pos's KV::Handle; it is called for pos < kv_len.
-// Element may be 16-bit or e4m3 (a chunk then holds 16 elements; Tile a ByteRowTile).
+// Element may be 16-bit or e4m3 (a chunk then holds 16 elements; Tile a ByteSwizzledTile).
 template <class Element, int kRows, int kD, int kThreads, class KV, bool kLoadK, bool kLoadV,
           class Tile = PaddedTile<kD>, class Lookup>
 __device__ __forceinline__ void load_kv_rows(Element* sK, Element* sV, const AttnParams& p, int b, int hkv,
@@ -160,40 +171,64 @@ __device__ __forceinline__ void load_kv_tile(Element* sK, Element* sV, const Att
                                                                    [&](int pos) { return KV::locate(p, b, pos); });
 }
 
-// Two e4m3 values (the low byte first) -> two Element values, exactly: every e4m3 value is an
-// fp16 value (one cvt), and every fp16 value an e4m3 holds is a bf16 value (through fp32).
-template <class Element>
-__device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two) {
-  uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(static_cast<uint16_t>(two)));
-  if constexpr (kIsBf16<Element>) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-    return pack2<Element>(f.x, f.y);
-  } else {
-    return h2;
-  }
+// ---- e4m3 K / V straight into fp16 B fragments ------------------------------------------------
+// Four e4m3 bytes [b0 b1 b2 b3] -> the fp16 pairs (b0, b2) and (b1, b3), exactly: every e4m3
+// value is an fp16 value. One byte permute and two hardware conversions.
+__device__ __forceinline__ void e4m3x4_to_f16_pairs(uint32_t four, uint32_t& even, uint32_t& odd) {
+  const uint32_t split = __byte_perm(four, 0u, 0x3120);  // [b0 b2 b1 b3]
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(even) : "h"(static_cast<uint16_t>(split)));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(odd) : "h"(static_cast<uint16_t>(split >> 16)));
 }
 
-// Rows [0, kRows) of a ByteRowTile of e4m3 (src) -> the same rows of a Tile of Element (dst), by
-// the 32 lanes of one warp; both point at the warp's first row, a multiple of 8 rows into its
-// tile (the swizzle's row % 8 is the tile's). The caller orders the writes before other lanes'
-// reads (__syncwarp).
-template <class Element, int kRows, int kD, class Tile>
-__device__ __forceinline__ void convert_e4m3_rows(Element* dst, const uint8_t* src) {
-  constexpr int kChunks = kD / 16;  // 16-byte e4m3 chunks of a row, two 16-byte Element chunks each
-  static_assert((kRows * kChunks) % 32 == 0, "whole warp passes");
-  const int lane = threadIdx.x % 32;
+// Q for E4m3KvMath, in place: the CTA's Q tile of Element rows (Tile) becomes fp16 rows whose
+// columns, within every 16, are permuted as the K fragments' bytes arrive: logical column
+// 2t + i holds physical column 4t + 2i, logical 8 + 2t + i holds 4t + 1 + 2i (t < 4, i < 2).
+// Q K^T sums over the columns, so permuting Q's and K's alike leaves S unchanged. bf16 queries
+// are scaled by 2^s so that the tile's largest magnitude lies in [2^14, 2^15) (every value
+// above amax * 2^-29 is then an exact fp16 normal); returns 2^-s (1 for fp16 queries), which
+// the caller folds into the softmax scale. Ends with a barrier; s_amax: kThreads / 32 floats.
+template <class Element, int kRows, int kD, int kThreads, class Tile>
+__device__ float q_to_permuted_f16(Element* sQ, float* s_amax) {
+  constexpr int kQuads = kD / 4;  // groups of 4 physical columns: 16 * c + 4 * t
+  static_assert((kRows * kQuads) % kThreads == 0, "whole passes over the tile");
+  constexpr int kPerThread = kRows * kQuads / kThreads;
+  using Ops = ElementOps<Element>;
+  float2 lo[kPerThread], hi[kPerThread];  // physical columns (4t, 4t + 1), (4t + 2, 4t + 3)
+  float amax = 0.f;
 #pragma unroll
-  for (int i = lane; i < kRows * kChunks; i += 32) {
-    const int row = i / kChunks, c = i % kChunks;
-    const uint4 in = *reinterpret_cast<const uint4*>(src + ByteRowTile<kD>::offset(row, c));
-    const uint4 lo = {e4m3x2_to<Element>(in.x), e4m3x2_to<Element>(in.x >> 16), e4m3x2_to<Element>(in.y),
-                      e4m3x2_to<Element>(in.y >> 16)};
-    const uint4 hi = {e4m3x2_to<Element>(in.z), e4m3x2_to<Element>(in.z >> 16), e4m3x2_to<Element>(in.w),
-                      e4m3x2_to<Element>(in.w >> 16)};
-    *reinterpret_cast<uint4*>(dst + Tile::offset(row, 2 * c)) = lo;
-    *reinterpret_cast<uint4*>(dst + Tile::offset(row, 2 * c + 1)) = hi;
+  for (int j = 0; j < kPerThread; ++j) {
+    const int idx = threadIdx.x + j * kThreads, row = idx / kQuads, quad = idx % kQuads;
+    const auto* src = reinterpret_cast<const typename Ops::Pair*>(sQ + Tile::offset(row, quad / 2) + 4 * (quad % 2));
+    lo[j] = Ops::to_float2(src[0]);
+    hi[j] = Ops::to_float2(src[1]);
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(lo[j].x), fabsf(lo[j].y)), fmaxf(fabsf(hi[j].x), fabsf(hi[j].y))));
   }
+  float scale = 1.f, inverse = 1.f;
+  if constexpr (kIsBf16<Element>) {
+    amax = warp_reduce_max(amax);
+    if (threadIdx.x % 32 == 0) s_amax[threadIdx.x / 32] = amax;
+  }
+  __syncthreads();  // every read of the 16-bit tile is done (and, bf16, every warp's amax written)
+  if constexpr (kIsBf16<Element>) {
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) amax = fmaxf(amax, s_amax[w]);
+    if (amax > 0.f && amax <= 3.0e38f) {  // NaN, inf and an all-zero tile keep scale 1
+      int exponent;
+      frexpf(amax, &exponent);  // amax < 2^exponent
+      scale = ldexpf(1.f, 15 - exponent);
+      inverse = ldexpf(1.f, exponent - 15);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int idx = threadIdx.x + j * kThreads, row = idx / kQuads, quad = idx % kQuads;
+    const int c = quad / 4, t = quad % 4;
+    __half2* dst = reinterpret_cast<__half2*>(sQ);
+    dst[(Tile::offset(row, 2 * c) + 2 * t) / 2] = __floats2half2_rn(lo[j].x * scale, hi[j].x * scale);
+    dst[(Tile::offset(row, 2 * c + 1) + 2 * t) / 2] = __floats2half2_rn(lo[j].y * scale, hi[j].y * scale);
+  }
+  __syncthreads();
+  return inverse;
 }
 
 // P (softmax numerators in the S accumulators) -> Element A fragments of P @ V: the
@@ -379,6 +414,92 @@ struct ScalarMath : WarpMathTiles<kMT, kD> {
 template <AttnImpl kImpl, class Element, int kMT, int kNT, int kD, class Tile = PaddedTile<kD>>
 using WarpMath = typename std::conditional<kImpl == AttnImpl::kTensorCore, TensorCoreMath<Element, kMT, kNT, kD, Tile>,
                                            ScalarMath<Element, kMT, kNT, kD>>::type;
+
+// The tensor-core math of the decode over an e4m3 ring: K and V fragments by ldmatrix from the
+// bytes (ByteSwizzledTile), unpacked in registers into fp16 B fragments, fp16 MMAs against Q
+// from q_to_permuted_f16; no converted tile in shared memory. Same contract as TensorCoreMath
+// (kMT = 1), but the output columns are permuted: d tile 2c + e holds the physical columns
+// 16c + 2n + e (n its fragment column), so a lane's C fragment of d tiles 2c and 2c + 1 covers
+// the 4 contiguous columns 16c + 4t .. 16c + 4t + 3 (store_o_row).
+//
+// An 8 x 8 b16 matrix of the byte tile is 8 keys x 16 bytes. K (ldmatrix): lane (g, t) gets key
+// g's bytes 4t..4t+3 = Q K^T's k (2t, 2t+1) and (2t+8, 2t+9) in Q's permuted order. V
+// (ldmatrix.trans): lane (g, t) gets keys 2t, 2t+1 x bytes 2g, 2g+1, whose even bytes are
+// P V's b operand (keys 2t, 2t+1) at column 2g, its odd bytes at column 2g + 1.
+template <int kNT, int kD, class QTile>
+struct E4m3KvMath {
+  static_assert(kNT % 2 == 0, "P @ V consumes keys 16 at a time");
+  using KvTile = ByteSwizzledTile<kD>;
+  static constexpr int kDT = kD / 8;
+
+  // ldmatrix rows of lane l: keys ((l / 8) % 2) * 8 + l % 8 at chunk l / 16, i.e. matrices
+  // (keys 0-7, chunk c), (keys 8-15, chunk c), (keys 0-7, chunk c + 1), (keys 8-15, chunk c + 1).
+  __device__ __forceinline__ static int kv_lane_offset() {
+    const int lane = threadIdx.x % 32;
+    return KvTile::offset(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
+  }
+
+  __device__ static void qk(float (&acc)[1][kNT][4], const fp16* sQ, const uint8_t* sK) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][nt][e] = 0.f;
+    const int q_lane = QTile::offset(lane % 16, lane / 16);
+    const int k_lane = kv_lane_offset();
+#pragma unroll
+    for (int kc = 0; kc < kD / 16; kc += 2) {
+      uint32_t a[2][4];
+      ldmatrix_x4(a[0], smem_addr(sQ + tile_step<QTile>(q_lane, 0, 2 * kc)));
+      ldmatrix_x4(a[1], smem_addr(sQ + tile_step<QTile>(q_lane, 0, 2 * kc + 2)));
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t r[4], b[4][2];
+        ldmatrix_x4(r, smem_addr(sK + KvTile::step(k_lane, np * 16, kc)));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) e4m3x4_to_f16_pairs(r[j], b[j][0], b[j][1]);
+        mma_16816<fp16>(acc[0][2 * np], a[0], b[0][0], b[0][1]);
+        mma_16816<fp16>(acc[0][2 * np + 1], a[0], b[1][0], b[1][1]);
+        mma_16816<fp16>(acc[0][2 * np], a[1], b[2][0], b[2][1]);
+        mma_16816<fp16>(acc[0][2 * np + 1], a[1], b[3][0], b[3][1]);
+      }
+    }
+  }
+
+  __device__ static void pv(float (&acc_o)[1][kDT][4], const float (&p)[1][kNT][4], const uint8_t* sV) {
+    const int v_lane = kv_lane_offset();
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+      const uint32_t a[4] = {
+          pack2<fp16>(p[0][2 * kc][0], p[0][2 * kc][1]), pack2<fp16>(p[0][2 * kc][2], p[0][2 * kc][3]),
+          pack2<fp16>(p[0][2 * kc + 1][0], p[0][2 * kc + 1][1]), pack2<fp16>(p[0][2 * kc + 1][2], p[0][2 * kc + 1][3])};
+#pragma unroll
+      for (int c = 0; c < kD / 16; c += 2) {
+        uint32_t r[4], b[4][2];
+        ldmatrix_x4_trans(r, smem_addr(sV + KvTile::step(v_lane, kc * 16, c)));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) e4m3x4_to_f16_pairs(r[j], b[j][0], b[j][1]);
+        // r[0], r[1]: keys 0-7 and 8-15 of chunk c; r[2], r[3]: of chunk c + 1
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mma_16816<fp16>(acc_o[0][2 * (c + h)], a, b[2 * h][0], b[2 * h + 1][0]);
+          mma_16816<fp16>(acc_o[0][2 * (c + h) + 1], a, b[2 * h][1], b[2 * h + 1][1]);
+        }
+      }
+    }
+  }
+
+  // Fragment row h (g + 8h) of O -> row (physical columns) at `dst`, a row of kD floats.
+  __device__ __forceinline__ static void store_o_row(float* dst, const float (&acc_o)[1][kDT][4], int h) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int c = 0; c < kD / 16; ++c) {
+      *reinterpret_cast<float4*>(dst + 16 * c + 4 * t) =
+          make_float4(acc_o[0][2 * c][2 * h], acc_o[0][2 * c + 1][2 * h], acc_o[0][2 * c][2 * h + 1],
+                      acc_o[0][2 * c + 1][2 * h + 1]);
+    }
+  }
+};
 
 // ---- rows, masking, online softmax --------------------------------------------------------
 
