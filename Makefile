@@ -8,6 +8,8 @@ KERNELS ?= k2 k4 fa4
 GPU_ISOLATION ?= -n 1 --max-worker-restart=10
 # make test spreads the tests over one pytest-xdist worker per core; work that several tests
 # read (a csrc unit's compile, the site's build) runs once per run (tests/support.py run_once).
+# Work stealing: a worker that runs out takes tests from the other's queue instead of idling
+# behind one long compile at the end.
 TEST_WORKERS ?= auto
 
 .PHONY: setup compare test test-gpu lint inspect bench docs serve clean
@@ -25,7 +27,7 @@ compare: setup          ## measure on the GPU, or compile report + recorded H200
 
 test: setup             ## CPU tests always; GPU tests too where CUDA is present (csrc built first)
 	$(PY) -m tools.build_ext --if-stale
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-gpu: setup
 	$(PY) -m tools.build_ext --if-stale

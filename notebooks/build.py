@@ -32,6 +32,9 @@ import nbformat
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from tools.inspect import REPORT_PROBLEM, problem_source  # noqa: E402
 PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
 
 
@@ -323,15 +326,16 @@ else:
 
 # ---- the cells that differ for an FP8 rung (dtype "e4m3"); a bf16 rung's are as they always were
 def compile_cell(r: Rung, compared: list[str]) -> str:
+    problem = problem_source(REPORT_PROBLEM)  # the SASS tests' problem too: one compile serves both
     if r.dtype == "bf16":
         return f"""
-problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+problem = {problem}
 reports = [compile_report.inspect(name, problem) for name in {compared!r}]
 headers, rows = compile_report.resources_rows(reports)
 display(Markdown(report.markdown_table(headers, rows)))
 """
     return f"""
-problem = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+problem = {problem}
 # each rung in its own dtype: {r.rung} on the {r.dtype} version of the problem, the one before in bf16
 reports = [compile_report.inspect(name, compile_report.native_problem(name, problem)) for name in {compared!r}]
 headers, rows = compile_report.resources_rows(reports)

@@ -10,7 +10,7 @@ import pytest
 
 from kernels.harness import AttentionProblem
 from kernels.registry import rung_module, rung_names
-from tools.inspect import inspect, native_problem
+from tools.inspect import REPORT_PROBLEM, inspect, native_problem
 
 # rung -> (opcodes that must appear, opcodes that must not)
 SPILLS = {"LDL", "STL"}
@@ -72,7 +72,7 @@ def reports():
     def get(name, head_dim, causal, **knobs):
         key = (name, head_dim, causal, tuple(sorted(knobs.items())))
         if key not in cache:  # in the rung's own dtype (e4m3 for an FP8 rung)
-            problem = native_problem(name, AttentionProblem(head_dim=head_dim, causal=causal))
+            problem = native_problem(name, REPORT_PROBLEM.with_(head_dim=head_dim, causal=causal))
             cache[key] = inspect(name, problem, **knobs)
         return cache[key]
 
@@ -171,7 +171,7 @@ def test_exp2_fma_every_moves_a_share_of_the_exponentials_off_mufu(reports):
     (the two row-scale exponentials stay), at the same registers and without local memory."""
     from tools.inspect import _artifact, main_loop_facts, resource_usage, sass_of
 
-    problem = native_problem("k12", AttentionProblem(head_dim=128))
+    problem = native_problem("k12", REPORT_PROBLEM)
     default = reports("k12", 128, False)
     compiled = rung_module("k12").compile_for_inspect(problem, exp2_fma_every=4)
     cubin = _artifact(compiled.__cubin__, binary=True)
@@ -188,7 +188,7 @@ def test_rescale_threshold_puts_os_rescale_behind_a_warp_vote(reports):
     of the warp moved its max, at the recorded registers and without local memory."""
     from tools.inspect import _artifact, branch_target, parse_sass, resource_usage, sass_of
 
-    problem = native_problem("k12", AttentionProblem(head_dim=128))
+    problem = native_problem("k12", REPORT_PROBLEM)
     compiled = rung_module("k12").compile_for_inspect(problem)
     cubin = _artifact(compiled.__cubin__, binary=True)
     ops, labels = parse_sass(sass_of(cubin))

@@ -260,6 +260,17 @@ def native_problem(name: str, problem: AttentionProblem | None = None) -> Attent
     return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
+# The problem the rung notebooks' compile reports are of; the SASS tests compile at it too (at
+# each head dim and mask), so that the run's report cache serves the notebooks' compiles.
+REPORT_PROBLEM = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+
+
+def problem_source(problem: AttentionProblem) -> str:
+    """``problem`` as the code a notebook cell writes: its shape fields (the rest are defaults)."""
+    fields = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
+    return f"AttentionProblem({', '.join(f'{f}={getattr(problem, f)}' for f in fields)})"
+
+
 # A folder where compile reports are kept across processes: the test run sets it (tests/conftest.py)
 # so that the SASS tests, the notebooks and the record check compile each rung once between them.
 REPORT_CACHE_ENV = "KERNELS_INSPECT_CACHE"
