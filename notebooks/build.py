@@ -35,6 +35,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from tools.inspect import REPORT_PROBLEM, problem_source  # noqa: E402
+
 PEERS = ("sdpa-flash", "sdpa-cudnn", "fa4")
 
 

@@ -262,7 +262,8 @@ def native_problem(name: str, problem: AttentionProblem | None = None) -> Attent
 
 # The problem the rung notebooks' compile reports are of; the SASS tests compile at it too (at
 # each head dim and mask), so that the run's report cache serves the notebooks' compiles.
-REPORT_PROBLEM = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16, head_dim=128)
+REPORT_PROBLEM = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16,
+                                  head_dim=128)
 
 
 def problem_source(problem: AttentionProblem) -> str:
