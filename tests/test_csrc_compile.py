@@ -467,6 +467,32 @@ def test_fp8_gemv_runs_on_the_tensor_cores(tmp_path_factory):
         assert len(re.findall(r"\bLDG\.E\.(?:EF\.)?(?:CONSTANT\.)?128\b", text)) >= 8, "B and A in 16-byte loads"
 
 
+@needs_nvcc
+def test_block_scaled_gemm_scales_each_k_block_as_it_adds_it(tmp_path_factory):
+    """The block-scaled kernel (AccumMode::kBlockScaled = 4, BN 128): one instance, e4m3 x e4m3;
+    four k32 QGMMAs per 128-deep k-block into a fresh partial, all retired before it is added
+    (nothing in flight across the add: its factors differ per k-block), one FFMA per accumulator
+    register (64 at BN 128: the partial times its row's factor, added), the three factors of a
+    k-block loaded from global memory, no spills, no local memory."""
+    from tools.inspect import opcode_mix
+
+    report, functions = compiled_sass(tmp_path_factory, FP8_LAUNCH_UNIT)
+    scaled = {name: lines for name, lines in functions.items() if "Sm90PolicyILi128ELNS1_9AccumModeE4E" in name}
+    assert len(scaled) == 1 and "FormatE0ELS6_0E" in next(iter(scaled)), sorted(scaled)
+    name, lines = next(iter(scaled.items()))
+    info = report[name]
+    assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0 and info.get("stack_frame", 0) == 0
+    text = "\n".join(lines)
+    mix = opcode_mix(text)
+    mma = re.findall(r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b", text)
+    fresh = re.findall(r"\bQGMMA\.64x128x32\S*\s+R\d+, gdesc\[\w+\], RZ, !UPT", text)
+    assert len(mma) == 4 and len(fresh) == 1, "one k-block's four WGMMAs, the first fresh"
+    assert re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", text), "the k-block retired before it is added"
+    assert mix["FFMA"] == 64, mix
+    assert len(re.findall(r"\bLDG\.E(?:\.CONSTANT)?\s", text)) >= 3, "the k-block's three factors"
+    assert mix["LDL"] == mix["STL"] == 0, mix
+
+
 # ---- the swap-AB TMA GEMV (csrc/kernels/fp8/gemm/gemv_tma.cuh), as the binding's kernels unit builds it
 
 FP8_NAMES = {"0": "E4M3", "1": "E5M2"}

@@ -402,6 +402,43 @@ int main() {
     unsupported.accum = AccumMode::kPromote;
     failures += !rejects<kernels::ValueError>(
         "promoted bn256", [&] { check_plan_supported(unsupported); }, "unsupported plan (path wgmma, block_n 256");
+
+    // Block scaling: asked for by its accumulation (the binding does, given block scales), it
+    // takes the WGMMA tiles at every M (no GEMV reads them), BN 128, a factor per k-block; the
+    // plan and the scales must agree, else the launch refuses (a kernel that ignores them would
+    // be silently wrong).
+    PlanRequest block_request;
+    block_request.accum = int(AccumMode::kBlockScaled);
+    for (int64_t m : {1, 64, 4096}) {
+      const GemmPlan plan = plan_gemm(m, 7168, 2048, kSms, 9, 0, block_request);
+      expect(plan.path == Path::kWgmma && plan.block_n == 128 && plan.promote_every == 1 &&
+                 plan.store == int(StoreMode::kRows16) && plan_supported(plan),
+             "block-scaled plan", m, 7168, 2048);
+    }
+    GemmPlan block_plan = plan_gemm(256, 512, 1024, kSms, 9, 0, block_request);
+    const float factors[64] = {};
+    const kernels::fp8::BlockScales scales{factors, factors}, none{}, half{factors, nullptr};
+    failures += !kernels::test::runs("block scales", [&] { check_block_scales(p, scales, block_plan); });
+    failures += !kernels::test::runs("no block scales", [&] { check_block_scales(p, none, plan_of(64, 64, 64)); });
+    failures += !rejects<kernels::ValueError>(
+        "block scales, promoted plan", [&] { check_block_scales(p, scales, plan_of(4096, 4096, 4096, 0, 0)); },
+        "need the block-scaled accumulation");
+    failures += !rejects<kernels::ValueError>(
+        "block-scaled plan, no scales", [&] { check_block_scales(p, none, block_plan); }, "needs both");
+    failures += !rejects<kernels::ValueError>(
+        "one block scale", [&] { check_block_scales(p, half, block_plan); }, "needs both");
+    bad = p;
+    bad.b_format = kernels::fp8::Format::kE5M2;
+    failures += !rejects<kernels::TypeError>(
+        "block-scaled e5m2", [&] { check_block_scales(bad, scales, block_plan); }, "e4m3 x e4m3");
+    failures += !rejects<kernels::NotImplementedError>(
+        "block scales on sm_89",
+        [&] { check_block_scales(p, scales, plan_gemm(256, 512, 1024, kSms, 8, 9, block_request)); }, "sm_90a");
+    block_plan.promote_every = 2;
+    expect(!plan_supported(block_plan), "block scaling promotes every k-block", 256, 512, 1024);
+    block_plan.promote_every = 1;
+    block_plan.block_n = 192;
+    expect(!plan_supported(block_plan), "block scaling at BN 192", 256, 512, 1024);
   }
 
   std::printf("fp8_plan_test: %d failure(s)\n", failures);

@@ -11,7 +11,11 @@ and 4 slices of K), and ``-graph`` rows: each of those variants and torch._scale
 every input set's call captured in one CUDA graph and timed per call, so that the host's time
 per call (which exceeds these kernels') drops out of the comparison.
 Every other row accumulates in fp32.
-E4M3 x E4M3, per-tensor scales, bf16 out. Each row is checked
+Block-scaled rows (``fp8_gemm_block_scaled`` against ``torch._scaled_mm-blockwise``, cuBLASLt's
+1 x 128 / 128 x 128 scaling) on the square shapes and at M = 2048 on the LLM shapes: operands
+quantized per block from values whose rows and columns span 2^-3..2^3, checked against the
+float64 product of the dequantized operands.
+E4M3 x E4M3, per-tensor scales (but the block-scaled rows), bf16 out. Each row is checked
 against a float32 reference of the same fp8 operands (rel_err: relative Frobenius) before it
 is timed; inputs rotate when one set fits in L2.
 """
@@ -30,10 +34,18 @@ TOLERANCE = 1e-2
 GRAPH_M = 128  # shapes up to this M also get CUDA-graph rows (kernel time without the host)
 
 
+BLOCK_SCALED_M = 2048  # the LLM shapes' M for the block-scaled rows (prefill-sized)
+
+
 def gemm_problems():
     problems = [(n, n, n) for n in SQUARE]
     problems += [(m, n, k) for m, n, k in itertools.product(LLM_M, LLM_NK, LLM_NK)]
     return problems
+
+
+def block_scaled_problems():
+    llm = [(BLOCK_SCALED_M, n, k) for n, k in itertools.product(LLM_NK, LLM_NK)]
+    return [(n, n, n) for n in SQUARE] + llm
 
 
 def _row(kernel, problem, ms, tflops=None, gbps=None, rel_err=None, status="ok", **extra):
@@ -119,6 +131,51 @@ def _gemm_rows(ctx, m, n, k) -> list[dict]:
     return rows
 
 
+def _block_scaled_rows(ctx, m, n, k) -> list[dict]:
+    from kernels.extension.backend import fp8 as fp8_strategy
+    from kernels.extension.ops import fp8 as fp8_ops
+    from kernels.harness.timing import rotation_count
+
+    problem = {"m": m, "n": n, "k": k, "a": "e4m3", "b": "e4m3", "out": "bf16",
+               "scaling": "block 1x128 / 128x128"}
+    flops = 2.0 * m * n * k
+    gen = torch.Generator(device="cuda").manual_seed(m * 5 + n * 3 + k)
+
+    def operands():
+        x = torch.randn(m, k, device="cuda", generator=gen) * torch.exp2(
+            torch.randint(-3, 4, (m, 1), device="cuda", generator=gen).float())
+        w = torch.randn(n, k, device="cuda", generator=gen) * torch.exp2(
+            torch.randint(-3, 4, (1, k), device="cuda", generator=gen).float())
+        return (*fp8_strategy.quantize_activation_blocks(x), *fp8_strategy.quantize_weight_blocks(w))
+
+    arg_sets = [operands() for _ in range(rotation_count(m * k + n * k + 2 * m * n))]
+    ref = fp8_strategy.block_scaled_reference(*arg_sets[0]).float()
+
+    def ours(a, sa, b, sb):
+        return torch.ops.kernels.fp8_gemm_block_scaled(a, b, sa, sb)
+
+    def cublaslt(a, sa, b, sb):  # scales as views: A's [M, K / 128], B's [K / 128, N / 128], outer dim first
+        return torch._scaled_mm(a, b.t(), scale_a=sa.t(), scale_b=sb.t(), out_dtype=torch.bfloat16)
+
+    rows, timed = [], {}
+    for name, fn in (("fp8_gemm_block_scaled", ours), ("torch._scaled_mm-blockwise", cublaslt)):
+        if fn is ours and not fp8_ops.is_available():
+            rows.append(_row(name, problem, None, status="unsupported: fp8 module not built"))
+            continue
+        try:
+            rel = _rel(fn(*arg_sets[0]), ref)
+        except (RuntimeError, ValueError, NotImplementedError) as exc:
+            rows.append(_row(name, problem, None, status=f"unsupported: {str(exc).splitlines()[0][:200]}"))
+            continue
+        if not rel <= TOLERANCE:
+            rows.append(_row(name, problem, None, rel_err=rel, status=f"wrong: rel_err {rel:.3g}"))
+            continue
+        rows.append(_row(name, problem, None, rel_err=rel))
+        timed[name] = (rows[-1], fn)
+    _time_rows(ctx, timed, arg_sets, flops)
+    return rows
+
+
 def _time_rows(ctx, timed: dict, arg_sets, flops, calls_per_launch: int = 1) -> None:
     """Fill in the times of ``timed`` {name: (row, fn)}: every ``fn`` cycles through ``arg_sets``,
     all timed together (``ctx.time_together``: interleaved rounds, so that ours and torch's meet
@@ -201,8 +258,9 @@ def _quantize_rows(ctx, rows_, cols) -> list[dict]:
 
 def run(ctx) -> list[dict]:
     todo = gemm_problems()
+    block_scaled = block_scaled_problems() if torch.cuda.get_device_capability() == (9, 0) else []
     rows = []
-    task = ctx.progress.add_task("fp8", total=len(todo) + len(QUANTIZE_SHAPES))
+    task = ctx.progress.add_task("fp8", total=len(todo) + len(block_scaled) + len(QUANTIZE_SHAPES))
     for shape in QUANTIZE_SHAPES:
         ctx.progress.update(task, description=f"quantize {shape}")
         rows += _quantize_rows(ctx, *shape)
@@ -210,6 +268,11 @@ def run(ctx) -> list[dict]:
     for m, n, k in todo:
         ctx.progress.update(task, description=f"gemm {m}x{n}x{k}")
         rows += _gemm_rows(ctx, m, n, k)
+        torch.cuda.empty_cache()
+        ctx.progress.advance(task)
+    for m, n, k in block_scaled:
+        ctx.progress.update(task, description=f"block-scaled gemm {m}x{n}x{k}")
+        rows += _block_scaled_rows(ctx, m, n, k)
         torch.cuda.empty_cache()
         ctx.progress.advance(task)
     return rows

@@ -49,7 +49,8 @@ struct QuantizeParams {
 };
 
 // GEMM: D[M, N] = (A[M, K] @ B[N, K]^T) * (*scale_a) * (*scale_b) * row_scale[m] * col_scale[n]
-//              + bias[n], bf16 out. A and B are K-major fp8 (row strides lda, ldb bytes).
+//              + bias[n], bf16 out. A and B are K-major fp8 (row strides lda, ldb bytes). Block-
+//              scaled (BlockScales): each 128-deep k-block's products times a[kb][m] * b[n / 128][kb].
 struct GemmParams {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -62,6 +63,16 @@ struct GemmParams {
   const float* col_scale = nullptr;  // [N] or nullptr
   const void* bias = nullptr;        // bf16 [N] or nullptr
   void* d = nullptr;                 // bf16 [M, N]
+};
+
+// Block scales (dequant factors; gemm::AccumMode::kBlockScaled), both or neither: A's 1 x 128
+// blocks as [ceil(K / 128), M] (M contiguous: a k-block's factors for consecutive rows sit
+// together), B's 128 x 128 blocks as [ceil(N / 128), ceil(K / 128)]; D still takes scale_a,
+// scale_b and the epilogue's terms. Apart from GemmParams, which every GEMM kernel holds as its
+// parameter (two more pointers in it made ptxas spill in the overlap kernels).
+struct BlockScales {
+  const float* a = nullptr;
+  const float* b = nullptr;
 };
 
 }  // namespace kernels::fp8

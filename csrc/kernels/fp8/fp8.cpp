@@ -94,9 +94,9 @@ fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent
       block_n == 0 || block_n == 64 || block_n == 128 || block_n == 176 || block_n == 192 || block_n == 256,
       "block_n must be 0 (auto), 64, 128, 176, 192 or 256 (256: WGMMA fast accumulation)");
   TORCH_CHECK_VALUE(persistent >= -1 && persistent <= 1, "persistent must be -1, 0 or 1");
-  TORCH_CHECK_VALUE(accum >= -1 && accum <= 3,
-                    "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong), 2 (fast) or 3 (promote, "
-                    "next tile issued before the epilogue)");
+  TORCH_CHECK_VALUE(accum >= -1 && accum <= 4,
+                    "accum must be -1 (auto), 0 (promote), 1 (promote ping-pong), 2 (fast), 3 (promote, "
+                    "next tile issued before the epilogue) or 4 (block-scaled: with block scales only)");
   TORCH_CHECK_VALUE(promote_every >= 0 && promote_every <= 2, "promote_every must be 0 (auto), 1 or 2");
   TORCH_CHECK_VALUE(cluster >= -1 && cluster <= 3,
                     "cluster must be -1 (auto), 0 (none), 1 (pair along M), 2 (pair along N) or 3 (2 x 2)");
@@ -141,10 +141,21 @@ pybind11::dict plan(int64_t m, int64_t n, int64_t k, int64_t path, int64_t block
   return d;
 }
 
+// A block-scale array: float32 on a's device, contiguous [rows, cols].
+const float* block_scales(const at::Tensor& t, const char* name, int64_t rows, int64_t cols, const at::Tensor& like) {
+  binding::check_device(t, name, like, "a");
+  binding::check_dtype(t, name, at::kFloat);
+  TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.is_contiguous(), name,
+                    " must be a contiguous [", rows, ", ", cols, "] float32 tensor, got ", t.sizes(), " with strides ",
+                    t.strides());
+  return t.data_ptr<float>();
+}
+
 void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& row_scale,
           const c10::optional<at::Tensor>& col_scale, const at::Tensor& out, int64_t path, int64_t block_n,
-          int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k) {
+          int64_t persistent, int64_t accum, int64_t promote_every, int64_t cluster, int64_t group_m, int64_t split_k,
+          const c10::optional<at::Tensor>& block_scale_a, const c10::optional<at::Tensor>& block_scale_b) {
   binding::check_cuda(a, "a");
   binding::check_device(b, "b", a, "a");
   binding::check_device(out, "out", a, "a");
@@ -182,18 +193,34 @@ void gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, c
     p.bias = bias->data_ptr();
   }
   p.d = out.data_ptr();
+  fp8::BlockScales blocks;
+  if (block_scale_a || block_scale_b) {
+    TORCH_CHECK_VALUE(block_scale_a && block_scale_b, "give both block_scale_a and block_scale_b, or neither");
+    TORCH_CHECK_VALUE(accum == -1 || accum == fp8::gemm::kAccumBlockScaled,
+                      "block scales take the block-scaled accumulation (accum -1 or 4), got accum ", accum);
+    const int64_t k_blocks = (p.k + 127) / 128;
+    const float* scales_a = block_scales(*block_scale_a, "block_scale_a", k_blocks, p.m, a);
+    const float* scales_b = block_scales(*block_scale_b, "block_scale_b", (p.n + 127) / 128, k_blocks, a);
+    if (p.m > 0 && p.n > 0 && p.k > 0) {  // else there is no product to scale (and no scales to point at)
+      blocks.a = scales_a;
+      blocks.b = scales_b;
+      accum = fp8::gemm::kAccumBlockScaled;
+    }
+  }
 
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   // Split-K partials: from the caching allocator on the current stream (stream-ordered reuse,
   // capturable in CUDA graphs); released when this returns, after the launches are queued.
   at::Tensor workspace;
-  fp8::run_gemm(p, request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k),
-                prop->multiProcessorCount, prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
-                [&](size_t bytes) {
-                  workspace = at::empty({int64_t(bytes / sizeof(float))}, a.options().dtype(at::kFloat));
-                  return workspace.data_ptr();
-                });
+  fp8::run_gemm(
+      p, request(path, block_n, persistent, accum, promote_every, cluster, group_m, split_k), prop->multiProcessorCount,
+      prop->major, prop->minor, at::cuda::getCurrentCUDAStream(),
+      [&](size_t bytes) {
+        workspace = at::empty({int64_t(bytes / sizeof(float))}, a.options().dtype(at::kFloat));
+        return workspace.data_ptr();
+      },
+      blocks);
 }
 
 // ---- the CUDA kernels of torch.ops.kernels.fp8_gemm and fp8_quantize ----------------------
@@ -269,7 +296,8 @@ at::Tensor gemm_kernel(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   }
   at::Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kBFloat16));
   with_launcher_errors([&] {
-    gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent, -1, 0, -1, 0, split_k);
+    gemm(a, b, scale_a, scale_b, bias, row_scale, col_scale, out, path, block_n, persistent, -1, 0, -1, 0, split_k,
+         c10::nullopt, c10::nullopt);
   });
   return out;
 }
@@ -315,13 +343,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"), py::arg("bias"),
         py::arg("row_scale"), py::arg("col_scale"), py::arg("out"), py::arg("path") = -1, py::arg("block_n") = 0,
         py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
-        py::arg("group_m") = 0, py::arg("split_k") = 0,
+        py::arg("group_m") = 0, py::arg("split_k") = 0, py::arg("block_scale_a") = py::none(),
+        py::arg("block_scale_b") = py::none(),
         "out[M, N] (bf16) = a[M, K] @ b[N, K]^T * scale_a * scale_b [* row_scale[:, None]] "
         "[* col_scale] [+ bias]; a, b fp8 K-major, K % 16 == 0. path/block_n/persistent/accum/"
         "promote_every/cluster/group_m/split_k override the planner (-1/0/-1/-1/0/-1/0/0 = auto); accum 0 "
         "promote, 1 promote ping-pong, 2 fast, 3 promote overlapped with the epilogue; cluster 0 none, 1 pair "
         "along M, 2 pair along N, 3 2 x 2; split_k 1 none, n: K in n slices summed by a reduction kernel "
-        "(fp32 workspace allocated here).");
+        "(fp32 workspace allocated here). block_scale_a [ceil(K / 128), M] and block_scale_b [ceil(N / 128), "
+        "ceil(K / 128)] (float32, contiguous; e4m3 a and b): each 128-deep k-block's products times its rows' A "
+        "factor and its 128 x 128 B block's factor (accum 4, sm_90a).");
   m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("path") = -1, py::arg("block_n") = 0,
         py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,
         py::arg("group_m") = 0, py::arg("split_k") = 0,

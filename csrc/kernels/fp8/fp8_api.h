@@ -35,8 +35,10 @@ GemmPlanSummary plan_summary(int64_t m, int64_t n, int64_t k, int num_sms, int c
 // Plans p on the device (num_sms, compute capability) as `request` asks and launches it on
 // `stream`; a split-K plan takes its workspace from workspace(bytes), which must return 16-byte
 // aligned device memory that stays the GEMM's until it completes on `stream`.
+// Block scales (BlockScales, both or neither) take the block-scaled kernel (request.accum
+// kAccumBlockScaled, e4m3 x e4m3, sm_90a).
 void run_gemm(const GemmParams& p, const gemm::PlanRequest& request, int num_sms, int cc_major, int cc_minor,
-              cudaStream_t stream, const std::function<void*(size_t)>& workspace);
+              cudaStream_t stream, const std::function<void*(size_t)>& workspace, const BlockScales& blocks = {});
 
 void run_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream);
 

@@ -8,12 +8,13 @@ namespace kernels::fp8 {
 namespace gemm {
 
 void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
-                 void* workspace, size_t workspace_bytes) {
+                 void* workspace, size_t workspace_bytes, const BlockScales& blocks) {
   check_gemm(p, cc_major, cc_minor);
   check<NotImplementedError>(
       (plan.path != Path::kWgmma && plan.path != Path::kGemvTma) || (cc_major == 9 && cc_minor == 0), "fp8 gemm: the ",
       path_name(plan.path), " path needs sm_90a, the device is sm_", cc_major, cc_minor);
   check_plan_supported(plan);
+  check_block_scales(p, blocks, plan);
   // every split needs a k-block (the mainloops assume at least one); plan_gemm caps its splits so
   check(plan.split_k == 1 || plan.split_k <= ceil_div<int64_t>(p.k, 128), "fp8 gemm: split_k (", plan.split_k,
         ") must not exceed the k-blocks of 128 (", ceil_div<int64_t>(p.k, 128), " at K = ", p.k, ")");
@@ -35,10 +36,10 @@ void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc
   }
   float* ws = static_cast<float*>(workspace);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3)
-    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, ws, stream);
+    return launch_formats<Format::kE4M3, Format::kE4M3>(p, plan, ws, stream, blocks);
   if (p.a_format == Format::kE4M3 && p.b_format == Format::kE5M2)
-    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, ws, stream);
-  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream);
+    return launch_formats<Format::kE4M3, Format::kE5M2>(p, plan, ws, stream, blocks);
+  return launch_formats<Format::kE5M2, Format::kE4M3>(p, plan, ws, stream, blocks);
 }
 
 }  // namespace gemm
@@ -66,11 +67,11 @@ GemmPlanSummary plan_summary(int64_t m, int64_t n, int64_t k, int num_sms, int c
 }
 
 void run_gemm(const GemmParams& p, const gemm::PlanRequest& request, int num_sms, int cc_major, int cc_minor,
-              cudaStream_t stream, const std::function<void*(size_t)>& workspace) {
+              cudaStream_t stream, const std::function<void*(size_t)>& workspace, const BlockScales& blocks) {
   const gemm::GemmPlan plan = gemm::plan_gemm(p.m, p.n, p.k, num_sms, cc_major, cc_minor, request);
   const size_t workspace_bytes = p.k > 0 ? gemm::gemm_workspace_bytes(plan, p.m, p.n) : 0;
   gemm::launch_gemm(p, plan, cc_major, cc_minor, stream, workspace_bytes > 0 ? workspace(workspace_bytes) : nullptr,
-                    workspace_bytes);
+                    workspace_bytes, blocks);
 }
 
 void run_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) { launch_quantize(p, num_sms, stream); }

@@ -66,7 +66,8 @@ template <class Policy, Format FA, Format FB>
 __global__ void __launch_bounds__(Policy::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_d, const GemmParams p, const TileScheduler sched,
-                     const int promote_every, const bool stagger, const StoreMode store, const SplitKPartials split) {
+                     const int promote_every, const bool stagger, const StoreMode store, const SplitKPartials split,
+                     const BlockScales block_scales) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = Sm90Mainloop<Policy, FA, FB>;
   extern __shared__ uint8_t smem_raw[];
@@ -129,7 +130,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
             return;
           }
         }
-        constexpr bool kRows16 = Policy::kAccum == AccumMode::kPromote || Policy::kAccum == AccumMode::kFast;
+        constexpr bool kRows16 = Policy::kAccum == AccumMode::kPromote || Policy::kAccum == AccumMode::kFast ||
+                                 Policy::kAccum == AccumMode::kBlockScaled;
         epi.store_wgmma_fragment<Policy::kBN, Policy::kPromote, kRows16>(row, col0, acc, store);
       }
     };
@@ -167,7 +169,18 @@ __global__ void __launch_bounds__(Policy::kThreads, 1)
         float acc[Policy::kAccRegs];
 #pragma unroll
         for (int i = 0; i < Policy::kAccRegs; ++i) acc[i] = 0.f;
-        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, stagger, epi.alpha);
+        BlockScaleCursor blocks;
+        if constexpr (Policy::kAccum == AccumMode::kBlockScaled) {
+          // rows past M and a cluster's phantom tiles read the last row's / block's factors (not stored)
+          const int64_t row = int64_t(m_block) * Policy::kBM + consumer * 64 + warp * 16 + lane / 4;
+          const int64_t first = int64_t(kb_begin) * p.m;
+          blocks.a0 = block_scales.a + first + min(row, p.m - 1);
+          blocks.a1 = block_scales.a + first + min(row + 8, p.m - 1);
+          blocks.a_stride = p.m;
+          blocks.b = block_scales.b + int64_t(min(n_block, sched.tiles_n - 1)) * k_blocks + kb_begin;
+        }
+        Mainloop::consume_tile(storage, consumer, kb_end - kb_begin, acc, st, role, promote_every, stagger, epi.alpha,
+                               blocks);
         if (sched.tile_in_range(m_block, n_block)) store_tile(work, m_block, n_block, acc);
       }
     }
@@ -257,7 +270,8 @@ inline bool tma_store_applies(const GemmParams& p) {
 }
 
 template <int kBlockN, AccumMode kAccum, Format FA, Format FB, bool kTmaStore = false, bool kChunkedStaging = false>
-void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream) {
+void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cudaStream_t stream,
+                 const BlockScales& blocks = {}) {
   using Policy = Sm90Policy<kBlockN, kAccum, kTmaStore, kChunkedStaging>;
   TileScheduler sched;
   sched.tiles_m = int(ceil_div<int64_t>(p.m, Policy::kBM));
@@ -293,7 +307,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
   const int size = sched.cluster_size();
   if (size == 1) {
     kernel<<<plan.grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(map_a, map_b, map_d, p, sched, promote_every,
-                                                                        stagger, store, split);
+                                                                        stagger, store, split, blocks);
     check_launch("fp8 gemm_sm90_kernel");
     if (split.splits > 1) launch_splitk_reduce(p, split, stream);
     return;
@@ -304,7 +318,7 @@ void launch_sm90(const GemmParams& p, const GemmPlan& plan, float* workspace, cu
     if (clusters > 0 && grid > size * clusters) grid = size * clusters;
   }
   launch_in_clusters("fp8 gemm_sm90_kernel (cluster)", kernel, dim3(grid, 1, 1), Policy::kThreads, Policy::kSmemBytes,
-                     stream, size, map_a, map_b, map_d, p, sched, promote_every, stagger, store, split);
+                     stream, size, map_a, map_b, map_d, p, sched, promote_every, stagger, store, split, blocks);
   if (split.splits > 1) launch_splitk_reduce(p, split, stream);
 }
 
@@ -319,7 +333,8 @@ void launch_sm89(const GemmParams& p, const GemmPlan& plan, cudaStream_t stream)
 }
 
 template <Format FA, Format FB>
-void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream) {
+void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaStream_t stream,
+                    const BlockScales& blocks) {
   if (plan.path == Path::kMmaSync) return launch_sm89<FA, FB>(p, plan, stream);
   if (plan.path == Path::kGemv)
     return plan.block_n == GemvLongK::kColsPerBlock ? launch_gemv<FA, FB, GemvLongK>(p, stream)
@@ -327,6 +342,11 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
   // the plan's grid is splits x tiles of block_n B rows (plan_gemm: GemvTmaPolicy::rows_for, splits_for)
   if (plan.path == Path::kGemvTma)
     return launch_gemv_tma_splits<FA, FB>(p, plan.tiles > 0 ? plan.grid / plan.tiles : 1, stream, true, plan.block_n);
+  if (plan.accum == AccumMode::kBlockScaled) {  // check_block_scales: e4m3 x e4m3 only
+    if constexpr (FA == Format::kE4M3 && FB == Format::kE4M3)
+      return launch_sm90<128, AccumMode::kBlockScaled, FA, FB>(p, plan, ws, stream, blocks);
+    return;
+  }
   // only the pairs plan_supported() admits
   if (plan.store == int(StoreMode::kTmaChunked)) {  // has_tma_chunked_kernel
     switch (plan.block_n) {
@@ -370,6 +390,7 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
         case AccumMode::kFast: return launch_sm90<128, AccumMode::kFast, FA, FB>(p, plan, ws, stream);
         case AccumMode::kPromoteOverlap:
           return launch_sm90<128, AccumMode::kPromoteOverlap, FA, FB>(p, plan, ws, stream);
+        case AccumMode::kBlockScaled: break;  // launched above
       }
       break;
     case 176:
@@ -396,6 +417,6 @@ void launch_formats(const GemmParams& p, const GemmPlan& plan, float* ws, cudaSt
 // needed). Defined in fp8_launch.cu, the one translation unit that instantiates the planner's
 // kernels (the binding and csrc/tests/fp8_test.cu link it).
 void launch_gemm(const GemmParams& p, const GemmPlan& plan, int cc_major, int cc_minor, cudaStream_t stream,
-                 void* workspace = nullptr, size_t workspace_bytes = 0);
+                 void* workspace = nullptr, size_t workspace_bytes = 0, const BlockScales& blocks = {});
 
 }  // namespace kernels::fp8::gemm

@@ -21,6 +21,12 @@ Backward (when autograd records): dgrad `dX = dY @ W` and wgrad `dW = dY^T @ X` 
 FP8 when the reduction dimension allows it (N % 16 == 0 for dgrad, tokens % 16 == 0 for wgrad,
 the GEMM's K alignment); otherwise that gradient is computed in bf16.
 Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere `fp8_autocast` raises.
+
+Block-scaled FP8 (the recipe FP8 checkpoints such as DeepSeek-V3's ship with): a weight holds
+one factor per 128 x 128 block (`quantize_weight_blocks`, or the checkpoint's), activations one
+per row and 128 columns (`quantize_activation_blocks`, at run time), and
+`block_scaled_linear` multiplies them with `torch.ops.kernels.fp8_gemm_block_scaled` (sm_90a).
+`block_scaled_reference` is the same product in float64 from the dequantized operands.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ import torch
 
 from ..ops import fp8 as fp8_ops
 
-__all__ = ["DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState", "fp8_autocast",
-           "fp8_linear", "get_recipe", "is_fp8_enabled", "quantize_dynamic"]
+__all__ = ["DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState", "block_scaled_linear",
+           "block_scaled_reference", "fp8_autocast", "fp8_linear", "get_recipe", "is_fp8_enabled",
+           "quantize_activation_blocks", "quantize_dynamic", "quantize_weight_blocks"]
 
 FORMATS = ("e4m3", "hybrid")
 
@@ -347,3 +354,65 @@ class Fp8Linear(torch.nn.Linear):
 
 
 _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.Module's key for get_extra_state() in a state_dict
+
+
+# ---- block-scaled FP8 ------------------------------------------------------------------------
+
+def _blocks_amax(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """max |x| over blocks of rows x cols of a 2-D x (edge blocks partial), one per block."""
+    r, c = x.shape
+    padded = torch.nn.functional.pad(x.float().abs(), (0, -c % cols, 0, -r % rows))
+    return padded.view(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols).amax(dim=(1, 3))
+
+
+def _quantize_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x in e4m3, its dequant factors per block [ceil(R / rows), ceil(C / cols)]): each block
+    scaled so that its amax lands on e4m3's largest value (a block of zeros keeps factor 1)."""
+    if x.dim() != 2:
+        raise ValueError(f"expected a 2-D tensor, got shape {tuple(x.shape)}")
+    if not x.is_floating_point() or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"expected a 16- or 32-bit float tensor, got {x.dtype}")
+    fp8_max = fp8_ops.FP8_MAX[torch.float8_e4m3fn]
+    amax = _blocks_amax(x, rows, cols)
+    dequant = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))
+    per_element = dequant.repeat_interleave(rows, 0)[: x.shape[0]].repeat_interleave(cols, 1)[:, : x.shape[1]]
+    data = (x.float() / per_element).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    return data, dequant
+
+
+def quantize_activation_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 [M, K], factors [ceil(K / 128), M]): one factor per row and 128 columns,
+    in the layout `fp8_gemm_block_scaled` takes for a (M contiguous)."""
+    data, dequant = _quantize_blocks(x, 1, fp8_ops.BLOCK_K)
+    return data, dequant.t().contiguous()
+
+
+def quantize_weight_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (e4m3 [N, K], factors [ceil(N / 128), ceil(K / 128)]): one factor per 128 x 128
+    block, the layout `fp8_gemm_block_scaled` takes for b (and FP8 checkpoints store)."""
+    return _quantize_blocks(w, fp8_ops.BLOCK_N, fp8_ops.BLOCK_K)
+
+
+def _dequantize(data: torch.Tensor, dequant: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    per_element = dequant.double().repeat_interleave(rows, 0)[: data.shape[0]]
+    return data.double() * per_element.repeat_interleave(cols, 1)[:, : data.shape[1]]
+
+
+def block_scaled_reference(a: torch.Tensor, b: torch.Tensor, block_scale_a: torch.Tensor,
+                           block_scale_b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """What `fp8_gemm_block_scaled` computes, in float64 from the dequantized operands (any device)."""
+    a64 = _dequantize(a, block_scale_a.t(), 1, fp8_ops.BLOCK_K)
+    b64 = _dequantize(b, block_scale_b, fp8_ops.BLOCK_N, fp8_ops.BLOCK_K)
+    out = a64 @ b64.t()
+    return out if bias is None else out + bias.double()
+
+
+def block_scaled_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                        bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`x @ dequant(weight)^T + bias` in bf16 for an e4m3 weight [N, K] with 128 x 128 block
+    factors `weight_scale` [ceil(N / 128), ceil(K / 128)]; x [..., K] is quantized per row and 128
+    columns on the way in. sm_90a (torch.ops.kernels.fp8_gemm_block_scaled)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    x_q, x_scale = quantize_activation_blocks(x2)
+    out = torch.ops.kernels.fp8_gemm_block_scaled(x_q, weight, x_scale, weight_scale, bias)
+    return out.reshape(*x.shape[:-1], weight.shape[0])

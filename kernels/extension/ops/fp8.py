@@ -38,6 +38,14 @@ module loads, which this module does on import where the module is built); their
   except `path=0, block_n=256`, which keeps the WGMMA accumulator only (faster, like
   torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
 
+* `torch.ops.kernels.fp8_gemm_block_scaled(a, b, block_scale_a, block_scale_b, bias, split_k)
+  -> out`: block-scaled FP8 (the recipe FP8 checkpoints such as DeepSeek-V3's ship with):
+  `out[m, n] = sum over k-blocks kb of (a[m, kb] @ b[n, kb]) * block_scale_a[kb, m] *
+  block_scale_b[n // 128, kb] (+ bias)` in bf16, with k-blocks of 128: a's scales per row and
+  k-block (`[ceil(K / 128), M]`, M contiguous), b's per 128 x 128 block (`[ceil(N / 128),
+  ceil(K / 128)]`), float32 dequant factors; a, b e4m3 with fp8_gemm's layout rules; sm_90a (its
+  WGMMA tiles of 128 x 128, each k-block's partial sum scaled and added in fp32).
+
 CUDA only: on a CPU tensor they raise NotImplementedError saying so. Bad inputs raise
 TypeError / ValueError from the same checks in the real and the fake implementation.
 """
@@ -229,6 +237,8 @@ _LIBRARY.define("fp8_quantize(Tensor x, Tensor scale, ScalarType fp8_dtype, bool
 _LIBRARY.define("fp8_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
                 "Tensor? row_scale=None, Tensor? col_scale=None, int path=-1, int block_n=0, "
                 "int persistent=-1, int split_k=0) -> Tensor")
+_LIBRARY.define("fp8_gemm_block_scaled(Tensor a, Tensor b, Tensor block_scale_a, Tensor block_scale_b, "
+                "Tensor? bias=None, int split_k=0) -> Tensor")
 
 
 def fp8_quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype,
@@ -288,6 +298,76 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     return out
 
 
+# ---- block-scaled GEMM -------------------------------------------------------------------------
+
+BLOCK_K = 128  # k-block of the block scales (and of the kernel's promotion)
+BLOCK_N = 128  # b's scale blocks are BLOCK_N x BLOCK_K
+
+
+def block_scale_shapes(m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The shapes of fp8_gemm_block_scaled's scales for a [M, K] x [N, K]^T problem."""
+    k_blocks = -(-k // BLOCK_K)
+    return (k_blocks, m), (-(-n // BLOCK_N), k_blocks)
+
+
+@functools.cache
+def _one(device: torch.device) -> torch.Tensor:
+    """A float32 1 on ``device``: the per-tensor factors of a block-scaled call."""
+    return torch.ones((), dtype=torch.float32, device=device)
+
+
+def check_block_scaled_call(a, b, block_scale_a, block_scale_b, bias=None, split_k=0, real=True) -> None:
+    """Every check of a ``fp8_gemm_block_scaled`` call, the first failure raised (its fake kernel
+    runs it with ``real=False``)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be float8_e4m3fn (block scaling takes e4m3 x e4m3), got {got}")
+    one = _one(a.device)
+    check_gemm_args(a, b, one, one, bias, None, None, real=real)
+    if isinstance(split_k, bool) or not isinstance(split_k, int) or not 0 <= split_k <= MAX_SPLIT_K:
+        raise ValueError(f"split_k must be 0 (auto), 1 (none) or 2..{MAX_SPLIT_K}, got {split_k!r}")
+    shapes = block_scale_shapes(a.shape[0], b.shape[0], a.shape[1])
+    for name, t, shape in (("block_scale_a", block_scale_a, shapes[0]),
+                           ("block_scale_b", block_scale_b, shapes[1])):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}")
+        if tuple(t.shape) != shape:
+            layout = "[ceil(K / 128), M]" if name == "block_scale_a" else "[ceil(N / 128), ceil(K / 128)]"
+            raise ValueError(f"{name} must have shape {shape} ({layout}), got {tuple(t.shape)}")
+        if t.device != a.device:
+            raise ValueError(f"{name} is on {t.device}, expected {a.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if real:
+        check_path_on_device(a.device, 0)
+
+
+def fp8_gemm_block_scaled(a: torch.Tensor, b: torch.Tensor, block_scale_a: torch.Tensor,
+                          block_scale_b: torch.Tensor, bias: torch.Tensor | None = None,
+                          split_k: int = 0) -> torch.Tensor:
+    """``torch.ops.kernels.fp8_gemm_block_scaled``'s CUDA kernel: the module's ``gemm`` with block
+    scales (the block-scaled WGMMA kernel)."""
+    check_block_scaled_call(a, b, block_scale_a, block_scale_b, bias, split_k)
+    module = loader.load(MODULE)
+    out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
+    one = _one(a.device)
+    module.gemm(a, b, one, one, bias, None, None, out, 0, 128, -1, split_k=split_k,
+                block_scale_a=block_scale_a, block_scale_b=block_scale_b)
+    return out
+
+
+_LIBRARY.impl("fp8_gemm_block_scaled", fp8_gemm_block_scaled, "CUDA")
+
+
+@torch.library.register_fake("kernels::fp8_gemm_block_scaled", lib=_LIBRARY)
+def _(a, b, block_scale_a, block_scale_b, bias=None, split_k=0):
+    check_block_scaled_call(a, b, block_scale_a, block_scale_b, bias, split_k, real=False)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16)
+
+
 def _register_cuda_kernels() -> None:
     """The CUDA kernels of ``fp8_gemm`` and ``fp8_quantize``: the module's C++ ``gemm_kernel`` and
     ``quantize_kernel``, which loading the module registers, where the module is built (why: the
@@ -305,18 +385,20 @@ def _register_cuda_kernels() -> None:
 _register_cuda_kernels()
 
 
-def _refuse_off_cuda(op: str):
+def _refuse_off_cuda(op: str, needs: str):
     """A kernel for the dispatcher's CPU key: the FP8 primitives run on CUDA devices only, and a
     CPU call says so (rather than the dispatcher's list of the backends it knows)."""
     def refuse(*args, **kwargs):
         devices = sorted({str(t.device) for t in args if isinstance(t, torch.Tensor)})
-        raise NotImplementedError(f"kernels::{op} runs on CUDA devices (sm_89 or newer: FP8 tensor cores), "
+        raise NotImplementedError(f"kernels::{op} runs on CUDA devices ({needs}), "
                                   f"got tensors on {', '.join(devices)}")
     return refuse
 
 
-for _op in ("fp8_quantize", "fp8_gemm"):
-    _LIBRARY.impl(_op, _refuse_off_cuda(_op), "CPU")
+_TENSOR_CORES = "sm_89 or newer: FP8 tensor cores"
+for _op, _needs in (("fp8_quantize", _TENSOR_CORES), ("fp8_gemm", _TENSOR_CORES),
+                    ("fp8_gemm_block_scaled", "sm_90a: its WGMMA kernel")):
+    _LIBRARY.impl(_op, _refuse_off_cuda(_op, _needs), "CPU")
 
 
 @torch.library.register_fake("kernels::fp8_gemm", lib=_LIBRARY)

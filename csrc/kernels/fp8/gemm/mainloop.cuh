@@ -75,6 +75,16 @@ struct ClusterRole {
   __device__ __forceinline__ uint32_t partner(int w) const { return w == 1 && share_a() ? a_partner() : b_partner(); }
 };
 
+// A consumer thread's block scales for one tile (AccumMode::kBlockScaled), at the tile's first
+// k-block: the factors of its two accumulator rows (A; the next k-block's are a_stride floats on)
+// and of the tile's 128-column B block (the next k-block's are the next float).
+struct BlockScaleCursor {
+  const float* a0 = nullptr;
+  const float* a1 = nullptr;
+  const float* b = nullptr;
+  int64_t a_stride = 0;
+};
+
 template <class Policy, Format FA, Format FB>
 struct Sm90Mainloop {
   static constexpr int kAccRegs = Policy::kAccRegs;
@@ -156,12 +166,15 @@ struct Sm90Mainloop {
 
   // One consumer warpgroup: acc (its 64 rows x kBN) += A_tile @ B_tile^T over all k-blocks;
   // the promoted modes add scale * partial (acc comes out multiplied by scale), kFast ignores
-  // scale (the epilogue applies it).
+  // scale (the epilogue applies it); kBlockScaled multiplies each k-block's partial by its
+  // block scales (blocks) as well.
   __device__ __forceinline__ static void consume_tile(const Storage& s, int consumer, int k_blocks,
                                                       float (&acc)[kAccRegs], PipelineState& st,
                                                       const ClusterRole& role, int promote_every, bool stagger,
-                                                      float scale) {
-    if constexpr (Policy::kAccum == AccumMode::kPromote) {
+                                                      float scale, const BlockScaleCursor& blocks = {}) {
+    if constexpr (Policy::kAccum == AccumMode::kBlockScaled) {
+      consume_tile_block_scaled(s, consumer, k_blocks, acc, st, role, blocks, scale);
+    } else if constexpr (Policy::kAccum == AccumMode::kPromote) {
       consume_tile_promoted(s, consumer, k_blocks, acc, st, role, promote_every, stagger && consumer == 1, scale);
     } else if constexpr (Policy::kAccum == AccumMode::kPromotePingPong) {
       consume_tile_pingpong(s, consumer, k_blocks, acc, st, role, scale);
@@ -250,6 +263,30 @@ struct Sm90Mainloop {
       wgmma_wait<0>();
       release(s, previous_stage, role);
       promote(acc, partial, scale);
+    }
+  }
+
+  // Block-scaled: per k-block a fresh partial, one full wait, then acc += partial * (the row's A
+  // factor * the tile's B factor * scale); a thread's accumulator registers 4j, 4j + 1 hold its
+  // row, 4j + 2, 4j + 3 the row 8 below (the m64nN fragment). The factors are loaded before the
+  // stage's wait and WGMMAs, which hide their latency.
+  __device__ __forceinline__ static void consume_tile_block_scaled(const Storage& s, int consumer, int k_blocks,
+                                                                   float (&acc)[kAccRegs], PipelineState& st,
+                                                                   const ClusterRole& role,
+                                                                   const BlockScaleCursor& blocks, float scale) {
+    float partial[kAccRegs];  // no init: each k-block's first WGMMA ignores it (scale-d 0)
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const float b_factor = __ldg(blocks.b + kb) * scale;
+      const float a0 = __ldg(blocks.a0 + kb * blocks.a_stride), a1 = __ldg(blocks.a1 + kb * blocks.a_stride);
+      const int stage = st.stage;
+      issue_stage(s, consumer, st, partial, true);
+      st.template advance<Policy::kStages>();
+      wgmma_wait<0>();
+      release(s, stage, role);
+      wgmma_fence_operand(partial);
+      const float f0 = a0 * b_factor, f1 = a1 * b_factor;
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) acc[i] = fmaf(partial[i], (i & 2) ? f1 : f0, acc[i]);
     }
   }
 

@@ -88,7 +88,7 @@ struct GemmPlan {
 inline bool has_kernel(int block_n, AccumMode accum) {
   switch (block_n) {
     case 64: return accum == AccumMode::kPromote;
-    case 128: return int(accum) >= 0 && int(accum) <= 3;
+    case 128: return int(accum) >= 0 && int(accum) <= 4;  // every mode, block scaling only here
     case 176:
     case 192: return accum == AccumMode::kPromote || accum == AccumMode::kPromoteOverlap;
     case 256: return accum == AccumMode::kFast;
@@ -204,7 +204,8 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
     plan.accum = req.accum >= 0             ? AccumMode(req.accum)
                  : req.force_block_n == 256 ? AccumMode::kFast
                                             : PlannerDefaults::kAccum;
-    plan.promote_every = req.promote_every > 0 ? req.promote_every : PlannerDefaults::kPromoteEvery;
+    const bool block_scaled = plan.accum == AccumMode::kBlockScaled;  // asked for: it takes other inputs
+    plan.promote_every = req.promote_every > 0 ? req.promote_every : block_scaled ? 1 : PlannerDefaults::kPromoteEvery;
     plan.stagger = req.stagger >= 0 ? req.stagger == 1 : PlannerDefaults::kStagger;
     if (req.force_block_n > 0) {
       plan.block_n = req.force_block_n;
@@ -212,6 +213,7 @@ inline GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int num_sms, int cc_m
       double best = -1.0;
       for (int bn : {256, 192, 176, 128, 64}) {
         if (bn == 256 && plan.accum != AccumMode::kFast) continue;
+        if (block_scaled && bn != 128) continue;
         if ((bn == 192 || bn == 176) && !has_kernel(bn, plan.accum)) continue;
         const int64_t tiles = tiles_for(m, n, plan.block_m, bn);
         const int64_t waves = ceil_div<int64_t>(tiles, num_sms);
@@ -306,6 +308,7 @@ inline bool plan_supported(const GemmPlan& plan) {
            (plan.block_n == GemvTmaPolicy::kBM || plan.block_n == GemvTmaPolicy::kNarrowBM);
   if (plan.path != Path::kWgmma) return plan.split_k == 1;
   if (plan.promote_every != 1 && plan.promote_every != 2) return false;
+  if (plan.accum == AccumMode::kBlockScaled && plan.promote_every != 1) return false;  // a factor per k-block
   if (plan.store < 0 || plan.store > int(StoreMode::kTmaChunked)) return false;
   if (!has_store_kernel(plan.store, plan.block_n, plan.accum)) return false;
   if (int(plan.cluster) < 0 || int(plan.cluster) > 3 || plan.group_m < 1) return false;
@@ -319,7 +322,8 @@ inline void check_plan_supported(const GemmPlan& plan) {
         ", accum ", accum_name(plan.accum), ", promote_every ", plan.promote_every, ", cluster ", int(plan.cluster),
         ", group_m ", plan.group_m, ", split_k ", plan.split_k,
         "): promoted accumulation needs block_n 64, 128, 176 or 192 (ping-pong and fast at 128 only, 256 fast only; "
-        "overlap at 128 / 176 / 192; TMA stores (store 3) at 128 promote / fast, 176 / 192 promote / overlap, "
+        "overlap at 128 / 176 / 192; block-scaled at 128, promote_every 1, direct stores; TMA stores (store 3) at 128 "
+        "promote / fast, 176 / 192 promote / overlap, "
         "256 fast, "
         "chunk-staged (store 4) at those but 128), "
         "promote_every 1 or 2, cluster 0-3, group_m >= 1, split_k 1-",
@@ -342,6 +346,24 @@ inline void check_gemm(const GemmParams& p, int cc_major, int cc_minor) {
         "fp8 gemm: A and B must have 16-byte aligned base pointers and row strides, got A ",
         reinterpret_cast<uintptr_t>(p.a) % 16, " and B ", reinterpret_cast<uintptr_t>(p.b) % 16,
         " bytes past a 16-byte boundary, row strides ", p.lda, " and ", p.ldb, " bytes");
+}
+
+// Block scales and the plan agree: both scale arrays or neither, e4m3 x e4m3, and the block-scaled
+// WGMMA kernel exactly when they are given (any other kernel would ignore them).
+inline void check_block_scales(const GemmParams& p, const BlockScales& blocks, const GemmPlan& plan) {
+  const bool given = blocks.a != nullptr || blocks.b != nullptr;
+  const bool planned = plan.path == Path::kWgmma && plan.accum == AccumMode::kBlockScaled;
+  if (!given && !planned) return;
+  check(blocks.a != nullptr && blocks.b != nullptr,
+        "fp8 gemm: block scaling needs both block_scale_a and block_scale_b");
+  check<TypeError>(p.a_format == Format::kE4M3 && p.b_format == Format::kE4M3,
+                   "fp8 gemm: block scaling takes e4m3 x e4m3, got ", format_name(p.a_format), " x ",
+                   format_name(p.b_format));
+  check<NotImplementedError>(plan.path == Path::kWgmma,
+                             "fp8 gemm: block scaling runs on the sm_90a WGMMA path only, the plan's path is ",
+                             path_name(plan.path));
+  check(planned, "fp8 gemm: block scales need the block-scaled accumulation (accum ", int(AccumMode::kBlockScaled),
+        "), the plan has ", accum_name(plan.accum));
 }
 
 // Bytes of fp32 split-K partials a plan needs from the caller (0 without split-K).

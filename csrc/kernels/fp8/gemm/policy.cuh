@@ -29,10 +29,17 @@ constexpr int kSm90SmemLimit = 232448;
 //                     tensor cores have this warpgroup's work queued while it stores, instead of
 //                     idling from its last promotion to its next tile's first WGMMA. Same
 //                     registers as kPromote; TMA-store kernels at BN 176 / 192.
+//   kBlockScaled      block-scaled FP8 (DeepSeek-V3's recipe, DeepGEMM's scheme): kPromote with
+//                     interval 1, each k-block's partial sum multiplied by the scales of its
+//                     A rows' 1 x 128 blocks and of B's 128 x 128 block (GemmParams::
+//                     block_scale_a / _b) as it is added. BN 128 only (one B block per tile and
+//                     k-block), e4m3 x e4m3, direct stores.
 // Registers bound the tile: kPromote holds 2 x kBN / 2 accumulators per thread (BN 192: 192 of
 // 232, 202 in all; BN 224 with a 32 / 240 split spilled the tile counter), ping-pong
 // 3 x kBN / 2 (BN <= 128), and 2 x 128 for BN 256 would not fit at all.
-enum class AccumMode : int { kPromote = 0, kPromotePingPong = 1, kFast = 2, kPromoteOverlap = 3 };
+enum class AccumMode : int { kPromote = 0, kPromotePingPong = 1, kFast = 2, kPromoteOverlap = 3, kBlockScaled = 4 };
+
+static_assert(int(AccumMode::kBlockScaled) == kAccumBlockScaled, "request.h names the block-scaled mode");
 
 inline const char* accum_name(AccumMode a) {
   switch (a) {
@@ -40,6 +47,7 @@ inline const char* accum_name(AccumMode a) {
     case AccumMode::kPromotePingPong: return "pingpong";
     case AccumMode::kFast: return "fast";
     case AccumMode::kPromoteOverlap: return "overlap";
+    case AccumMode::kBlockScaled: return "block_scaled";
   }
   return "?";
 }
@@ -113,6 +121,8 @@ struct Sm90Policy {
   static constexpr bool kPromote = kAccum != AccumMode::kFast;
   static_assert(!kPromote || kBN <= 192, "promotion needs BN <= 192 (registers)");
   static_assert(kAccum != AccumMode::kPromotePingPong || kBN <= 128, "ping-pong needs BN <= 128 (registers)");
+  static_assert(kAccum != AccumMode::kBlockScaled || (kBN == 128 && !kTmaStore),
+                "block scaling: one 128-column B block per tile, direct stores");
   static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256, "WGMMA n of this path");
   static_assert(kStages >= 2, "pipeline needs two stages");
   static_assert(!kTmaStore || kBN % 16 == 0, "the TMA-store epilogue stages 16- or 64-column panels");

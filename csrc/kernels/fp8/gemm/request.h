@@ -7,6 +7,7 @@ namespace kernels::fp8::gemm {
 constexpr int kGemvMaxRows = 16;      // M up to this takes the GEMV path (one m16 MMA row tile)
 constexpr int kGemvTmaMaxRows = 128;  // M up to this fits the swap-AB GEMV (its widest WGMMA n)
 constexpr int kMaxSplitK = 64;        // largest split count a request may force (each split needs a k-block too)
+constexpr int kAccumBlockScaled = 4;  // AccumMode::kBlockScaled (policy.cuh): what a call with block scales asks for
 
 struct PlanRequest {
   int force_path = -1;    // -1 auto, else Path
