@@ -49,6 +49,17 @@ def test_bad_inputs_raise_in_words(change, error, match):
         torch.ops.kernels.fp8_gemm_block_scaled(*args)
 
 
+def test_fake_block_quantize_gives_the_gemm_layout():
+    x = torch.empty(3, 5, 300, dtype=torch.bfloat16, device="meta")
+    out, scale = torch.ops.kernels.fp8_quantize_blocks(x)
+    assert out.shape == (3, 5, 300) and out.dtype == E4M3
+    assert scale.shape == (3, 15) and scale.dtype == torch.float32
+    with pytest.raises(TypeError, match="bfloat16"):
+        torch.ops.kernels.fp8_quantize_blocks(x.float())
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    torch.library.opcheck(torch.ops.kernels.fp8_quantize_blocks.default, (x,), test_utils=utils)
+
+
 def test_cpu_tensors_are_refused_naming_the_gpu_it_needs():
     a, b = torch.zeros(4, 128).to(E4M3), torch.zeros(8, 128).to(E4M3)
     with pytest.raises(NotImplementedError, match="sm_90a"):
@@ -141,6 +152,27 @@ def test_kernel_matches_the_reference_of_its_dequantized_operands(shape, split_k
                             block_scale_a=sa, block_scale_b=sb)
     assert not poisoned.isnan().any(), f"{shape}: output elements never written"
     assert ((poisoned.double() - ref).norm() / ref.norm()).item() < 4e-3
+    guards.check()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(70, 300), (1, 2048), (257, 4096), (33, 136)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_block_quantize_kernel_gives_torchs_bits(shape, guards):
+    """The kernel against the torch computation on the same device: the same factors and the
+    same e4m3 bytes (both divide; IEEE division either way), a zero block's factor 1, tails in
+    K (300, 136: not a multiple of 128, nor of 8) included; inputs in guard regions."""
+    _need_sm90()
+    gen = torch.Generator(device="cuda").manual_seed(shape[0])
+    x = torch.randn(*shape, device="cuda", generator=gen) * torch.exp2(
+        torch.randint(-20, 20, (shape[0], 1), device="cuda", generator=gen).float())
+    x[0, : min(128, shape[1])] = 0
+    x = guards.copy(x.to(torch.bfloat16), name="x")
+    out, scale = torch.ops.kernels.fp8_quantize_blocks(x)
+    ref_out, ref_scale = fp8_strategy._quantize_blocks(x, 1, fp8_ops.BLOCK_K)
+    assert torch.equal(scale, ref_scale.t().contiguous())
+    assert torch.equal(out.view(torch.uint8), ref_out.view(torch.uint8))
+    assert scale[0, 0] == 1
     guards.check()
 
 

@@ -48,6 +48,15 @@ struct QuantizeParams {
   Format format = Format::kE4M3;
 };
 
+// Block quantize (the activations of a block-scaled GEMM): per row and 128 columns, the dequant
+// factor scale = amax / 448 (1 where amax is 0) and out = saturate_to_e4m3(x / scale).
+struct BlockQuantizeParams {
+  const void* x = nullptr;  // bf16 [rows, cols], row stride ld_x elements
+  int64_t rows = 0, cols = 0, ld_x = 0;
+  void* out = nullptr;     // e4m3 [rows, cols], contiguous
+  float* scale = nullptr;  // [ceil(cols / 128), rows], contiguous (BlockScales::a's layout)
+};
+
 // GEMM: D[M, N] = (A[M, K] @ B[N, K]^T) * (*scale_a) * (*scale_b) * row_scale[m] * col_scale[n]
 //              + bias[n], bf16 out. A and B are K-major fp8 (row strides lda, ldb bytes). Block-
 //              scaled (BlockScales): each 128-deep k-block's products times a[kb][m] * b[n / 128][kb].

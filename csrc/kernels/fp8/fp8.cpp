@@ -85,6 +85,32 @@ void quantize(const at::Tensor& x, const at::Tensor& scale, const c10::optional<
   fp8::run_quantize(p, binding::sm_count(), at::cuda::getCurrentCUDAStream());
 }
 
+void quantize_blocks(const at::Tensor& x, const at::Tensor& out, const at::Tensor& scale) {
+  binding::check_cuda(x, "x");
+  binding::check_dtype(x, "x", at::kBFloat16);
+  binding::check_dims(x, "x", 2, " [rows, cols]");
+  binding::check_contiguous_last_dim(x, "x");
+  binding::check_device(out, "out", x, "x");
+  binding::check_dtype(out, "out", at::kFloat8_e4m3fn);
+  TORCH_CHECK_VALUE(
+      out.sizes() == x.sizes() && out.is_contiguous() && reinterpret_cast<uintptr_t>(out.data_ptr()) % 4 == 0,
+      "out must be contiguous, 4-byte aligned, with x's shape ", x.sizes(), ", got ", out.sizes());
+  const int64_t groups = (x.size(1) + 127) / 128;
+  binding::check_device(scale, "scale", x, "x");
+  binding::check_dtype(scale, "scale", at::kFloat);
+  TORCH_CHECK_VALUE(scale.dim() == 2 && scale.size(0) == groups && scale.size(1) == x.size(0) && scale.is_contiguous(),
+                    "scale must be a contiguous [", groups, ", ", x.size(0), "] float32 tensor, got ", scale.sizes());
+  fp8::BlockQuantizeParams p;
+  p.x = x.data_ptr();
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.ld_x = x.stride(0);
+  p.out = out.data_ptr();
+  p.scale = scale.data_ptr<float>();
+  const c10::cuda::CUDAGuard guard(x.device());
+  fp8::run_block_quantize(p, binding::sm_count(), at::cuda::getCurrentCUDAStream());
+}
+
 fp8::gemm::PlanRequest request(int64_t path, int64_t block_n, int64_t persistent, int64_t accum, int64_t promote_every,
                                int64_t cluster, int64_t group_m, int64_t split_k) {
   TORCH_CHECK_VALUE(path >= -1 && path <= 3,
@@ -340,6 +366,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize", &quantize, py::arg("x"), py::arg("scale"), py::arg("out"), py::arg("out_t"), py::arg("amax"),
         "out = sat(x * scale) as out's fp8 format, out_t its [cols, rows] transpose, amax = "
         "max(amax, max|x|) (atomic; zero it first). x bf16 [rows, cols]; scale f32 scalar.");
+  m.def("quantize_blocks", &quantize_blocks, py::arg("x"), py::arg("out"), py::arg("scale"),
+        "Per row and 128 columns of x (bf16 [rows, cols]): scale[group][row] = amax / 448 (1 where 0) and out = "
+        "e4m3(x / scale), saturated; out e4m3 [rows, cols], scale float32 [ceil(cols / 128), rows].");
   m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("scale_a"), py::arg("scale_b"), py::arg("bias"),
         py::arg("row_scale"), py::arg("col_scale"), py::arg("out"), py::arg("path") = -1, py::arg("block_n") = 0,
         py::arg("persistent") = -1, py::arg("accum") = -1, py::arg("promote_every") = 0, py::arg("cluster") = -1,

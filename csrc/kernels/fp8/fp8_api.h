@@ -42,4 +42,6 @@ void run_gemm(const GemmParams& p, const gemm::PlanRequest& request, int num_sms
 
 void run_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream);
 
+void run_block_quantize(const BlockQuantizeParams& p, int num_sms, cudaStream_t stream);
+
 }  // namespace kernels::fp8

@@ -76,4 +76,8 @@ void run_gemm(const GemmParams& p, const gemm::PlanRequest& request, int num_sms
 
 void run_quantize(const QuantizeParams& p, int num_sms, cudaStream_t stream) { launch_quantize(p, num_sms, stream); }
 
+void run_block_quantize(const BlockQuantizeParams& p, int num_sms, cudaStream_t stream) {
+  launch_block_quantize(p, num_sms, stream);
+}
+
 }  // namespace kernels::fp8

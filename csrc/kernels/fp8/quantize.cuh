@@ -131,7 +131,57 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams
   }
 }
 
+// Block quantize: one warp per (row, 128-column group), four columns per lane; the warp's amax
+// by shuffles, the factor by an IEEE division (the same rounding as torch's amax / 448), each
+// value divided by it (not multiplied by a reciprocal: the same bits as torch's x / scale) and
+// converted with saturation. NaN inputs become NaN outputs and do not enter amax.
+constexpr int kBlockCols = 128;
+
+__global__ void __launch_bounds__(kThreads) block_quantize_kernel(const BlockQuantizeParams p) {
+  const int64_t groups = ceil_div<int64_t>(p.cols, kBlockCols);
+  const int64_t units = p.rows * groups;
+  const int lane = threadIdx.x % 32;
+  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
+  uint8_t* out = static_cast<uint8_t*>(p.out);
+  for (int64_t unit = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32; unit < units;
+       unit += int64_t(gridDim.x) * (kThreads / 32)) {
+    const int64_t row = unit / groups, group = unit % groups;
+    const int64_t col = group * kBlockCols + lane * 4;
+    float v[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[j] = col + j < p.cols ? __bfloat162float(x[row * p.ld_x + col + j]) : 0.f;
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = amax > 0.f ? __fdiv_rn(amax, FormatTraits<Format::kE4M3>::kMax) : 1.f;
+    if (lane == 0) p.scale[group * p.rows + row] = scale;
+    uint8_t* dst = out + row * p.cols + col;
+    const uint16_t lo = cvt2<Format::kE4M3>(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale));
+    const uint16_t hi = cvt2<Format::kE4M3>(__fdiv_rn(v[2], scale), __fdiv_rn(v[3], scale));
+    if (col + 4 <= p.cols && p.cols % 4 == 0) {
+      *reinterpret_cast<uint32_t*>(dst) = uint32_t(lo) | (uint32_t(hi) << 16);
+    } else {
+      const uint8_t bytes[4] = {uint8_t(lo), uint8_t(lo >> 8), uint8_t(hi), uint8_t(hi >> 8)};
+      for (int j = 0; j < 4; ++j)
+        if (col + j < p.cols) dst[j] = bytes[j];
+    }
+  }
+}
+
 }  // namespace quantize_detail
+
+// Throws kernels::CudaError when the launch fails; out must be 4-byte aligned.
+inline void launch_block_quantize(const BlockQuantizeParams& p, int num_sms, cudaStream_t stream) {
+  using namespace quantize_detail;
+  if (p.rows == 0 || p.cols == 0) return;
+  const int64_t warps = p.rows * ceil_div<int64_t>(p.cols, kBlockCols);
+  const int64_t needed = ceil_div<int64_t>(warps, kThreads / 32), max_blocks = int64_t(num_sms) * 16;
+  block_quantize_kernel<<<int(needed < max_blocks ? needed : max_blocks), kThreads, 0, stream>>>(p);
+  check_launch("fp8 block_quantize_kernel");
+}
 
 inline bool quantize_vectorizable(const QuantizeParams& p) {
   const auto aligned = [](const void* ptr, uintptr_t n) {

@@ -382,7 +382,10 @@ def _quantize_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tenso
 
 def quantize_activation_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (e4m3 [M, K], factors [ceil(K / 128), M]): one factor per row and 128 columns,
-    in the layout `fp8_gemm_block_scaled` takes for a (M contiguous)."""
+    in the layout `fp8_gemm_block_scaled` takes for a (M contiguous). A bf16 x on the GPU goes
+    through one kernel (`torch.ops.kernels.fp8_quantize_blocks`, the same bits), else torch."""
+    if x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and fp8_ops.is_available():
+        return torch.ops.kernels.fp8_quantize_blocks(x)
     data, dequant = _quantize_blocks(x, 1, fp8_ops.BLOCK_K)
     return data, dequant.t().contiguous()
 

@@ -38,6 +38,12 @@ module loads, which this module does on import where the module is built); their
   except `path=0, block_n=256`, which keeps the WGMMA accumulator only (faster, like
   torch._scaled_mm(use_fast_accum=True)); the planner never picks it itself.
 
+* `torch.ops.kernels.fp8_quantize_blocks(x) -> (out, scale)`: x bf16 `[..., K]` quantized per
+  row and 128 columns, the activations' half of block-scaled FP8: `scale[g, r] = amax / 448`
+  (1 where the block is zero) over row r's columns 128 g .. 128 g + 127, `out = e4m3(x / scale)`
+  saturated, x's shape; scale float32 `[ceil(K / 128), rows]` (rows: x's leading dims
+  flattened), the layout fp8_gemm_block_scaled takes. The same bits as the torch computation
+  (`kernels.extension.backend.fp8.quantize_activation_blocks` off the GPU). sm_89 or newer.
 * `torch.ops.kernels.fp8_gemm_block_scaled(a, b, block_scale_a, block_scale_b, bias, split_k)
   -> out`: block-scaled FP8 (the recipe FP8 checkpoints such as DeepSeek-V3's ship with):
   `out[m, n] = sum over k-blocks kb of (a[m, kb] @ b[n, kb]) * block_scale_a[kb, m] *
@@ -237,6 +243,7 @@ _LIBRARY.define("fp8_quantize(Tensor x, Tensor scale, ScalarType fp8_dtype, bool
 _LIBRARY.define("fp8_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
                 "Tensor? row_scale=None, Tensor? col_scale=None, int path=-1, int block_n=0, "
                 "int persistent=-1, int split_k=0) -> Tensor")
+_LIBRARY.define("fp8_quantize_blocks(Tensor x) -> (Tensor, Tensor)")
 _LIBRARY.define("fp8_gemm_block_scaled(Tensor a, Tensor b, Tensor block_scale_a, Tensor block_scale_b, "
                 "Tensor? bias=None, int split_k=0) -> Tensor")
 
@@ -345,6 +352,44 @@ def check_block_scaled_call(a, b, block_scale_a, block_scale_b, bias=None, split
         check_path_on_device(a.device, 0)
 
 
+def check_quantize_blocks_args(x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x must be bfloat16, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension")
+
+
+def _quantize_blocks_shapes(x):
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
+    return (-(-k // BLOCK_K), rows)
+
+
+def fp8_quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.kernels.fp8_quantize_blocks``'s CUDA kernel: the module's ``quantize_blocks``."""
+    check_quantize_blocks_args(x)
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty(_quantize_blocks_shapes(x), dtype=torch.float32, device=x.device)
+    if x.numel():
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        loader.load(MODULE).quantize_blocks(x2, out.view(x2.shape), scale)
+    return out, scale
+
+
+_LIBRARY.impl("fp8_quantize_blocks", fp8_quantize_blocks, "CUDA")
+
+
+@torch.library.register_fake("kernels::fp8_quantize_blocks", lib=_LIBRARY)
+def _(x):
+    check_quantize_blocks_args(x)
+    return x.new_empty(x.shape, dtype=torch.float8_e4m3fn), x.new_empty(_quantize_blocks_shapes(x),
+                                                                         dtype=torch.float32)
+
+
 def fp8_gemm_block_scaled(a: torch.Tensor, b: torch.Tensor, block_scale_a: torch.Tensor,
                           block_scale_b: torch.Tensor, bias: torch.Tensor | None = None,
                           split_k: int = 0) -> torch.Tensor:
@@ -396,8 +441,8 @@ def _refuse_off_cuda(op: str, needs: str):
 
 
 _TENSOR_CORES = "sm_89 or newer: FP8 tensor cores"
-for _op, _needs in (("fp8_quantize", _TENSOR_CORES), ("fp8_gemm", _TENSOR_CORES),
-                    ("fp8_gemm_block_scaled", "sm_90a: its WGMMA kernel")):
+for _op, _needs in (("fp8_quantize", _TENSOR_CORES), ("fp8_quantize_blocks", _TENSOR_CORES),
+                    ("fp8_gemm", _TENSOR_CORES), ("fp8_gemm_block_scaled", "sm_90a: its WGMMA kernel")):
     _LIBRARY.impl(_op, _refuse_off_cuda(_op, _needs), "CPU")
 
 
