@@ -260,8 +260,8 @@ def native_problem(name: str, problem: AttentionProblem | None = None) -> Attent
     return problem if problem.dtype in dtypes else problem.with_(dtype=dtypes[0])
 
 
-# The problem the rung notebooks' compile reports are of; the SASS tests compile at it too (at
-# each head dim and mask), so that the run's report cache serves the notebooks' compiles.
+# The problem of the rung notebooks' compile reports, of results/inspect.json (at each head dim
+# and mask) and of the SASS tests, so that a test run's report cache compiles each rung once.
 REPORT_PROBLEM = AttentionProblem(batch=4, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=16,
                                   head_dim=128)
 
@@ -374,7 +374,7 @@ def record(names: list[str], head_dims=(64, 128, 256), causals=(False, True)) ->
 
     from tools.provenance import git_commit
 
-    reports = [inspect(n, native_problem(n, AttentionProblem(head_dim=d, causal=c)))
+    reports = [inspect(n, native_problem(n, REPORT_PROBLEM.with_(head_dim=d, causal=c)))
                for n in names for d in head_dims for c in causals]
     doc = {"meta": {"arch": ARCH, "cutlass_dsl": getattr(cutlass, "__version__", "?"),
                     "commit": git_commit(), "date": datetime.date.today().isoformat()},
