@@ -109,6 +109,26 @@ def test_reference_sums_k_blocks_times_their_factors():
     torch.testing.assert_close(ref, out + bias.double(), rtol=1e-12, atol=1e-9)
 
 
+def test_block_scaled_linear_layer_holds_the_quantized_weight_and_loads_a_checkpoint():
+    torch.manual_seed(2)
+    linear = torch.nn.Linear(300, 200, dtype=torch.bfloat16)
+    layer = fp8_strategy.BlockScaledLinear.from_linear(linear)
+    assert layer.weight.dtype == E4M3 and layer.weight.shape == (200, 300)
+    assert layer.weight_scale.shape == (2, 3) and layer.bias.dtype == torch.bfloat16
+    w = linear.weight.float()
+    bound = w.abs() * 2 ** -4 + layer.weight_scale.max() * 2 ** -9
+    assert ((layer.dequantized_weight() - w).abs() <= bound).all()
+    state = layer.state_dict()
+    assert set(state) == {"weight", "weight_scale", "bias"}
+    fresh = fp8_strategy.BlockScaledLinear(300, 200)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.weight.view(torch.uint8), layer.weight.view(torch.uint8))
+    with pytest.raises(TypeError, match="bf16"):
+        layer(torch.randn(4, 300))
+    with pytest.raises(NotImplementedError, match="sm_90a"):
+        layer(torch.randn(4, 300, dtype=torch.bfloat16))
+
+
 # ---- GPU: the kernel ---------------------------------------------------------------------------
 
 def _need_sm90():
@@ -186,4 +206,18 @@ def test_block_scaled_linear_matches_the_bf16_linear_within_fp8_rounding():
     out = fp8_strategy.block_scaled_linear(x, w_q, w_scale)
     ref = x.double() @ w.double().t()
     assert out.shape == (3, 17, 1536)
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 0.05
+
+
+@pytest.mark.gpu
+def test_block_scaled_linear_layer_matches_its_dequantized_weight():
+    _need_sm90()
+    torch.manual_seed(3)
+    layer = fp8_strategy.BlockScaledLinear.from_linear(torch.nn.Linear(1024, 768, device="cuda",
+                                                                       dtype=torch.bfloat16))
+    x = torch.randn(5, 9, 1024, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.linear(x.double(), layer.dequantized_weight().double(), layer.bias.double())
+    out = layer(x)
+    assert out.shape == (5, 9, 768) and out.dtype == torch.bfloat16
+    # only the activations' e4m3 rounding (and bf16 output) between them
     assert ((out.double() - ref).norm() / ref.norm()).item() < 0.05

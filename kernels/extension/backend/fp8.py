@@ -25,7 +25,8 @@ Needs the fp8 CUDA module and a CUDA device (sm_89+); elsewhere `fp8_autocast` r
 Block-scaled FP8 (the recipe FP8 checkpoints such as DeepSeek-V3's ship with): a weight holds
 one factor per 128 x 128 block (`quantize_weight_blocks`, or the checkpoint's), activations one
 per row and 128 columns (`quantize_activation_blocks`, at run time), and
-`block_scaled_linear` multiplies them with `torch.ops.kernels.fp8_gemm_block_scaled` (sm_90a).
+`block_scaled_linear` multiplies them with `torch.ops.kernels.fp8_gemm_block_scaled` (sm_90a);
+`BlockScaledLinear` is the layer that holds such a weight (`from_linear`, or a checkpoint's).
 `block_scaled_reference` is the same product in float64 from the dequantized operands.
 """
 
@@ -40,9 +41,9 @@ import torch
 
 from ..ops import fp8 as fp8_ops
 
-__all__ = ["DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState", "block_scaled_linear",
-           "block_scaled_reference", "fp8_autocast", "fp8_linear", "get_recipe", "is_fp8_enabled",
-           "quantize_activation_blocks", "quantize_dynamic", "quantize_weight_blocks"]
+__all__ = ["BlockScaledLinear", "DelayedScaling", "DynamicScaling", "Fp8Linear", "Fp8LinearState",
+           "block_scaled_linear", "block_scaled_reference", "fp8_autocast", "fp8_linear", "get_recipe",
+           "is_fp8_enabled", "quantize_activation_blocks", "quantize_dynamic", "quantize_weight_blocks"]
 
 FORMATS = ("e4m3", "hybrid")
 
@@ -419,3 +420,47 @@ def block_scaled_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: tor
     x_q, x_scale = quantize_activation_blocks(x2)
     out = torch.ops.kernels.fp8_gemm_block_scaled(x_q, weight, x_scale, weight_scale, bias)
     return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class BlockScaledLinear(torch.nn.Module):
+    """A linear layer whose weight is block-scaled FP8, as FP8 checkpoints store it: `weight`
+    e4m3 [N, K] and `weight_scale` float32 [ceil(N / 128), ceil(K / 128)] (the dequant factor of
+    each 128 x 128 block; DeepSeek-V3 calls it `weight_scale_inv`), both buffers, and an optional
+    bf16 `bias`. Forward: `block_scaled_linear` (the input quantized per row and 128 columns,
+    then `fp8_gemm_block_scaled`; sm_90a). Inference only: no gradient reaches the weight."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        scale_shape = fp8_ops.block_scale_shapes(1, out_features, in_features)[1]
+        weight = torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device)
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", torch.ones(scale_shape, dtype=torch.float32, device=device))
+        self.bias = (torch.nn.Parameter(torch.zeros(out_features, dtype=torch.bfloat16, device=device))
+                     if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> BlockScaledLinear:
+        """The layer with `linear`'s weight quantized per 128 x 128 block (`quantize_weight_blocks`)."""
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
+                    device=linear.weight.device)
+        with torch.no_grad():
+            weight, scale = quantize_weight_blocks(linear.weight.detach())
+            layer.weight.copy_(weight)
+            layer.weight_scale.copy_(scale)
+            if linear.bias is not None:
+                layer.bias.copy_(linear.bias.detach().to(torch.bfloat16))
+        return layer
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The weight the layer multiplies by, in float32 [N, K]."""
+        return _dequantize(self.weight, self.weight_scale, fp8_ops.BLOCK_N, fp8_ops.BLOCK_K).float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"BlockScaledLinear takes bf16 inputs, got {x.dtype}")
+        return block_scaled_linear(x, self.weight, self.weight_scale, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
