@@ -319,7 +319,8 @@ def block_scale_shapes(m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[i
 
 @functools.cache
 def _one(device: torch.device) -> torch.Tensor:
-    """A float32 1 on ``device``: the per-tensor factors of a block-scaled call."""
+    """A float32 1 on ``device``: the per-tensor factors of a block-scaled call (real calls only:
+    a tensor made under FakeTensorMode must not be cached for them)."""
     return torch.ones((), dtype=torch.float32, device=device)
 
 
@@ -330,7 +331,8 @@ def check_block_scaled_call(a, b, block_scale_a, block_scale_b, bias=None, split
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be float8_e4m3fn (block scaling takes e4m3 x e4m3), got {got}")
-    one = _one(a.device)
+    # the per-tensor factors the kernel gets (ones); a fake call's own, never the cached real one
+    one = _one(a.device) if real else a.new_empty((), dtype=torch.float32)
     check_gemm_args(a, b, one, one, bias, None, None, real=real)
     if isinstance(split_k, bool) or not isinstance(split_k, int) or not 0 <= split_k <= MAX_SPLIT_K:
         raise ValueError(f"split_k must be 0 (auto), 1 (none) or 2..{MAX_SPLIT_K}, got {split_k!r}")
