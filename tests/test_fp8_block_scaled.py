@@ -184,12 +184,13 @@ def test_kernel_matches_the_reference_of_its_dequantized_operands(shape, split_k
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(70, 300), (1, 2048), (257, 4096), (33, 136)],
+@pytest.mark.parametrize("shape", [(70, 300), (1, 2048), (257, 4096), (33, 136), (5, 130)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_block_quantize_kernel_gives_torchs_bits(shape, guards):
     """The kernel against the torch computation on the same device: the same factors and the
     same e4m3 bytes (both divide; IEEE division either way), a zero block's factor 1, tails in
-    K (300, 136: not a multiple of 128, nor of 8) included; inputs in guard regions."""
+    K (300, 136: not a multiple of 128; 130: nor of 4, the byte stores) included; inputs in
+    guard regions."""
     _need_sm90()
     gen = torch.Generator(device="cuda").manual_seed(shape[0])
     x = torch.randn(*shape, device="cuda", generator=gen) * torch.exp2(
