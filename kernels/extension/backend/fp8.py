@@ -366,6 +366,11 @@ def _blocks_amax(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return padded.view(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols).amax(dim=(1, 3))
 
 
+def _per_element(factors: torch.Tensor, rows: int, cols: int, shape) -> torch.Tensor:
+    """Block factors [ceil(R / rows), ceil(C / cols)] repeated over their blocks' elements [R, C]."""
+    return factors.repeat_interleave(rows, 0)[: shape[0]].repeat_interleave(cols, 1)[:, : shape[1]]
+
+
 def _quantize_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(x in e4m3, its dequant factors per block [ceil(R / rows), ceil(C / cols)]): each block
     scaled so that its amax lands on e4m3's largest value (a block of zeros keeps factor 1)."""
@@ -376,8 +381,8 @@ def _quantize_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tenso
     fp8_max = fp8_ops.FP8_MAX[torch.float8_e4m3fn]
     amax = _blocks_amax(x, rows, cols)
     dequant = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))
-    per_element = dequant.repeat_interleave(rows, 0)[: x.shape[0]].repeat_interleave(cols, 1)[:, : x.shape[1]]
-    data = (x.float() / per_element).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    scaled = x.float() / _per_element(dequant, rows, cols, x.shape)
+    data = scaled.clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
     return data, dequant
 
 
@@ -398,8 +403,7 @@ def quantize_weight_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _dequantize(data: torch.Tensor, dequant: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    per_element = dequant.double().repeat_interleave(rows, 0)[: data.shape[0]]
-    return data.double() * per_element.repeat_interleave(cols, 1)[:, : data.shape[1]]
+    return data.double() * _per_element(dequant.double(), rows, cols, data.shape)
 
 
 def block_scaled_reference(a: torch.Tensor, b: torch.Tensor, block_scale_a: torch.Tensor,

@@ -231,9 +231,20 @@ def check_path_on_device(device, path) -> None:
 
 # ---- quantize ----------------------------------------------------------------------------------
 
-def _quantize_shapes(x, rowwise, transpose):
+def _rows_of(x) -> tuple[int, int]:
+    """(rows, K) of x [..., K] viewed as a matrix."""
     k = x.shape[-1]
-    rows = x.numel() // k if k else 0
+    return (x.numel() // k if k else 0), k
+
+
+def _as_rows(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] as [rows, K] with contiguous rows (what the quantize kernels read)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
+def _quantize_shapes(x, rowwise, transpose):
+    rows, k = _rows_of(x)
     return (tuple(x.shape) if rowwise else (0,)), ((k, rows) if transpose else (0,))
 
 
@@ -260,9 +271,7 @@ def fp8_quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype,
     out_t = torch.empty(t_shape, dtype=fp8_dtype, device=x.device)
     amax = torch.zeros((), dtype=torch.float32, device=x.device)
     if x.numel():
-        x2 = x.reshape(-1, x.shape[-1])
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
+        x2 = _as_rows(x)
         module.quantize(x2, scale, out.view(x2.shape) if rowwise else None,
                         out_t if transpose else None, amax.view(1))
     return out, out_t, amax
@@ -364,9 +373,8 @@ def check_quantize_blocks_args(x) -> None:
 
 
 def _quantize_blocks_shapes(x):
-    k = x.shape[-1]
-    rows = x.numel() // k if k else 0
-    return (-(-k // BLOCK_K), rows)
+    rows, k = _rows_of(x)
+    return block_scale_shapes(rows, 0, k)[0]
 
 
 def fp8_quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -375,9 +383,7 @@ def fp8_quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty(_quantize_blocks_shapes(x), dtype=torch.float32, device=x.device)
     if x.numel():
-        x2 = x.reshape(-1, x.shape[-1])
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
+        x2 = _as_rows(x)
         loader.load(MODULE).quantize_blocks(x2, out.view(x2.shape), scale)
     return out, scale
 
